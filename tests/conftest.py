@@ -1,0 +1,68 @@
+"""Shared test fixtures: golden files and hypothesis profiles.
+
+Golden files live under tests/golden/. `pytest --update-golden` rewrites them from
+the current output; otherwise a mismatch fails with a unified diff.
+
+Hypothesis profiles: `ci` (default, quick) and `thorough` (thousands of cases):
+`pytest --hypothesis-profile=thorough`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+
+settings.register_profile(
+    "ci", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "thorough", max_examples=5000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("ci")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden", action="store_true", help="rewrite golden files from current output"
+    )
+
+
+class Golden:
+    """Compare text against tests/golden/<path>, or rewrite it with --update-golden."""
+
+    def __init__(self, update: bool) -> None:
+        self.update = update
+
+    def check(self, path: str, actual: str) -> None:
+        file = GOLDEN_DIR / path
+        if self.update:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            file.write_text(actual)
+            return
+        if not file.exists():
+            pytest.fail(f"golden file {file} is missing: run pytest --update-golden")
+        expected = file.read_text()
+        if expected != actual:
+            diff = "".join(
+                difflib.unified_diff(
+                    expected.splitlines(keepends=True),
+                    actual.splitlines(keepends=True),
+                    fromfile=f"golden/{path}",
+                    tofile="actual",
+                )
+            )
+            pytest.fail(f"output differs from golden/{path}:\n{diff}")
+
+
+@pytest.fixture
+def golden(request: pytest.FixtureRequest) -> Golden:
+    return Golden(bool(request.config.getoption("--update-golden")))
+
+
+CORPUS_DIR = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "tc"
+EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
