@@ -64,5 +64,4 @@ def golden(request: pytest.FixtureRequest) -> Golden:
     return Golden(bool(request.config.getoption("--update-golden")))
 
 
-CORPUS_DIR = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "tc"
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "examples"
