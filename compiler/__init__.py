@@ -1,11 +1,18 @@
 """tcc: a compiler toolkit for the Tensor Comprehensions language.
 
-The public API (see README.md). Passes are importable from their modules
-(`compiler.frontend.parser.parse`, `compiler.frontend.check.check_module`, ...);
-`compiler.pipeline` lists them in order.
+Public API (see README.md)::
+
+    compiler.define(source, name=None, *, constants=None, target="interp")  -> Kernel
+    compiler.infer_shapes(source, name, input_shapes)                      -> {output: shape}
+    compiler.pipeline.run(text, name, upto="ranges")                       -> any pass's result
+
+Every pass is importable from its own module (`compiler.frontend.parser.parse`,
+`compiler.frontend.check.check_def`, `compiler.poly.ranges.infer_ranges`, ...).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from compiler.frontend.diagnostics import (
     InternalError,
@@ -25,5 +32,21 @@ __all__ = [
     "SemanticError",
     "ShapeError",
     "TCError",
+    "define",
+    "infer_shapes",
 ]
 __version__ = "0.1.0"
+
+
+def define(source: str, name: str | None = None, **kwargs: Any) -> Any:
+    """Compile a TC def into a callable `Kernel` (see `compiler.kernel.define`)."""
+    from compiler.kernel import define as _define
+
+    return _define(source, name, **kwargs)
+
+
+def infer_shapes(source: str, name: str | None, input_shapes: Any) -> dict[str, tuple[int, ...]]:
+    """Output shapes of def `name` for the given input shapes (see `compiler.shapes`)."""
+    from compiler.shapes import infer_shapes as _infer_shapes
+
+    return _infer_shapes(source, name, input_shapes)
