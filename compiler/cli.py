@@ -1,0 +1,275 @@
+"""The `tcc` command: one function per subcommand, registered in `COMMANDS`.
+
+    tcc check FILE...              parse and check; diagnostics on stderr
+    tcc fmt FILE... [--in-place | --check]
+                                   print canonical TC, rewrite it, or test it
+
+Exit codes: 0 success; 1 a user error (bad TC, a missing or unreadable file, a
+bad flag), printed without a traceback; 2 a compiler bug (an `InternalError` or
+any other unexpected exception), printed with a traceback and a request to report.
+
+Adding a subcommand: write `_add_NAME_args(parser)` and `_run_NAME(args) -> int`,
+and append `Command("NAME", "one-line help", _add_NAME_args, _run_NAME)` to
+`COMMANDS`. `read_source` and `load_module` read and parse files with the errors
+users expect; a `TCError` raised by a run function is rendered by `main`.
+Compiler modules are imported inside the run functions, so `tcc --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+from compiler.frontend.diagnostics import Diagnostic, TCError
+
+if TYPE_CHECKING:
+    from compiler.frontend.ast import Module
+
+PROG = "tcc"
+STDIN_NAME = "-"
+
+
+class InputFileError(TCError):
+    """A file named on the command line cannot be read as TC source text."""
+
+
+class UsageError(TCError):
+    """A bad command line: unknown flag, missing argument, conflicting options."""
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A subcommand: its name, one-line help, argument setup and implementation."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports bad command lines as `UsageError` (exit 1), not exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see '{self.prog} --help')")
+
+
+# ------------------------------------------------------------------ shared helpers
+
+
+def read_source(path: str) -> tuple[str, str]:
+    """The text of `path` (`-` reads stdin) and the name diagnostics should show."""
+    if path == STDIN_NAME:
+        data = sys.stdin.buffer.read()
+        name = "<stdin>"
+    else:
+        try:
+            data = Path(path).read_bytes()
+        except FileNotFoundError:
+            raise InputFileError(f"cannot read '{path}': no such file") from None
+        except IsADirectoryError:
+            raise InputFileError(
+                f"cannot read '{path}': it is a directory, not a .tc file"
+            ) from None
+        except OSError as err:
+            raise InputFileError(f"cannot read '{path}': {err.strerror or err}") from None
+        name = path
+    try:
+        return data.decode("utf-8"), name
+    except UnicodeDecodeError as err:
+        raise InputFileError(
+            f"cannot read '{name}': not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
+            f"{err.start}); save the file as UTF-8"
+        ) from None
+
+
+def load_module(path: str) -> tuple[Module, str]:
+    """Read and parse `path`; return the module and the text it was parsed from."""
+    from compiler.frontend.parser import parse
+
+    text, name = read_source(path)
+    return parse(text, name), text
+
+
+def print_diagnostics(diagnostics: Sequence[Diagnostic]) -> None:
+    for diag in diagnostics:
+        print(render_diagnostic(diag), file=sys.stderr)
+
+
+def render_diagnostic(diag: Diagnostic) -> str:
+    """A diagnostic with a span as `file:line:col: ...` and a caret; one without as
+    `tcc: error: ...` (the form for command-line and file-system problems)."""
+    if diag.span.source is not None:
+        return diag.render()
+    line = f"{PROG}: {diag.severity.value}: {diag.message}"
+    return f"{line}\nhint: {diag.hint}" if diag.hint else line
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace `path` by `text`: write a temporary file next to it, then `os.replace`,
+    so readers see the old or the new file, never a half-written one."""
+    path = Path(os.path.realpath(path))  # rewrite a symlink's target, keep the link
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tcc-tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, path.stat().st_mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _collect_warnings(checked: object) -> list[Diagnostic]:
+    """Warnings of whatever `check_module` returns (one CheckedDef or several)."""
+    items = checked if isinstance(checked, (tuple, list)) else (checked,)
+    return [w for item in items for w in getattr(item, "warnings", ())]
+
+
+# ------------------------------------------------------------------ tcc check
+
+
+def _add_check_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", metavar="FILE", help="TC source files ('-': stdin)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    from compiler.frontend.check import check_module
+
+    status = 0
+    for path in args.files:
+        try:
+            module, _ = load_module(path)
+            checked = check_module(module)
+        except TCError as err:
+            print_diagnostics(err.diagnostics)
+            status = 1
+            continue
+        warnings = _collect_warnings(checked)
+        print_diagnostics(warnings)
+        if not args.quiet:
+            names = ", ".join(d.name for d in module.defs) or "no defs"
+            note = f", {len(warnings)} warning(s)" if warnings else ""
+            print(f"{path}: ok ({names}{note})")
+    return status
+
+
+# -------------------------------------------------------------------- tcc fmt
+
+
+def _add_fmt_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("files", nargs="+", metavar="FILE", help="TC source files ('-': stdin)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "-i", "--in-place", action="store_true", help="rewrite each file (atomically)"
+    )
+    mode.add_argument(
+        "--check", action="store_true", help="exit 1 if a file is not canonically formatted"
+    )
+
+
+def _run_fmt(args: argparse.Namespace) -> int:
+    from compiler.frontend.printer import print_module
+
+    if args.in_place and STDIN_NAME in args.files:
+        raise UsageError("--in-place cannot rewrite stdin ('-')")
+    status = 0
+    for path in args.files:
+        try:
+            module, text = load_module(path)
+        except TCError as err:
+            print_diagnostics(err.diagnostics)
+            status = 1
+            continue
+        formatted = print_module(module)
+        if args.check:
+            if formatted != text:
+                print(
+                    f"{PROG}: {path} is not canonically formatted (run 'tcc fmt -i')",
+                    file=sys.stderr,
+                )
+                status = 1
+        elif args.in_place:
+            if formatted != text:
+                write_atomically(Path(path), formatted)
+        else:
+            sys.stdout.write(formatted)
+    return status
+
+
+# ------------------------------------------------------------------ the table
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        "check", "parse and check TC files; print errors and warnings", _add_check_args, _run_check
+    ),
+    Command("fmt", "print TC files in canonical form", _add_fmt_args, _run_fmt),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="tcc: a compiler toolkit for the Tensor Comprehensions (TC) language.",
+        epilog="exit codes: 0 ok, 1 user error, 2 internal compiler error",
+    )
+    from compiler import __version__
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for command in COMMANDS:
+        p = sub.add_parser(command.name, help=command.help, description=command.help)
+        command.add_arguments(p)
+        p.set_defaults(run=command.run)
+    return parser
+
+
+def _dispatch(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    # parse_known_args, so that `tcc --bogus` names the bad flag before the missing command
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    if args.command is None:
+        parser.error(f"missing COMMAND; one of: {', '.join(c.name for c in COMMANDS)}")
+    return int(args.run(args))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run `tcc` with `argv` (default: sys.argv[1:]); return the exit code."""
+    try:
+        return int(_dispatch(build_parser(), argv))
+    except SystemExit as exit_:  # --help and --version
+        return 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1
+    except TCError as err:
+        print_diagnostics(err.diagnostics)
+        return 1
+    except BrokenPipeError:  # `tcc fmt x.tc | head`: the reader left; not our bug
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except Exception:  # a compiler bug, InternalError included
+        traceback.print_exc()
+        print(
+            f"{PROG}: internal compiler error, please report (with the input and the "
+            "traceback above)",
+            file=sys.stderr,
+        )
+        return 2
+
+
+__all__ = ["COMMANDS", "Command", "build_parser", "load_module", "main", "read_source"]
+
+if __name__ == "__main__":
+    sys.exit(main())
