@@ -1,0 +1,371 @@
+"""Run the TC corpus through the compiler's stages and compare with the manifest.
+
+    python -m tools.corpus [DIR] [--stage NAME] [--json FILE]
+
+DIR (default `../shared/corpus/tc` from the repository root) holds `.tc` files and a
+`manifest.json`: a list of entries with `file`, `def`, `category` and, for negative
+tests, `expected_error` (see the corpus README). Every entry goes through `STAGES` in
+order, each stage a function `Work -> Work`; the first stage that raises stops the
+entry, and the later stages count as skipped.
+
+Expectations:
+- an entry that is not `negative` must pass every stage (category `unmerged_pr` is
+  informative only: its results are shown but never unexpected);
+- a `negative` entry must fail with a `TCError` at the stage its `expected_error`
+  names (`parse error...` -> parse, `sema...` -> check, `tc2halide...` or `range
+  inference...` -> ranges); while that stage is not in `STAGES` it must pass them all.
+  A negative whose error names no stage may fail anywhere;
+- an exception that is not a `TCError` is a compiler crash: always unexpected.
+
+Output: a table per stage (passed / failed / expected failures / unexpected /
+skipped / informative), then every unexpected result with the first line of its
+diagnostic. Exit status 1 if anything was unexpected, 0 otherwise.
+
+Extending: append `Stage("ranges", _ranges)` etc. to `STAGES`; a stage reads what
+earlier stages put in `Work` and returns `dataclasses.replace(work, ...)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from compiler.frontend.diagnostics import TCError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DIR = REPO_ROOT.parent / "shared" / "corpus" / "tc"
+INFORMATIVE_CATEGORIES = frozenset({"unmerged_pr"})
+ANY_STAGE = "*"  # a negative entry whose expected error names no stage
+
+
+# ------------------------------------------------------------------- the stages
+
+
+@dataclass(frozen=True)
+class Work:
+    """What the stages have produced so far for one manifest entry."""
+
+    path: Path
+    filename: str
+    entry_point: str
+    text: str = ""
+    module: Any = None  # frontend.ast.Module after `parse`
+    checked: Any = None  # frontend.checked.CheckedDef after `check`
+    warnings: tuple[str, ...] = ()
+
+
+def _parse(work: Work) -> Work:
+    from compiler.frontend.parser import parse
+
+    text = work.path.read_text(encoding="utf-8")
+    return replace(work, text=text, module=parse(text, work.filename))
+
+
+def _check(work: Work) -> Work:
+    from compiler.frontend.check import check_def
+
+    checked = check_def(work.module.get(work.entry_point))
+    warnings = tuple(d.render() for d in getattr(checked, "warnings", ()))
+    return replace(work, checked=checked, warnings=work.warnings + warnings)
+
+
+def _roundtrip(work: Work) -> Work:
+    from compiler.frontend.diagnostics import InternalError
+    from compiler.frontend.parser import parse
+    from compiler.frontend.printer import print_module
+
+    printed = print_module(work.module)
+    reparsed = parse(printed, f"{work.filename} (printed)")
+    if reparsed != work.module:
+        raise InternalError("parse(print(module)) differs from module:\n" + printed)
+    return work
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    run: Callable[[Work], Work]
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("parse", _parse),
+    Stage("check", _check),
+    Stage("roundtrip", _roundtrip),
+)
+
+# Where a negative entry's `expected_error` says the original TC failed.
+_ERROR_STAGE_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("parse error", "parse"),
+    ("sema", "check"),
+    ("not a valid tc. first sema error", "check"),
+    ("tc2halide", "ranges"),
+    ("range inference", "ranges"),
+)
+
+
+def expected_failure_stage(entry: dict[str, Any]) -> str | None:
+    """The stage a negative entry must fail at, ANY_STAGE, or None (must pass)."""
+    error = entry.get("expected_error")
+    if entry.get("category") != "negative" or not error:
+        return None
+    lowered = str(error).strip().lower()
+    for prefix, stage in _ERROR_STAGE_PREFIXES:
+        if lowered.startswith(prefix):
+            return stage
+    return ANY_STAGE
+
+
+# ------------------------------------------------------------------- results
+
+
+class Status(enum.Enum):
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+
+
+class Verdict(enum.Enum):
+    OK = "ok"
+    EXPECTED_FAILURE = "expected failure"
+    UNEXPECTED = "unexpected"
+    INFORMATIVE = "informative"
+    SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class StageResult:
+    stage: str
+    status: Status
+    verdict: Verdict
+    message: str = ""  # first line of the diagnostic, or a note on the verdict
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class EntryResult:
+    file: str
+    entry_point: str
+    category: str
+    expected_stage: str | None
+    stages: tuple[StageResult, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def unexpected(self) -> bool:
+        return any(s.verdict is Verdict.UNEXPECTED for s in self.stages)
+
+
+def _first_line(err: BaseException) -> str:
+    if isinstance(err, TCError):
+        diag = err.diagnostics[0]
+        where = f"{diag.span.line}:{diag.span.col}: " if diag.span.source else ""
+        return f"{where}{diag.message}".splitlines()[0]
+    text = str(err).splitlines()[0] if str(err) else ""
+    return f"{type(err).__name__}: {text}"
+
+
+def _judge(stage: str, expected: str | None, error: BaseException | None) -> Verdict:
+    if error is not None and not isinstance(error, TCError):
+        return Verdict.UNEXPECTED  # a crash is a compiler bug, whatever the entry says
+    if error is None:
+        return Verdict.UNEXPECTED if expected == stage else Verdict.OK
+    return Verdict.EXPECTED_FAILURE if expected in (stage, ANY_STAGE) else Verdict.UNEXPECTED
+
+
+def run_entry(entry: dict[str, Any], corpus: Path, stages: Sequence[Stage]) -> EntryResult:
+    """Run one manifest entry through `stages`, judging each against the manifest."""
+    expected = expected_failure_stage(entry)
+    informative = entry.get("category") in INFORMATIVE_CATEGORIES
+    work = Work(corpus / entry["file"], entry["file"], entry["def"])
+    results: list[StageResult] = []
+    failed = False
+    for stage in stages:
+        if failed:
+            results.append(StageResult(stage.name, Status.SKIPPED, Verdict.SKIPPED))
+            continue
+        start = time.perf_counter()
+        error: BaseException | None = None
+        try:
+            work = stage.run(work)
+        except Exception as err:  # judged below: TCError expected or not, or a crash
+            error = err
+        seconds = time.perf_counter() - start
+        verdict = _judge(stage.name, expected, error)
+        crashed = error is not None and not isinstance(error, TCError)
+        if informative and verdict is Verdict.UNEXPECTED and not crashed:
+            verdict = Verdict.INFORMATIVE
+        message = _first_line(error) if error is not None else ""
+        if error is None and verdict is Verdict.UNEXPECTED:
+            message = f"expected to fail here: {entry.get('expected_error', '')}".splitlines()[0]
+        status = Status.PASSED if error is None else Status.FAILED
+        results.append(StageResult(stage.name, status, verdict, message, seconds))
+        failed = error is not None
+    return EntryResult(
+        entry["file"],
+        entry["def"],
+        str(entry.get("category", "")),
+        expected,
+        tuple(results),
+        work.warnings,
+    )
+
+
+# ------------------------------------------------------------------- reporting
+
+_COLUMNS = ("passed", "failed", "expected failures", "unexpected", "skipped", "informative")
+
+
+def summarize(results: Sequence[EntryResult], stages: Sequence[Stage]) -> dict[str, dict[str, int]]:
+    """Per stage, the count in each of `_COLUMNS`."""
+    table = {s.name: dict.fromkeys(_COLUMNS, 0) for s in stages}
+    for result in results:
+        for r in result.stages:
+            row = table[r.stage]
+            if r.status is Status.PASSED:
+                row["passed"] += 1
+            elif r.status is Status.FAILED:
+                row["failed"] += 1
+            else:
+                row["skipped"] += 1
+            if r.verdict is Verdict.EXPECTED_FAILURE:
+                row["expected failures"] += 1
+            elif r.verdict is Verdict.UNEXPECTED:
+                row["unexpected"] += 1
+            elif r.verdict is Verdict.INFORMATIVE:
+                row["informative"] += 1
+    return table
+
+
+def format_report(results: Sequence[EntryResult], stages: Sequence[Stage]) -> str:
+    table = summarize(results, stages)
+    width = max(len("stage"), *(len(s.name) for s in stages))
+    header = "stage".ljust(width) + "".join(f"  {c:>{len(c)}}" for c in _COLUMNS)
+    lines = [f"{len(results)} entries", header]
+    for name, row in table.items():
+        lines.append(name.ljust(width) + "".join(f"  {row[c]:>{len(c)}}" for c in _COLUMNS))
+    unexpected = [
+        (res, r) for res in results for r in res.stages if r.verdict is Verdict.UNEXPECTED
+    ]
+    informative = [
+        (res, r) for res in results for r in res.stages if r.verdict is Verdict.INFORMATIVE
+    ]
+    for title, rows in (("unexpected", unexpected), ("informative", informative)):
+        if rows:
+            lines.append(f"\n{title} ({len(rows)}):")
+            for res, r in rows:
+                lines.append(
+                    f"  {res.file} [{res.entry_point}] {r.stage} {r.status.value}: {r.message}"
+                )
+    if not unexpected:
+        lines.append("\nno unexpected results")
+    return "\n".join(lines)
+
+
+def results_to_json(results: Sequence[EntryResult], stages: Sequence[Stage]) -> dict[str, Any]:
+    return {
+        "stages": [s.name for s in stages],
+        "summary": summarize(results, stages),
+        "entries": [
+            {
+                "file": res.file,
+                "def": res.entry_point,
+                "category": res.category,
+                "expected_failure_stage": res.expected_stage,
+                "unexpected": res.unexpected,
+                "warnings": list(res.warnings),
+                "stages": [
+                    {
+                        "stage": r.stage,
+                        "status": r.status.value,
+                        "verdict": r.verdict.value,
+                        "message": r.message,
+                        "seconds": round(r.seconds, 6),
+                    }
+                    for r in res.stages
+                ],
+            }
+            for res in results
+        ],
+    }
+
+
+# ------------------------------------------------------------------- driver
+
+
+class CorpusError(Exception):
+    """The corpus directory or its manifest cannot be used."""
+
+
+def load_manifest(corpus: Path) -> list[dict[str, Any]]:
+    manifest = corpus / "manifest.json"
+    try:
+        entries = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CorpusError(f"cannot read {manifest}: {err}") from None
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and "file" in e and "def" in e for e in entries
+    ):
+        raise CorpusError(f"{manifest}: expected a list of objects with 'file' and 'def'")
+    return entries
+
+
+def stages_upto(name: str | None) -> tuple[Stage, ...]:
+    if name is None:
+        return STAGES
+    names = [s.name for s in STAGES]
+    if name not in names:
+        raise CorpusError(f"unknown stage '{name}'; stages are: {', '.join(names)}")
+    return STAGES[: names.index(name) + 1]
+
+
+def run_corpus(
+    corpus: Path, stages: Sequence[Stage] = STAGES, progress: TextIO | None = None
+) -> list[EntryResult]:
+    """Run every manifest entry; draw a progress line on `progress` if given."""
+    entries = load_manifest(corpus)
+    results = []
+    for i, entry in enumerate(entries, 1):
+        if progress is not None:
+            progress.write(f"\r\x1b[K[{i:>4}/{len(entries)}] {entry['file']}")
+            progress.flush()
+        results.append(run_entry(entry, corpus, stages))
+    if progress is not None:
+        progress.write("\r\x1b[K")
+        progress.flush()
+    return results
+
+
+def _arg_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.corpus", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("dir", nargs="?", type=Path, default=DEFAULT_DIR, help="corpus folder")
+    parser.add_argument("--stage", help="run the stages up to and including this one")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _arg_parser().parse_args(argv)
+    try:
+        stages = stages_upto(args.stage)
+        progress = sys.stderr if sys.stderr.isatty() else None
+        results = run_corpus(args.dir, stages, progress)
+    except CorpusError as err:
+        print(f"corpus: error: {err}", file=sys.stderr)
+        return 1
+    print(format_report(results, stages))
+    if args.json is not None:
+        args.json.write_text(json.dumps(results_to_json(results, stages), indent=2) + "\n")
+    return 1 if any(r.unexpected for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
