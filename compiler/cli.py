@@ -176,6 +176,27 @@ def _add_fmt_args(parser: argparse.ArgumentParser) -> None:
     mode.add_argument(
         "--check", action="store_true", help="exit 1 if a file is not canonically formatted"
     )
+    parser.add_argument(
+        "--drop-comments",
+        action="store_true",
+        help="with --in-place, rewrite files even if comments after the header would be lost",
+    )
+
+
+def split_header(text: str) -> tuple[str, str]:
+    """The leading comment block (comment and blank lines before the first def) and
+    the rest. The AST keeps no comments, so `fmt` carries this header over verbatim;
+    TC has no string literals, so any `#` in the rest is a comment fmt would drop."""
+    lines = text.splitlines(keepends=True)
+    n = 0
+    while n < len(lines) and (not lines[n].strip() or lines[n].lstrip().startswith("#")):
+        n += 1
+    header = [line.rstrip() for line in lines[:n]]
+    while header and not header[-1]:
+        header.pop()
+    while header and not header[0]:
+        header.pop(0)
+    return "".join(f"{line}\n" for line in header), "".join(lines[n:])
 
 
 def _run_fmt(args: argparse.Namespace) -> int:
@@ -191,7 +212,8 @@ def _run_fmt(args: argparse.Namespace) -> int:
             print_diagnostics(err.diagnostics)
             status = 1
             continue
-        formatted = print_module(module)
+        header, body = split_header(text)
+        formatted = header + print_module(module)
         if args.check:
             if formatted != text:
                 print(
@@ -200,7 +222,14 @@ def _run_fmt(args: argparse.Namespace) -> int:
                 )
                 status = 1
         elif args.in_place:
-            if formatted != text:
+            if "#" in body and not args.drop_comments:
+                print(
+                    f"{PROG}: error: {path} has comments after its header, which fmt cannot "
+                    "keep yet; move them above the first def, or pass --drop-comments",
+                    file=sys.stderr,
+                )
+                status = 1
+            elif formatted != text:
                 write_atomically(Path(path), formatted)
         else:
             sys.stdout.write(formatted)
