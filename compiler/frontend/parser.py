@@ -127,7 +127,12 @@ class _Parser:
     def error(self, what: str, hint: str | None = None) -> ParseError:
         """'expected <what> but found <current token>' at the current token."""
         token = self.cur
-        return ParseError(f"expected {what} but found {token.describe()}", token.span, hint)
+        span = token.span
+        if token.kind is TokenKind.EOF and self.pos > 0:
+            # point just after the last token rather than at trailing blank lines
+            end = self.tokens[self.pos - 1].span.end
+            span = Span(self.source, end, end)
+        return ParseError(f"expected {what} but found {token.describe()}", span, hint)
 
     def span_from(self, start: Span) -> Span:
         """From `start` to the end of the last consumed token."""
@@ -277,7 +282,12 @@ class _Parser:
         if self.cur.kind in (TokenKind.EOF, TokenKind.RBRACE, TokenKind.COMMA):
             raise self.error("a where clause (`i in lo:hi`, `x = expr` or `exists expr`)")
         expr = self.expr()
-        self.expect(TokenKind.IN, "'in' (a range `i in lo:hi`), '=' or 'exists'")
+        hint = None
+        if isinstance(expr, ast.Compare):
+            hint = (
+                "a range is written `i in lo:hi` (lo inclusive, hi exclusive), not as a comparison"
+            )
+        self.expect(TokenKind.IN, "'in' (a range `i in lo:hi`), '=' or 'exists'", hint)
         lo = self.expr()
         hint = _RANGE_HINT if self.cur.kind in (TokenKind.FLOAT, TokenKind.IN) else None
         self.expect(TokenKind.COLON, "':' between the bounds of the range", hint)
@@ -356,7 +366,7 @@ class _Parser:
             args = self.args()
             if len(args) != 2:
                 raise ParseError(
-                    f"'{token.text}' takes 2 arguments but {len(args)} were given",
+                    f"'{token.text}' takes 2 arguments but got {len(args)}",
                     self.span_from(token.span),
                     hint=f"write `{token.text}({token.text}(a, b), c)` for more",
                 )
