@@ -179,6 +179,22 @@ def _judge(stage: str, expected: str | None, error: BaseException | None) -> Ver
     return Verdict.EXPECTED_FAILURE if expected in (stage, ANY_STAGE) else Verdict.UNEXPECTED
 
 
+def _note_unmet_expectation(
+    entry: dict[str, Any], expected: str | None, last: StageResult, work: Work
+) -> StageResult:
+    """A negative whose error names no stage, or an expected warning, that no stage
+    produced: worth showing, but not a failure (the manifest cannot say where)."""
+    if last.verdict is not Verdict.OK:
+        return last
+    if expected == ANY_STAGE:
+        note = f"invalid TC that no stage rejects yet: {entry.get('expected_error', '')}"
+    elif entry.get("expected_warning") and work.checked is not None and not work.warnings:
+        note = f"expected a warning: {entry['expected_warning']}"
+    else:
+        return last
+    return replace(last, verdict=Verdict.INFORMATIVE, message=note.splitlines()[0])
+
+
 def run_entry(entry: dict[str, Any], corpus: Path, stages: Sequence[Stage]) -> EntryResult:
     """Run one manifest entry through `stages`, judging each against the manifest."""
     expected = expected_failure_stage(entry)
@@ -207,6 +223,8 @@ def run_entry(entry: dict[str, Any], corpus: Path, stages: Sequence[Stage]) -> E
         status = Status.PASSED if error is None else Status.FAILED
         results.append(StageResult(stage.name, status, verdict, message, seconds))
         failed = error is not None
+    if results and not failed:
+        results[-1] = _note_unmet_expectation(entry, expected, results[-1], work)
     return EntryResult(
         entry["file"],
         entry["def"],

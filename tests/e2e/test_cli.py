@@ -135,6 +135,14 @@ def test_semantic_error_points_at_the_undefined_name(tmp_path: Path) -> None:
     assert "Z" in proc.stderr.splitlines()[0]
 
 
+def test_warnings_are_printed_and_exit_0(tmp_path: Path) -> None:
+    (tmp_path / "acc.tc").write_text("def acc(float(N, M) A) -> (O) {\n    O(i) += A(i, j)\n}\n")
+    proc = tcc("check", "acc.tc", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert proc.stdout == "acc.tc: ok (acc, 1 warning(s))\n"
+    assert re.match(r"acc.tc:2:5: warning: ", proc.stderr), proc.stderr
+
+
 def test_check_reports_every_file_and_fails_if_any_fails(tmp_path: Path) -> None:
     (tmp_path / "bad.tc").write_text(PARSE_ERROR)
     (tmp_path / "good.tc").write_text(MATMUL)
