@@ -51,8 +51,8 @@ from compiler.frontend.ast import (
     Var,
 )
 from compiler.frontend.checked import CheckedDef, Role, StmtFacts, TensorInfo
-from compiler.frontend.diagnostics import Diagnostic, SemanticError, Severity, did_you_mean
-from compiler.frontend.exprcheck import DefState, ExprChecker
+from compiler.frontend.diagnostics import Diagnostic, SemanticError, Severity
+from compiler.frontend.exprcheck import DefState, ExprChecker, plural
 from compiler.frontend.normalise import normalise_def
 from compiler.frontend.scopes import (
     Reporter,
@@ -61,6 +61,7 @@ from compiler.frontend.scopes import (
     is_constant,
     name_span,
     read_signature,
+    suggest,
     var_uses,
     where_exprs,
 )
@@ -160,10 +161,10 @@ def _check_target(stmt: Stmt, state: DefState, report: Reporter) -> TensorInfo:
         )
         info = TensorInfo(lhs.name, Role.OUTPUT, ScalarType.FLOAT32, -1, None, lhs.span)
     if info.rank >= 0 and info.rank != len(lhs.args):
-        where = "declared" if lhs.name not in state.written else "written before"
+        where = "is declared" if lhs.name not in state.written else "was written earlier"
         report.error(
-            f"'{lhs.name}' is {where} with {info.rank} dimensions but written here with"
-            f" {len(lhs.args)}",
+            f"'{lhs.name}' {where} with {plural(info.rank, 'dimension')} but written"
+            f" here with {len(lhs.args)}",
             lhs.span,
         )
     return info
@@ -171,7 +172,7 @@ def _check_target(stmt: Stmt, state: DefState, report: Reporter) -> TensorInfo:
 
 def _temporary_hint(name: str, state: DefState) -> str:
     outputs = [t.name for t in state.sig.tensors.values() if t.role is Role.OUTPUT]
-    guess = did_you_mean(name, outputs)
+    guess = suggest(name, outputs)
     add = f"add '{name}' to the outputs of the def"
     return f"{guess} Otherwise {add}" if guess else add
 
@@ -233,7 +234,13 @@ def _check_range(
     for var in var_uses((clause.expr,)):
         if scope.is_index(var.name) or var.name in scope.unknown:
             continue
-        kind = "let" if var.name in scope.lets else "size or tensor"
+        kind = (
+            "let"
+            if var.name in scope.lets
+            else "size"
+            if var.name in checker.state.sig.sizes
+            else "tensor"
+        )
         report.error(
             f"a range constraint must name an index variable, but '{var.name}' is a {kind}",
             var.span,

@@ -36,8 +36,8 @@ from compiler.frontend.ast import (
 )
 from compiler.frontend.builtins import ARITY
 from compiler.frontend.checked import Role, TensorInfo
-from compiler.frontend.diagnostics import InternalError, did_you_mean
-from compiler.frontend.scopes import Reporter, Signature, StmtScope, name_span
+from compiler.frontend.diagnostics import InternalError
+from compiler.frontend.scopes import Reporter, Signature, StmtScope, name_span, suggest
 from compiler.frontend.source import Span
 from compiler.frontend.types import INDEX_TYPE, call_type, promote, unary_type
 
@@ -57,7 +57,7 @@ class DefState:
         return set(self.sig.tensors) | set(self.written)
 
 
-def _plural(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
@@ -157,15 +157,15 @@ class ExprChecker:
         span = name_span(access.span, access.name)
         tensor = self.state.tensor(access.name)
         arg_types = [self.check(a) for a in access.args]
-        for arg, t in zip(access.args, arg_types, strict=True):
-            self.expect_integral(arg, t, "a subscript")
-        if tensor is None:
+        if tensor is None:  # perhaps a misspelled function: its arguments need not be ints
             self._not_a_tensor(access, span)
             return ScalarType.FLOAT32
+        for arg, t in zip(access.args, arg_types, strict=True):
+            self.expect_integral(arg, t, "a subscript")
         if tensor.rank >= 0 and tensor.rank != len(access.args):
             self.report.error(
-                f"'{access.name}' has {_plural(tensor.rank, 'dimension')} but is read with"
-                f" {_plural(len(access.args), 'subscript')}",
+                f"'{access.name}' has {plural(tensor.rank, 'dimension')} but is read with"
+                f" {plural(len(access.args), 'subscript')}",
                 access.span,
                 f"'{access.name}' is declared as `{tensor.span.text}`"
                 if tensor.span.text
@@ -189,8 +189,7 @@ class ExprChecker:
         self.report.error(
             f"unknown tensor or function '{name}'",
             span,
-            did_you_mean(name, candidates)
-            or "tensors must be declared as inputs or outputs of the def",
+            suggest(name, candidates) or "tensors must be declared as inputs or outputs of the def",
         )
 
     def _call(self, call: Call) -> ScalarType:
@@ -200,7 +199,7 @@ class ExprChecker:
             raise InternalError(f"the parser produced a call of non-builtin '{call.fn}'")
         if expected != len(call.args):
             self.report.error(
-                f"'{call.fn}' takes {_plural(expected, 'argument')} but"
+                f"'{call.fn}' takes {plural(expected, 'argument')} but"
                 f" {len(call.args)} {'was' if len(call.args) == 1 else 'were'} given",
                 call.span,
             )

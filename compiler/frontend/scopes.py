@@ -20,7 +20,7 @@ reduction variable is k.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from compiler.frontend.ast import (
@@ -78,6 +78,13 @@ def name_span(span: Span, name: str, *, last: bool = False, skip: int = 0) -> Sp
         return span
     offset = text.rfind(name) if last else text.find(name, skip)
     return Span(span.source, span.start + offset, span.start + offset + len(name))
+
+
+def suggest(name: str, candidates: Iterable[str]) -> str | None:
+    """A did-you-mean hint; a name differing only in case (`w` for `W`) comes first."""
+    names = sorted(set(candidates) - {name})
+    same_case = [c for c in names if c.lower() == name.lower()]
+    return f"did you mean '{same_case[0]}'?" if same_case else did_you_mean(name, names)
 
 
 def children(expr: Expr) -> tuple[Expr, ...]:
@@ -243,8 +250,9 @@ def classify_vars(stmt: Stmt, sig: Signature, tensors: set[str], report: Reporte
             f"'{name}' is not a size, tensor or index variable: it appears in no tensor"
             " subscript and no where clause, so no range can be found for it",
             var.span,
-            did_you_mean(name, candidates)
-            or f"declare it as a size of an input, or give it a range: `where {name} in 0:...`",
+            suggest(name, candidates)
+            or f"declare a scalar parameter as an input (`float {name}`), or give an index"
+            f" variable a range (`where {name} in 0:...`)",
         )
     return StmtScope(index_vars, tuple(reduction), lets, frozenset(unknown))
 
