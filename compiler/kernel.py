@@ -1,0 +1,367 @@
+"""`compiler.define`: compile TC source once, call it on NumPy arrays many times.
+
+    k = define(source, name=None, *, constants=None, target="interp")
+    C, = k(A, B)                      # one array per output, in declaration order
+    k(A, B, out=(C,))                 # accumulate into caller data (`C(i) += ...`)
+    k.output_shapes(A, B)             # {'C': (M, N)}
+
+At define time the source is formatted with `constants` (TC's `str.format`
+templates: `{name}` placeholders, `{{` and `}}` for literal braces), parsed,
+checked and given explicit ranges, once. At call time the arguments are
+validated against the signature -- count, rank, dtype, sizes -- and every
+mismatch is a `ShapeError` that points at the parameter's declaration. Inputs are
+never converted silently: a float64 array for a `float` parameter is an error
+whose hint shows the `astype` to write. Non-contiguous arrays are copied; Python
+numbers are accepted for 0-d inputs.
+
+Outputs start zeroed, unless `out=` gives them (a sequence in declaration order,
+or a dict by name); then the results are written into the given arrays, which are
+also returned. A def whose first write to an output accumulates (`+=` without
+`!`, or an `=` that reads the output) adds to that starting value: called without
+`out=` for it, it emits a `TCWarning` naming the output.
+
+Only the reference evaluator (`target="interp"`) exists so far; `options` and
+`backward` are not supported yet and are refused with an `OptionsError`.
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from compiler.frontend.ast import AssignOp, ScalarType
+from compiler.frontend.check import check_def
+from compiler.frontend.checked import RangedDef, StmtFacts, TensorInfo
+from compiler.frontend.diagnostics import OptionsError, ShapeError, TCError, did_you_mean
+from compiler.frontend.parser import parse
+from compiler.frontend.source import Source, Span
+from compiler.interp import evaluate, output_shape
+from compiler.interp_domain import tensors_read
+from compiler.interp_expr import NP_DTYPE
+
+TARGETS = ("interp", "llvm", "cuda")
+AVAILABLE_TARGETS = ("interp",)
+
+
+class TCWarning(UserWarning):
+    """A warning about a TC def or a call of it (e.g. accumulating into zeros)."""
+
+
+def define(
+    source: str,
+    name: str | None = None,
+    *,
+    constants: Mapping[str, object] | None = None,
+    target: str = "interp",
+    options: object = None,
+    backward: object = None,
+) -> Kernel:
+    """Compile def `name` (or the only def) of `source` for `target`."""
+    return Kernel(
+        source, name, constants=constants, target=target, options=options, backward=backward
+    )
+
+
+class Kernel:
+    """A compiled TC def: call it with one array per input."""
+
+    def __init__(
+        self,
+        source: str,
+        name: str | None = None,
+        *,
+        constants: Mapping[str, object] | None = None,
+        target: str = "interp",
+        options: object = None,
+        backward: object = None,
+    ) -> None:
+        _check_target(target, options, backward)
+        self.source = source
+        self.target = target
+        text = source if constants is None else substitute(source, constants)
+        definition = parse(text).get(name)
+        self.ranged: RangedDef = _infer_ranges(check_def(definition))
+        self.name = self.ranged.name
+        checked = self.ranged.checked
+        self._inputs = checked.inputs
+        self._outputs = checked.outputs
+        self._accumulating = _accumulating_outputs(checked.stmts)
+
+    def __repr__(self) -> str:
+        return f"<Kernel {self.name} target={self.target!r}>"
+
+    def output_shapes(self, *arrays: Any) -> dict[str, tuple[int, ...]]:
+        """The shape of every output for these inputs, by name."""
+        _, sizes = self._bind(arrays)
+        return {t.name: output_shape(self.ranged, t.name, sizes) for t in self._outputs}
+
+    def __call__(self, *arrays: Any, out: Any = None) -> tuple[np.ndarray, ...]:
+        inputs, sizes = self._bind(arrays)
+        shapes = {t.name: output_shape(self.ranged, t.name, sizes) for t in self._outputs}
+        given = self._outputs_given(out, shapes)
+        for output in self._accumulating:
+            if output not in given:
+                warnings.warn(
+                    f"def '{self.name}' accumulates into output '{output}' (its first write "
+                    f"is not an `op!` initialisation), which starts at zero; pass out= to "
+                    f"accumulate into your own data",
+                    TCWarning,
+                    stacklevel=2,
+                )
+        results = evaluate(self.ranged, inputs, sizes, {k: v for k, v in given.items()})
+        returned = []
+        for info in self._outputs:
+            if info.name in given:
+                np.copyto(given[info.name], results[info.name])
+                returned.append(given[info.name])
+            else:
+                returned.append(results[info.name])
+        return tuple(returned)
+
+    # ------------------------------------------------------------ validation
+
+    def _bind(self, arrays: Sequence[Any]) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+        if len(arrays) != len(self._inputs):
+            names = ", ".join(t.name for t in self._inputs) or "none"
+            raise ShapeError(
+                f"def '{self.name}' takes {len(self._inputs)} input(s) ({names}), "
+                f"got {len(arrays)}",
+                self.ranged.checked.definition.span,
+                hint="pass one array per input, in parameter order; outputs go in out=",
+            )
+        inputs = {t.name: _as_input(t, a) for t, a in zip(self._inputs, arrays, strict=True)}
+        sizes = _bind_sizes(self.ranged, {k: v.shape for k, v in inputs.items()})
+        return inputs, sizes
+
+    def _outputs_given(
+        self, out: Any, shapes: Mapping[str, tuple[int, ...]]
+    ) -> dict[str, np.ndarray]:
+        if out is None:
+            return {}
+        names = [t.name for t in self._outputs]
+        if isinstance(out, Mapping):
+            for key in out:
+                if key not in names:
+                    raise ShapeError(
+                        f"out= names '{key}', which is not an output of def '{self.name}' "
+                        f"(outputs: {', '.join(names)})",
+                        hint=did_you_mean(str(key), names),
+                    )
+            pairs = {k: v for k, v in out.items() if v is not None}
+        elif isinstance(out, (tuple, list)):
+            if len(out) != len(names):
+                raise ShapeError(
+                    f"out= has {len(out)} array(s) but def '{self.name}' has "
+                    f"{len(names)} output(s) ({', '.join(names)})",
+                    hint="give one array per output in declaration order, or a dict by name",
+                )
+            pairs = {n: v for n, v in zip(names, out, strict=True) if v is not None}
+        else:
+            raise ShapeError(
+                f"out= must be a tuple/list of arrays or a dict by output name, "
+                f"got {type(out).__name__}"
+            )
+        infos = {t.name: t for t in self._outputs}
+        return {k: _as_output(infos[k], v, shapes[k]) for k, v in pairs.items()}
+
+
+# ------------------------------------------------------------------ define time
+
+
+def _check_target(target: str, options: object, backward: object) -> None:
+    if target not in TARGETS:
+        raise OptionsError(
+            f"unknown target '{target}'; expected one of {', '.join(TARGETS)}",
+            hint=did_you_mean(str(target), TARGETS),
+        )
+    if target not in AVAILABLE_TARGETS:
+        raise OptionsError(
+            f"target '{target}' is not available yet",
+            hint="use target='interp' (the NumPy reference evaluator)",
+        )
+    if options is not None:
+        raise OptionsError("options= is not supported yet", hint="leave options=None")
+    if backward is not None:
+        raise OptionsError(
+            "backward= is not supported yet", hint="leave backward=None; gradients come later"
+        )
+
+
+def substitute(text: str, constants: Mapping[str, object]) -> str:
+    """Fill `{name}` placeholders as Python's `str.format` did in TC (`{{` and `}}`
+    are literal braces). Every placeholder needs a value and every constant a
+    placeholder; otherwise a TCError names it."""
+    source = Source("<string>", text)
+    out: list[str] = []
+    used: set[str] = set()
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch in "{}" and text.startswith(ch * 2, i):
+            out.append(ch)
+            i += 2
+        elif ch == "}":
+            raise TCError(
+                "single '}' in a template; write '}}' for a literal brace",
+                Span(source, i, i + 1),
+                hint="with constants=, the def's braces must be doubled: `{{ ... }}`",
+            )
+        elif ch == "{":
+            end = text.find("}", i)
+            if end < 0:
+                raise TCError(
+                    "unclosed '{' in a template; write '{{' for a literal brace",
+                    Span(source, i, i + 1),
+                    hint="with constants=, the def's braces must be doubled: `{{ ... }}`",
+                )
+            out.append(_placeholder(text[i + 1 : end], constants, Span(source, i, end + 1)))
+            used.add(text[i + 1 : end].partition(":")[0].strip())
+            i = end + 1
+        else:
+            out.append(ch)
+            i += 1
+    unused = sorted(set(constants) - used)
+    if unused:
+        raise TCError(
+            f"constant '{unused[0]}' has no placeholder {{{unused[0]}}} in the source",
+            hint=did_you_mean(unused[0], used) or "remove it from constants=",
+        )
+    return "".join(out)
+
+
+def _placeholder(field: str, constants: Mapping[str, object], span: Span) -> str:
+    key, _, spec = field.partition(":")
+    key = key.strip()
+    if not key.isidentifier():
+        raise TCError(
+            f"placeholder '{{{field}}}' is not a name",
+            span,
+            hint="placeholders are `{name}` with name a key of constants=; "
+            "write '{{' and '}}' for literal braces",
+        )
+    if key not in constants:
+        raise TCError(
+            f"no value for placeholder '{{{key}}}' in constants=",
+            span,
+            hint=did_you_mean(key, constants) or f"pass constants={{'{key}': ...}}",
+        )
+    try:
+        return format(constants[key], spec)
+    except (TypeError, ValueError) as err:
+        raise TCError(f"cannot format constant '{key}' with spec '{spec}': {err}", span) from None
+
+
+def _infer_ranges(checked: Any) -> RangedDef:
+    from compiler.poly.ranges import infer_ranges
+
+    return infer_ranges(checked)
+
+
+def _accumulating_outputs(stmts: Sequence[StmtFacts]) -> tuple[str, ...]:
+    """Outputs whose first write combines with (or reads) the previous contents."""
+    first: dict[str, StmtFacts] = {}
+    for facts in stmts:
+        first.setdefault(facts.stmt.lhs.name, facts)
+    result = []
+    for name, facts in first.items():
+        op = facts.stmt.op
+        reads_itself = name in tensors_read(facts.stmt.rhs)
+        if (op.is_reduction and not op.init) or (op is AssignOp.ASSIGN and reads_itself):
+            result.append(name)
+    return tuple(result)
+
+
+# ------------------------------------------------------------------- call time
+
+
+def _declaration(info: TensorInfo) -> str:
+    return info.span.text or info.name
+
+
+def _as_input(info: TensorInfo, value: Any) -> np.ndarray:
+    """`value` as a C-contiguous array of the declared dtype; a ShapeError otherwise."""
+    expected = np.dtype(NP_DTYPE[info.dtype])
+    if info.rank == 0 and isinstance(value, (numbers.Number, np.generic)):
+        return _scalar_input(info, value, expected)
+    if not isinstance(value, np.ndarray):
+        raise ShapeError(
+            f"input '{info.name}' must be a NumPy array, got {type(value).__name__}",
+            info.span,
+            hint="convert with np.asarray(..., dtype=np." + expected.name + ")",
+        )
+    if value.ndim != info.rank:
+        raise ShapeError(
+            f"input '{info.name}' is declared with rank {info.rank} "
+            f"(`{_declaration(info)}`), got an array of rank {value.ndim} with shape "
+            f"{tuple(value.shape)}",
+            info.span,
+        )
+    if value.dtype != expected:
+        raise ShapeError(
+            f"input '{info.name}' is declared {info.dtype.value}, got an array of "
+            f"dtype {value.dtype}",
+            info.span,
+            hint=f"convert it with {info.name}.astype(np.{expected.name})",
+        )
+    return np.ascontiguousarray(value)
+
+
+def _scalar_input(info: TensorInfo, value: Any, expected: np.dtype) -> np.ndarray:
+    is_integral = isinstance(value, (numbers.Integral, np.integer, np.bool_))
+    if info.dtype.is_float or (is_integral and not isinstance(value, (bool, np.bool_))):
+        if not info.dtype.is_float and not _fits(int(value), expected):
+            raise ShapeError(
+                f"input '{info.name}' is declared {info.dtype.value}; "
+                f"{value!r} is out of its range",
+                info.span,
+            )
+        return np.asarray(value, dtype=expected)
+    if info.dtype is ScalarType.BOOL and isinstance(value, (bool, np.bool_)):
+        return np.asarray(value, dtype=expected)
+    raise ShapeError(
+        f"input '{info.name}' is declared {info.dtype.value}, got {type(value).__name__} {value!r}",
+        info.span,
+        hint=f"pass an integer or np.{expected.name}(...)",
+    )
+
+
+def _fits(value: int, dtype: np.dtype) -> bool:
+    info = np.iinfo(dtype)
+    return info.min <= value <= info.max
+
+
+def _as_output(info: TensorInfo, value: Any, shape: tuple[int, ...]) -> np.ndarray:
+    expected = np.dtype(NP_DTYPE[info.dtype])
+    if not isinstance(value, np.ndarray):
+        raise ShapeError(
+            f"out= for output '{info.name}' must be a NumPy array, got {type(value).__name__}",
+            info.span,
+        )
+    if tuple(value.shape) != shape:
+        raise ShapeError(
+            f"out= for output '{info.name}' has shape {tuple(value.shape)}, expected {shape}",
+            info.span,
+            hint="Kernel.output_shapes(*inputs) gives every output's shape",
+        )
+    if value.dtype != expected:
+        raise ShapeError(
+            f"out= for output '{info.name}' has dtype {value.dtype}, expected {expected.name}",
+            info.span,
+            hint=f"allocate it with dtype=np.{expected.name}",
+        )
+    if not value.flags.writeable:
+        raise ShapeError(f"out= for output '{info.name}' is read-only", info.span)
+    return value
+
+
+def _bind_sizes(ranged: RangedDef, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
+    from compiler.shapes import bind_sizes
+
+    return dict(bind_sizes(ranged, shapes))
+
+
+__all__ = ["Kernel", "TCWarning", "define", "substitute"]
