@@ -259,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.help, description=command.help)
         command.add_arguments(p)
-        p.set_defaults(run=command.run)
+        p.set_defaults(run=command.run, command_parser=p)
     return parser
 
 
@@ -267,7 +267,7 @@ def _dispatch(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> in
     # parse_known_args, so that `tcc --bogus` names the bad flag before the missing command
     args, extras = parser.parse_known_args(argv)
     if extras:
-        parser.error(f"unrecognized arguments: {' '.join(extras)}")
+        getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(extras)}")
     if args.command is None:
         parser.error(f"missing COMMAND; one of: {', '.join(c.name for c in COMMANDS)}")
     return int(args.run(args))

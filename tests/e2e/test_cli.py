@@ -72,7 +72,9 @@ def test_help_lists_every_registered_subcommand() -> None:
 
 def test_unknown_flag_is_named_and_exits_1() -> None:
     assert_one_line_error(tcc("--bogus"), "unrecognized arguments: --bogus")
-    assert_one_line_error(tcc("check", "--frobnicate", "x.tc"), "--frobnicate")
+    assert_one_line_error(
+        tcc("check", "--frobnicate", "x.tc"), "--frobnicate", "see 'tcc check --help'"
+    )
 
 
 def test_missing_command_exits_1() -> None:
