@@ -1,0 +1,56 @@
+"""Which tensor elements a statement reads, as TC's range inference sees them.
+
+`reads_of(stmt, known_outputs)` lists every `Access` the statement evaluates: those of
+the right-hand side and of `exists` clauses, with let bindings inlined where they are
+used (as TC inlines them, so an unused let reads nothing), reads nested inside
+subscripts (`B(i)` in `A(B(i))`), and, for a reduction (`+=`, `+=!`, ...) of an output
+that an earlier statement wrote, the implicit read of the left-hand side: TC's
+update `O(i) = O(i) + rhs` reads the current value.
+
+Example: `O(i) += A(i, x) where x = j + 1` (O written before) reads
+`A(i, x)` with lets {x: j + 1} and, implicitly, `O(i)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterator
+from dataclasses import dataclass
+
+from compiler.frontend.ast import Access, Exists, Expr, Let, Stmt, Var
+from compiler.frontend.scopes import walk
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """One tensor read; `implicit` marks a reduction's read of its own output."""
+
+    access: Access
+    implicit: bool = False
+
+
+def lets_of(stmt: Stmt) -> dict[str, Expr]:
+    return {c.name: c.value for c in stmt.where if isinstance(c, Let)}
+
+
+def _accesses(expr: Expr, lets: dict[str, Expr], seen_lets: set[str]) -> Iterator[Access]:
+    for e in walk(expr):
+        if isinstance(e, Access):
+            yield e
+        elif isinstance(e, Var) and e.name in lets and e.name not in seen_lets:
+            seen_lets.add(e.name)
+            yield from _accesses(lets[e.name], lets, seen_lets)
+
+
+def reads_of(stmt: Stmt, known_outputs: Container[str] = ()) -> tuple[Read, ...]:
+    """Every read of `stmt`, in textual order, each distinct access once."""
+    lets = lets_of(stmt)
+    seen_lets: set[str] = set()
+    found: list[Read] = []
+    if stmt.op.is_reduction and stmt.lhs.name in known_outputs:
+        found.append(Read(stmt.lhs, implicit=True))
+    exprs = [stmt.rhs] + [c.expr for c in stmt.where if isinstance(c, Exists)]
+    for expr in exprs:
+        for access in _accesses(expr, lets, seen_lets):
+            if all(r.access != access or r.implicit for r in found):
+                found.append(Read(access))
+    return tuple(found)

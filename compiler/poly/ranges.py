@@ -1,0 +1,489 @@
+"""Range inference: TC's semantics, computed with isl.
+
+Requires: a `CheckedDef` (names resolved, 0-d tensors as `Access`, index and reduction
+          variables of every statement known).
+Ensures:  a `RangedDef` whose statements carry one `where v in lo:hi` per index and
+          reduction variable (user clauses kept as written; inferred ones appended in
+          variable order), and `output_bounds`: per output and dimension, the range of
+          indices written. Bounds are TC expressions of the size parameters.
+
+The rules are Tensor Comprehensions' (tc2halide's forward bounds inference), statement
+by statement in textual order:
+
+1. Every read constrains its subscripts: `0 <= s < D` for an input of extent `D`, and
+   `lo <= s < hi` for an output written by an *earlier* statement (the bounds inferred
+   for it by the latest such statement). A reduction (`+=`, `+=!`, ...) of an output
+   written earlier also reads its own left-hand side. Each side of each dimension is
+   one constraint.
+2. `where i in lo:hi` fixes `i`; reads then only check it. [tcc] A clause on an affine
+   expression (`where h - kh in 0:HO`) is a filter on the iteration domain.
+3. Rounds: every variable that is the only unsolved variable of some constraints gets
+   the largest interval satisfying them *for all* values of the variables solved in
+   earlier rounds (`O(i) = I(i + k) * W(k)`: k in 0:K first, then i in 0:N - K + 1).
+   isl does the "for all" exactly: the complement of the projection of the violating
+   points. A round that solves nothing is an error.
+4. Constraints whose variables are all solved become preconditions: checked on the
+   final domain; one that cannot be proven is a warning (checked at run time), one
+   violated for every size is an error.
+
+Output shapes, a deliberate difference from TC: tcc indexes an output by the index
+value itself, so its shape is `hi` of each dimension. `O(i) = I(i - 1)` infers
+i in 1:N + 1 and O gets shape N + 1 with O(0) left at its initial value, where TC
+allocated `extent = N` elements and wrote O(N) out of bounds. A lower bound that is
+negative (`O(i) = I(i + 5)`: i in -5:N - 5) cannot be stored: an error when it is
+negative for every size, a warning (and a ShapeError at call time) when only for some.
+
+Also stricter than TC: an empty `where` range (`where i in 8:4`) and an inferred range
+empty for every size are errors (TC silently gave a negative extent).
+
+Worked example::
+
+    def conv(float(N, C, H, W) I, float(M, C, KH, KW) Wt) -> (O) {
+        O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * Wt(m, c, kh, kw)
+    }
+
+round 1 solves n, c, m, kh, kw (single-variable subscripts); round 2 solves
+h in 0:H - KH + 1 and w in 0:W - KW + 1; O's shape is (N, M, H - KH + 1, W - KW + 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import islpy as isl
+
+from compiler.frontend.ast import Access, Const, Expr, RangeConstraint, ScalarType, Stmt, Var
+from compiler.frontend.checked import Bound, CheckedDef, RangedDef, Role, StmtFacts
+from compiler.frontend.diagnostics import Diagnostic, RangeError, Severity
+from compiler.frontend.printer import print_expr
+from compiler.frontend.scopes import walk
+from compiler.frontend.source import NO_SPAN, Span
+from compiler.poly.accesses import Read, lets_of, reads_of
+from compiler.poly.isl_bridge import (
+    NotAffine,
+    StmtSpace,
+    condition_of,
+    expr_to_aff,
+    forall,
+    forall_linear,
+    involves,
+    only_dim,
+    params_space,
+    pwaff_to_expr,
+    set_to_expr,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Constraint:
+    """One side of one dimension of one read: the points where it is in bounds."""
+
+    aff: isl.PwAff  # in bounds where aff >= 0
+    access: Access
+    dim: int
+
+    @property
+    def cond(self) -> isl.Set:
+        return _as_set(self.aff)
+
+
+@dataclasses.dataclass
+class _DefState:
+    """What earlier statements established: bounds of written outputs, their images."""
+
+    checked: CheckedDef
+    params: tuple[str, ...]
+    known: dict[str, tuple[Bound, ...]] = dataclasses.field(default_factory=dict)
+    images: dict[str, list[tuple[isl.Set, ...]]] = dataclasses.field(default_factory=dict)
+    warnings: list[Diagnostic] = dataclasses.field(default_factory=list)
+
+
+def infer_ranges(checked: CheckedDef) -> RangedDef:
+    """Infer every variable's range and every output's bounds (see the module doc)."""
+    state = _DefState(checked, tuple(checked.size_params))
+    stmts: list[Stmt] = []
+    for facts in checked.stmts:
+        stmts.append(_StmtInference(facts, state).run())
+    definition = dataclasses.replace(checked.definition, stmts=tuple(stmts))
+    bounds = tuple((t.name, _output_bounds(state, t.name)) for t in checked.outputs)
+    return RangedDef(
+        dataclasses.replace(checked, definition=definition),
+        bounds,
+        tuple(state.warnings),
+    )
+
+
+def _output_bounds(state: _DefState, name: str) -> tuple[Bound, ...]:
+    """Per dimension, the hull of what every statement writing `name` writes."""
+    images = state.images.get(name, [])
+    if len(images) == 1:
+        return state.known[name]
+    ctx = params_space(state.params).context
+    result = []
+    for dim in range(len(images[0]) if images else 0):
+        union = images[0][dim]
+        for image in images[1:]:
+            union = union | image[dim]
+        lo = pwaff_to_expr(union.dim_min(0), state.params, ctx)
+        hi = pwaff_to_expr(union.dim_max(0) + 1, state.params, ctx)
+        result.append(Bound(lo, hi))
+    return tuple(result)
+
+
+class _StmtInference:
+    """Range inference of one statement (TC's rounds), then its preconditions."""
+
+    def __init__(self, facts: StmtFacts, state: _DefState) -> None:
+        self.facts = facts
+        self.stmt = facts.stmt
+        self.state = state
+        self.space = StmtSpace(facts.all_vars, state.params)
+        self.lets = lets_of(self.stmt)
+        self.ranges: dict[str, isl.Set] = {}  # solved variable -> its range
+        self.bounds: dict[str, Bound] = {}  # inferred variable -> its bound expressions
+        # variable position -> (first, last) value, for variables with an interval range
+        self.extremes: dict[int, tuple[isl.PwAff, isl.PwAff]] = {}
+        self.filters = self.space.context
+
+    # ------------------------------------------------------------- driver
+
+    def run(self) -> Stmt:
+        self._fix_where_ranges()
+        reads = reads_of(self.stmt, self.state.known)
+        constraints = [c for r in reads for c in self._constraints_of(r)]
+        self._solve(constraints)
+        domain = self._domain()
+        self._check_preconditions(constraints, domain)
+        self._record_output(domain)
+        generated = tuple(
+            RangeConstraint(Var(v), self.bounds[v].lo, self.bounds[v].hi, span=self._var_span(v))
+            for v in self.facts.all_vars
+            if v in self.bounds
+        )
+        return dataclasses.replace(self.stmt, where=self.stmt.where + generated)
+
+    def _error(self, message: str, span: Span, hint: str | None = None) -> RangeError:
+        return RangeError(message, span if span is not NO_SPAN else self.stmt.span, hint)
+
+    def _warn(self, message: str, span: Span, hint: str | None = None) -> None:
+        span = span if span is not NO_SPAN else self.stmt.span
+        self.state.warnings.append(Diagnostic(Severity.WARNING, message, span, hint))
+
+    def _aff(self, expr: Expr, what: str) -> isl.PwAff:
+        try:
+            return expr_to_aff(expr, self.space, self.lets)
+        except NotAffine as e:
+            raise self._error(
+                f"{what} `{print_expr(expr)}` is not affine in the sizes and index variables",
+                expr.span,
+                "write it with +, -, multiplication by a constant, / and % by a positive "
+                "constant, min and max",
+            ) from e
+
+    # ------------------------------------------------------------- where clauses
+
+    def _fix_where_ranges(self) -> None:
+        for clause in self.stmt.where:
+            if not isinstance(clause, RangeConstraint):
+                continue
+            e = self._aff(clause.expr, "the constrained expression")
+            lo, hi = self._aff(clause.lo, "the bound"), self._aff(clause.hi, "the bound")
+            cond = lo.le_set(e) & e.lt_set(hi)
+            if (cond & self.space.context).is_empty():
+                raise self._error(
+                    f"empty range: `{print_expr(clause.expr)} in {print_expr(clause.lo)}:"
+                    f"{print_expr(clause.hi)}` contains no value for any sizes",
+                    clause.span,
+                    "ranges are half-open `lo:hi` with lo < hi; did you swap the bounds?",
+                )
+            if isinstance(clause.expr, Var) and clause.expr.name in self.space.vars:
+                name = clause.expr.name
+                pos = self.space.pos(name)
+                bounded_by_vars = any(
+                    involves(b, k) for b in (lo, hi) for k in range(len(self.space.vars))
+                )
+                if name in self.ranges or bounded_by_vars:
+                    self.extremes.pop(pos, None)
+                else:
+                    self.extremes[pos] = (lo, hi - 1)
+                self.ranges[name] = self.ranges.get(name, self.space.universe) & cond
+            else:
+                self.filters = self.filters & cond
+
+    # ------------------------------------------------------------- reads
+
+    def _extents(self, access: Access) -> tuple[tuple[Expr, Expr], ...] | None:
+        """(lo, hi) per dimension of the tensor read, or None if nothing is known."""
+        info = next((t for t in self.state.checked.tensors if t.name == access.name), None)
+        if info is None or info.rank != len(access.args) or info.rank == 0:
+            return None
+        if info.role is Role.INPUT and info.dims is not None:
+            return tuple((Const(0, ScalarType.INT32), d) for d in info.dims)
+        known = self.state.known.get(access.name)
+        return tuple((b.lo, b.hi) for b in known) if known is not None else None
+
+    def _constraints_of(self, read: Read) -> list[_Constraint]:
+        extents = self._extents(read.access)
+        if extents is None:
+            return []
+        found = []
+        for dim, (arg, (lo, hi)) in enumerate(zip(read.access.args, extents, strict=True)):
+            try:
+                s = expr_to_aff(arg, self.space, self.lets)
+            except NotAffine:
+                self._warn(
+                    f"subscript `{print_expr(arg)}` of `{print_expr(read.access)}` is not "
+                    "affine: it cannot be proven in bounds and is checked at run time",
+                    arg.span,
+                )
+                continue
+            lo_aff = expr_to_aff(lo, self.space)
+            hi_aff = expr_to_aff(hi, self.space)
+            found.append(_Constraint(s - lo_aff, read.access, dim))
+            found.append(_Constraint(hi_aff - 1 - s, read.access, dim))
+        return found
+
+    # ------------------------------------------------------------- TC's rounds
+
+    def _involved(self, s: isl.Set | isl.PwAff, names: Sequence[str]) -> set[str]:
+        return {v for v in names if involves(s, self.space.pos(v))}
+
+    def _solved_domain(self) -> isl.Set:
+        dom = self.filters
+        for r in self.ranges.values():
+            dom = dom & r
+        return dom
+
+    def _eliminate(self, active: list[_Active]) -> list[_Active]:
+        """Remove the solved variables from each constraint, for all their values;
+        drop constraints left without unsolved variables (they become preconditions).
+
+        An affine constraint over interval ranges takes TC's substitution of the
+        interval ends (`forall_linear`); anything else (strided subscripts, ranges
+        bounded by other variables, filter clauses) the general set projection."""
+        dom = self._solved_domain()
+        solved = [self.space.pos(v) for v in self.ranges]
+        unsolved = [v for v in self.space.vars if v not in self.ranges]
+        linear_ok = self.filters.is_equal(self.space.context)
+        result: list[_Active] = []
+        for s in active:
+            involved = self._involved(s, self.ranges)
+            if not involved:
+                result.append(s)
+                continue
+            out: _Active | None = None
+            if isinstance(s, isl.PwAff) and linear_ok:
+                positions = [self.space.pos(v) for v in involved]
+                if all(p in self.extremes for p in positions):
+                    out = forall_linear(s, {p: self.extremes[p] for p in positions})
+            if out is None:
+                out = forall(_as_set(s), dom, solved).coalesce()
+            if self._involved(out, unsolved):
+                result.append(out)
+        return result
+
+    def _solve(self, constraints: list[_Constraint]) -> None:
+        unsolved = [v for v in self.space.vars if v not in self.ranges]
+        active = self._eliminate([c.aff for c in constraints])
+        while unsolved:
+            new: dict[str, isl.Set] = {}
+            for v in unsolved:
+                single = [s for s in active if self._involved(s, unsolved) == {v}]
+                if single:
+                    solved = self._solve_one(v, single, constraints)
+                    if solved is not None:
+                        new[v] = solved
+            if not new:
+                raise self._unsolved_error(unsolved, active, constraints)
+            self.ranges.update(new)
+            active = [s for s in active if not (self._involved(s, unsolved) <= set(new))]
+            active = self._eliminate(active)
+            unsolved = [v for v in unsolved if v not in new]
+
+    def _solve_one(
+        self, v: str, single: list[_Active], constraints: list[_Constraint]
+    ) -> isl.Set | None:
+        """The largest interval of `v` satisfying `single`, or None if unbounded.
+
+        Only sizes for which the variables solved so far have non-empty ranges count:
+        for the others the statement runs no iteration, and "for all" is vacuous.
+        """
+        live = self._solved_domain().params()
+        allowed = self.space.universe.intersect_params(live)
+        for s in single:
+            allowed = allowed & _as_set(s)
+        line = only_dim(allowed, self.space.pos(v))
+        if not line.is_bounded():
+            return None
+        if line.is_empty():
+            raise self._error(
+                f"inferred an empty range for '{v}': no value keeps every read in bounds",
+                self._var_span(v),
+                self._reads_hint(v, constraints),
+            )
+        lo = pwaff_to_expr(line.dim_min(0), self.state.params, live)
+        hi = pwaff_to_expr(line.dim_max(0) + 1, self.state.params, live)
+        box = condition_of(Var(v), lo, hi, self.space)
+        if not box.intersect_params(live).is_equal(allowed):
+            raise self._error(
+                f"the values of '{v}' that keep the reads in bounds do not form one interval",
+                self._var_span(v),
+                f"add a where clause, e.g. `where {v} in {print_expr(lo)}:{print_expr(hi)}`",
+            )
+        self.bounds[v] = Bound(lo, hi)
+        first = expr_to_aff(lo, self.space)
+        self.extremes[self.space.pos(v)] = (first, expr_to_aff(hi, self.space) - 1)
+        return box
+
+    def _unsolved_error(
+        self, unsolved: list[str], active: list[_Active], constraints: list[_Constraint]
+    ) -> RangeError:
+        coupled = [v for v in unsolved if any(involves(s, self.space.pos(v)) for s in active)]
+        names = ", ".join(f"'{v}'" for v in (coupled or unsolved))
+        v = (coupled or unsolved)[0]
+        hint = f"add a where clause, e.g. `where {v} in 0:{self._extent_guess(v, constraints)}`"
+        if coupled:
+            return self._error(
+                f"could not infer a range for {names} in this statement: every read that "
+                "uses them couples them with another unsolved variable",
+                self._var_span(v),
+                hint,
+            )
+        if v in self.facts.index_vars:
+            return self._error(
+                f"could not infer a range for index {names} of "
+                f"`{print_expr(self.stmt.lhs)}`: no read on the right-hand side uses it",
+                self._var_span(v),
+                hint,
+            )
+        return self._error(
+            f"reduction variable {names} is unconstrained: no tensor subscript bounds it",
+            self._var_span(v),
+            hint,
+        )
+
+    # ------------------------------------------------------------- results
+
+    def _domain(self) -> isl.Set:
+        return self._solved_domain().coalesce()
+
+    def _check_preconditions(self, constraints: list[_Constraint], domain: isl.Set) -> None:
+        """Reads that the ranges do not keep in bounds: a warning, or an error when
+        they are out of bounds for every size."""
+        bad_by_access: dict[Access, tuple[Access, isl.Set]] = {}
+        for c in constraints:
+            bad = domain & c.cond.complement()
+            if bad.is_empty():
+                continue
+            key = c.access
+            prev = bad_by_access.get(key)
+            bad_by_access[key] = (c.access, bad if prev is None else prev[1] | bad)
+        runs = domain.params()
+        for access, bad in bad_by_access.values():
+            bad_params = bad.params()
+            if (runs - bad_params).is_empty():
+                raise self._error(
+                    f"`{print_expr(access)}` reads out of bounds for every size",
+                    access.span,
+                    "check the subscripts against the tensor's declared sizes and the where "
+                    "clauses of this statement",
+                )
+            ok = set_to_expr(runs - bad_params, runs, self.state.params)
+            self._warn(
+                f"cannot prove that `{print_expr(access)}` stays in bounds: it needs "
+                f"`{print_expr(ok)}`, which is checked at run time",
+                access.span,
+            )
+
+    def _record_output(self, domain: isl.Set) -> None:
+        lhs = self.stmt.lhs
+        images = tuple(self._image(arg, domain) for arg in lhs.args)
+        bounds = []
+        for dim, (arg, image) in enumerate(zip(lhs.args, images, strict=True)):
+            bounds.append(self._lhs_bound(arg, image))
+            self._check_non_negative(lhs, dim, image)
+        self.state.known[lhs.name] = tuple(bounds)
+        self.state.images.setdefault(lhs.name, []).append(images)
+
+    def _image(self, arg: Expr, domain: isl.Set) -> isl.Set:
+        """The values the subscript `arg` takes on `domain` (a 1-d parameter set)."""
+        pw = self._aff(arg, "the left-hand side subscript").intersect_domain(domain)
+        return isl.Map.from_pw_aff(pw).range().coalesce()
+
+    def _lhs_bound(self, arg: Expr, image: isl.Set) -> Bound:
+        if isinstance(arg, Var) and arg.name in self.bounds:
+            return self.bounds[arg.name]
+        for clause in self.stmt.where:
+            if isinstance(clause, RangeConstraint) and clause.expr == arg:
+                if not any(isinstance(e, Var) and e.name in self.space.vars for e in _all(clause)):
+                    return Bound(clause.lo, clause.hi)
+        ctx = params_space(self.state.params).context
+        lo = pwaff_to_expr(image.dim_min(0), self.state.params, ctx)
+        hi = pwaff_to_expr(image.dim_max(0) + 1, self.state.params, ctx)
+        return Bound(lo, hi)
+
+    def _check_non_negative(self, lhs: Access, dim: int, image: isl.Set) -> None:
+        below_zero = isl.Set.universe(image.get_space()).upper_bound_val(
+            isl.dim_type.set, 0, isl.Val(-1)
+        )
+        negative = image & below_zero
+        if negative.is_empty():
+            return
+        runs = image.params()
+        neg_params = negative.params()
+        arg = lhs.args[dim]
+        hint = "shift the index, e.g. write `O(i)` reading `I(i + 5)` instead of `O(i - 5)`"
+        if (runs - neg_params).is_empty():
+            raise self._error(
+                f"index `{print_expr(arg)}` of output '{lhs.name}' is negative for every "
+                "size: an output cannot be stored at a negative index",
+                arg.span,
+                hint,
+            )
+        ok = set_to_expr(runs - neg_params, runs, self.state.params)
+        self._warn(
+            f"index `{print_expr(arg)}` of output '{lhs.name}' is negative unless "
+            f"`{print_expr(ok)}`; calls with other sizes fail",
+            arg.span,
+            hint,
+        )
+
+    # ------------------------------------------------------------- messages
+
+    def _var_span(self, v: str) -> Span:
+        for e in (*self.stmt.lhs.args, self.stmt.rhs):
+            for node in walk(e):
+                if isinstance(node, Var) and node.name == v:
+                    return node.span
+        return self.stmt.span
+
+    def _extent_guess(self, v: str, constraints: list[_Constraint]) -> str:
+        for c in constraints:
+            if any(isinstance(n, Var) and n.name == v for n in walk(c.access.args[c.dim])):
+                extents = self._extents(c.access)
+                if extents is not None:
+                    return print_expr(extents[c.dim][1])
+        return self.state.params[0] if self.state.params else "10"
+
+    def _reads_hint(self, v: str, constraints: list[_Constraint]) -> str:
+        reads = []
+        for c in constraints:
+            text = print_expr(c.access)
+            if involves(c.cond, self.space.pos(v)) and text not in reads:
+                reads.append(text)
+        return f"the reads {', '.join(reads)} leave no value for '{v}'; check their subscripts"
+
+
+_Active = isl.PwAff | isl.Set  # a constraint `aff >= 0`, or the set where it holds
+
+
+def _as_set(s: _Active) -> isl.Set:
+    if isinstance(s, isl.Set):
+        return s
+    zero = isl.PwAff.zero_on_domain(isl.LocalSpace.from_space(s.get_domain_space()))
+    return s.ge_set(zero)
+
+
+def _all(clause: RangeConstraint) -> list[Expr]:
+    return [n for e in (clause.lo, clause.hi) for n in walk(e)]
