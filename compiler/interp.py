@@ -54,6 +54,7 @@ bounded (about `CHUNK_POINTS` grid points at a time).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
@@ -105,8 +106,10 @@ def evaluate(
         else:
             shape = output_shape(ranged, info.name, sizes)
             tensors[info.name] = np.zeros(shape, dtype=NP_DTYPE[info.dtype])
-    for facts in checked.stmts:
-        _run_statement(facts, tensors, types, size_values)
+    # The ranges live in `definition` (poly.ranges rewrites the statements there);
+    # `stmts` gives each statement's variable roles.
+    for stmt, facts in zip(checked.definition.stmts, checked.stmts, strict=True):
+        _run_statement(dataclasses.replace(facts, stmt=stmt), tensors, types, size_values)
     return {info.name: tensors[info.name] for info in checked.outputs}
 
 

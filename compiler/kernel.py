@@ -307,7 +307,8 @@ def _as_input(info: TensorInfo, value: Any) -> np.ndarray:
             info.span,
             hint=f"convert it with {info.name}.astype(np.{expected.name})",
         )
-    return np.ascontiguousarray(value)
+    # np.ascontiguousarray would turn a 0-d array into shape (1,).
+    return value if value.flags.c_contiguous else value.copy(order="C")
 
 
 def _scalar_input(info: TensorInfo, value: Any, expected: np.dtype) -> np.ndarray:

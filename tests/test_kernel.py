@@ -94,6 +94,8 @@ def test_python_scalars_for_zero_dimensional_inputs() -> None:
     x = rand(4)
     np.testing.assert_allclose(k(2, x, 3)[0], 2 * x + 3, rtol=1e-6)
     np.testing.assert_allclose(k(0.5, x, np.int32(1))[0], 0.5 * x + 1, rtol=1e-6)
+    zero_d = np.asarray(1.5, np.float32)  # a 0-d array stays 0-d
+    np.testing.assert_allclose(k(zero_d, x, np.asarray(0, np.int32))[0], 1.5 * x, rtol=1e-6)
     with pytest.raises(ShapeError, match="declared int32, got float"):
         k(1.0, x, 2.5)
     with pytest.raises(ShapeError, match="must be a NumPy array, got list"):
