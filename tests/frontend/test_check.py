@@ -6,13 +6,41 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from compiler.frontend.ast import Access, Const, ScalarType, Var
+from compiler.frontend.ast import (
+    Access,
+    AssignOp,
+    Binary,
+    BinOp,
+    Call,
+    Cast,
+    CmpOp,
+    Compare,
+    Const,
+    Def,
+    Exists,
+    Expr,
+    Let,
+    Logical,
+    LogicOp,
+    Param,
+    RangeConstraint,
+    ScalarType,
+    Select,
+    Stmt,
+    Unary,
+    UnaryOp,
+    Var,
+    WhereClause,
+)
 from compiler.frontend.check import check_def, check_module
 from compiler.frontend.checked import CheckedDef, Role
 from compiler.frontend.diagnostics import SemanticError, Severity
 from compiler.frontend.parser import parse
-from compiler.frontend.scopes import walk
+from compiler.frontend.scopes import var_uses, walk, where_exprs
+from compiler.frontend.types import expr_type, stmt_env
 
 ERRORS_DIR = Path(__file__).parent / "errors"
 ERROR_FILES = sorted(ERRORS_DIR.glob("*.tc"))
@@ -269,3 +297,78 @@ def test_const_dtype_is_kept() -> None:
     rhs = c.definition.stmts[0].rhs
     consts = [n for n in walk(rhs) if isinstance(n, Const)]
     assert consts == [Const(1, ScalarType.INT32)]
+
+
+# ------------------------------------------------------ robustness (hypothesis)
+
+_VARS = ("i", "j", "k", "N", "M", "s", "A", "x", "w")
+_TENSORS = ("A", "B", "O", "P", "s", "Q", "N", "i")
+
+
+def _exprs() -> st.SearchStrategy[Expr]:
+    leaves = st.one_of(
+        st.sampled_from(_VARS).map(Var),
+        st.integers(0, 3).map(lambda v: Const(v, ScalarType.INT32)),
+        st.just(Const(0.5, ScalarType.FLOAT32)),
+    )
+
+    def extend(sub: st.SearchStrategy[Expr]) -> st.SearchStrategy[Expr]:
+        args = st.lists(sub, max_size=3).map(tuple)
+        return st.one_of(
+            st.builds(Access, st.sampled_from(_TENSORS), args),
+            st.builds(Call, st.sampled_from(("exp", "min", "fmax")), args),
+            st.builds(Binary, st.sampled_from(BinOp), sub, sub),
+            st.builds(Unary, st.sampled_from(UnaryOp), sub),
+            st.builds(Compare, st.sampled_from(CmpOp), sub, sub),
+            st.builds(Logical, st.sampled_from(LogicOp), sub, sub),
+            st.builds(Select, sub, sub, sub),
+            st.builds(Cast, st.sampled_from((ScalarType.INT32, ScalarType.FLOAT32)), sub),
+        )
+
+    return st.recursive(leaves, extend, max_leaves=8)
+
+
+def _clauses() -> st.SearchStrategy[WhereClause]:
+    return st.one_of(
+        st.builds(RangeConstraint, _exprs(), _exprs(), _exprs()),
+        st.builds(Let, st.sampled_from(("x", "y", "N")), _exprs()),
+        st.builds(Exists, _exprs()),
+    )
+
+
+def _stmts() -> st.SearchStrategy[Stmt]:
+    lhs_args = st.lists(_exprs(), max_size=3).map(tuple)
+    return st.builds(
+        Stmt,
+        st.builds(Access, st.sampled_from(("O", "P", "A", "Q")), lhs_args),
+        st.sampled_from(AssignOp),
+        _exprs(),
+        st.lists(_clauses(), max_size=2).map(tuple),
+    )
+
+
+_SIGNATURE = (
+    Param("A", ScalarType.FLOAT32, (Var("N"), Var("M"))),
+    Param("B", ScalarType.INT32, (Var("N"),)),
+    Param("s", ScalarType.FLOAT32, ()),
+)
+
+
+@given(
+    st.lists(_stmts(), min_size=1, max_size=3),
+    st.sampled_from(((Param("O", None, None),), (Param("O", ScalarType.INT32, (Var("N"),)),))),
+)
+def test_check_never_crashes_and_accepted_defs_type(stmts: list[Stmt], outs: tuple) -> None:  # type: ignore[type-arg]
+    d = Def("f", _SIGNATURE, outs, tuple(stmts))
+    try:
+        c = check_def(d)
+    except SemanticError as e:
+        assert e.diagnostics and all(d.severity is Severity.ERROR for d in e.diagnostics)
+        assert e.render()
+        return
+    zero_d = {t.name for t in c.tensors if t.rank == 0}
+    for facts, stmt in zip(c.stmts, c.definition.stmts, strict=True):
+        assert not set(facts.index_vars) & set(facts.reduction_vars)
+        exprs = (stmt.rhs, *where_exprs(stmt))
+        assert not any(isinstance(n, Var) and n.name in zero_d for n in var_uses(exprs))
+        expr_type(stmt.rhs, stmt_env(c, facts))  # every name of an accepted rhs has a type
