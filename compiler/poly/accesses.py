@@ -16,29 +16,42 @@ from __future__ import annotations
 from collections.abc import Container, Iterator
 from dataclasses import dataclass
 
-from compiler.frontend.ast import Access, Exists, Expr, Let, Stmt, Var
-from compiler.frontend.scopes import walk
+from compiler.frontend.ast import Access, Exists, Expr, Let, Select, Stmt, Var
+from compiler.frontend.scopes import children
 
 
 @dataclass(frozen=True, slots=True)
 class Read:
-    """One tensor read; `implicit` marks a reduction's read of its own output."""
+    """One tensor read; `implicit` marks a reduction's read of its own output.
+    `guards`: (condition, value) pairs that hold whenever the read is evaluated."""
 
     access: Access
     implicit: bool = False
+    guards: tuple[tuple[Expr, bool], ...] = ()
 
 
 def lets_of(stmt: Stmt) -> dict[str, Expr]:
     return {c.name: c.value for c in stmt.where if isinstance(c, Let)}
 
 
-def _accesses(expr: Expr, lets: dict[str, Expr], seen_lets: set[str]) -> Iterator[Access]:
-    for e in walk(expr):
-        if isinstance(e, Access):
-            yield e
-        elif isinstance(e, Var) and e.name in lets and e.name not in seen_lets:
-            seen_lets.add(e.name)
-            yield from _accesses(lets[e.name], lets, seen_lets)
+_Guards = tuple[tuple[Expr, bool], ...]
+
+
+def _accesses(
+    e: Expr, lets: dict[str, Expr], seen_lets: set[str], guards: _Guards = ()
+) -> Iterator[tuple[Access, _Guards]]:
+    if isinstance(e, Access):
+        yield e, guards
+    elif isinstance(e, Var) and e.name in lets and e.name not in seen_lets:
+        seen_lets.add(e.name)
+        yield from _accesses(lets[e.name], lets, seen_lets, guards)
+    if isinstance(e, Select):
+        yield from _accesses(e.cond, lets, seen_lets, guards)
+        yield from _accesses(e.then, lets, seen_lets, (*guards, (e.cond, True)))
+        yield from _accesses(e.otherwise, lets, seen_lets, (*guards, (e.cond, False)))
+        return
+    for child in children(e):
+        yield from _accesses(child, lets, seen_lets, guards)
 
 
 def reads_of(stmt: Stmt, known_outputs: Container[str] = ()) -> tuple[Read, ...]:
@@ -50,7 +63,7 @@ def reads_of(stmt: Stmt, known_outputs: Container[str] = ()) -> tuple[Read, ...]
         found.append(Read(stmt.lhs, implicit=True))
     exprs = [stmt.rhs] + [c.expr for c in stmt.where if isinstance(c, Exists)]
     for expr in exprs:
-        for access in _accesses(expr, lets, seen_lets):
-            if all(r.access != access or r.implicit for r in found):
-                found.append(Read(access))
+        for access, guards in _accesses(expr, lets, seen_lets):
+            if all(r.access != access or r.implicit or r.guards != guards for r in found):
+                found.append(Read(access, guards=guards))
     return tuple(found)

@@ -64,6 +64,7 @@ from compiler.poly.isl_bridge import (
     NotAffine,
     StmtSpace,
     condition_of,
+    condition_to_set,
     expr_to_aff,
     forall,
     forall_linear,
@@ -82,6 +83,7 @@ class _Constraint:
     aff: isl.PwAff  # in bounds where aff >= 0
     access: Access
     dim: int
+    guard: isl.Set  # where the read is evaluated (its `?:` conditions)
 
     @property
     def cond(self) -> isl.Set:
@@ -106,9 +108,10 @@ def infer_ranges(checked: CheckedDef) -> RangedDef:
     for facts in checked.stmts:
         stmts.append(_StmtInference(facts, state).run())
     definition = dataclasses.replace(checked.definition, stmts=tuple(stmts))
+    facts = tuple(dataclasses.replace(f, stmt=s) for f, s in zip(checked.stmts, stmts, strict=True))
     bounds = tuple((t.name, _output_bounds(state, t.name)) for t in checked.outputs)
     return RangedDef(
-        dataclasses.replace(checked, definition=definition),
+        dataclasses.replace(checked, definition=definition, stmts=facts),
         bounds,
         tuple(state.warnings),
     )
@@ -228,6 +231,7 @@ class _StmtInference:
         if extents is None:
             return []
         found = []
+        guard = self._guard_of(read)
         for dim, (arg, (lo, hi)) in enumerate(zip(read.access.args, extents, strict=True)):
             try:
                 s = expr_to_aff(arg, self.space, self.lets)
@@ -240,9 +244,19 @@ class _StmtInference:
                 continue
             lo_aff = expr_to_aff(lo, self.space)
             hi_aff = expr_to_aff(hi, self.space)
-            found.append(_Constraint(s - lo_aff, read.access, dim))
-            found.append(_Constraint(hi_aff - 1 - s, read.access, dim))
+            found.append(_Constraint(s - lo_aff, read.access, dim, guard))
+            found.append(_Constraint(hi_aff - 1 - s, read.access, dim, guard))
         return found
+
+    def _guard_of(self, read: Read) -> isl.Set:
+        guard = self.space.universe
+        for cond, value in read.guards:
+            try:
+                where = condition_to_set(cond, self.space, self.lets)
+            except NotAffine:
+                continue  # a data-dependent guard: assume the read may happen anywhere
+            guard = guard & (where if value else where.complement())
+        return guard
 
     # ------------------------------------------------------------- TC's rounds
 
@@ -373,7 +387,7 @@ class _StmtInference:
         they are out of bounds for every size."""
         bad_by_access: dict[Access, tuple[Access, isl.Set]] = {}
         for c in constraints:
-            bad = domain & c.cond.complement()
+            bad = domain & c.guard & c.cond.complement()
             if bad.is_empty():
                 continue
             key = c.access

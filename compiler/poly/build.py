@@ -1,0 +1,134 @@
+"""The polyhedral statement model: each statement of a ranged def as isl objects.
+
+Requires: a `RangedDef` (every index and reduction variable has a `where` range).
+Ensures:  `build_statements` returns one `PolyStmt` per statement, in order:
+
+    domain   S<k>[vars] : the where clauses (ranges and [tcc] affine filters), with the
+             size parameters (all >= 1) as isl parameters
+    write    S<k>[vars] -> O[subscripts]
+    reads    S<k>[vars] -> T[subscripts], quasi-affine (`/`, `%` by constants, min, max)
+    nonaffine_reads   reads with a subscript isl cannot express (`A(B(i))`, `A(i * j)`),
+             kept apart and explicit: `may_read` constrains only their affine dimensions
+
+Worked example: statement 0 of matmul `C(m, n) +=! A(m, k) * B(k, n)` gives
+domain `[M, N, K] -> { S0[m, n, k] : 0 <= m < M and 0 <= n < N and 0 <= k < K }`,
+write `S0[m, n, k] -> C[m, n]`, reads `S0[m, n, k] -> A[m, k]` and `-> B[k, n]`.
+A reduction of an output written by an earlier statement also reads its left-hand
+side (`implicit=True`). These objects are consumed by later poly passes only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from compiler.frontend.ast import Access, RangeConstraint, Stmt
+from compiler.frontend.checked import RangedDef
+from compiler.frontend.diagnostics import InternalError
+from compiler.poly.accesses import lets_of, reads_of
+from compiler.poly.isl_bridge import NotAffine, StmtSpace, condition_of, expr_to_aff
+
+
+@dataclass(frozen=True)
+class PolyRead:
+    tensor: str
+    relation: isl.Map
+    access: Access
+    implicit: bool = False
+
+
+@dataclass(frozen=True)
+class NonAffineRead:
+    """A read with data-dependent or non-affine subscripts, never treated as affine.
+    `dims`: the subscript positions isl cannot express; `may_read` relates each
+    instance to every element it may read (exact in the other dimensions)."""
+
+    tensor: str
+    access: Access
+    dims: tuple[int, ...]
+    may_read: isl.Map
+
+
+@dataclass(frozen=True)
+class PolyStmt:
+    name: str
+    index: int
+    stmt: Stmt
+    index_vars: tuple[str, ...]
+    reduction_vars: tuple[str, ...]
+    domain: isl.Set
+    write: isl.Map
+    reads: tuple[PolyRead, ...]
+    nonaffine_reads: tuple[NonAffineRead, ...]
+
+    @property
+    def vars(self) -> tuple[str, ...]:
+        return self.index_vars + self.reduction_vars
+
+
+def domain_of(stmt: Stmt, space: StmtSpace, name: str) -> isl.Set:
+    """The iteration domain of `stmt`: its where ranges and filters, sizes >= 1."""
+    lets = lets_of(stmt)
+    domain = space.context
+    for clause in stmt.where:
+        if isinstance(clause, RangeConstraint):
+            domain = domain & condition_of(clause.expr, clause.lo, clause.hi, space, lets)
+    return domain.coalesce().set_tuple_name(name)
+
+
+def _relation(
+    access: Access, space: StmtSpace, domain: isl.Set, lets: dict
+) -> tuple[isl.Map, tuple[int, ...]]:
+    """`S[vars] -> T[args]` and the positions of the subscripts that are not affine."""
+    relation = isl.Map.from_domain(space.universe)
+    bad: list[int] = []
+    for k, arg in enumerate(access.args):
+        try:
+            dim = isl.Map.from_pw_aff(expr_to_aff(arg, space, lets))
+        except NotAffine:
+            bad.append(k)
+            dim = isl.Map.from_domain_and_range(space.universe, isl.Set("{ [t] }"))
+            dim = dim.align_params(space.universe.get_space())
+        relation = relation.flat_range_product(dim)
+    relation = relation.set_tuple_name(isl.dim_type.in_, domain.get_tuple_name())
+    relation = relation.set_tuple_name(isl.dim_type.out, access.name)
+    return relation.intersect_domain(domain), tuple(bad)
+
+
+def build_statements(ranged: RangedDef) -> tuple[PolyStmt, ...]:
+    """One `PolyStmt` per statement of `ranged`, in textual order."""
+    params = ranged.checked.size_params
+    result: list[PolyStmt] = []
+    written: set[str] = set()
+    for k, facts in enumerate(ranged.checked.stmts):
+        stmt, name = facts.stmt, f"S{k}"
+        space = StmtSpace(facts.all_vars, params)
+        domain = domain_of(stmt, space, name)
+        lets = lets_of(stmt)
+        write, bad = _relation(stmt.lhs, space, domain, lets)
+        if bad:
+            raise InternalError(f"non-affine left-hand side in {name}: {stmt.lhs}")
+        reads: list[PolyRead] = []
+        nonaffine: list[NonAffineRead] = []
+        for read in reads_of(stmt, written):
+            relation, bad = _relation(read.access, space, domain, lets)
+            if bad:
+                nonaffine.append(NonAffineRead(read.access.name, read.access, bad, relation))
+            else:
+                reads.append(PolyRead(read.access.name, relation, read.access, read.implicit))
+        written.add(stmt.lhs.name)
+        result.append(
+            PolyStmt(
+                name,
+                k,
+                stmt,
+                facts.index_vars,
+                facts.reduction_vars,
+                domain,
+                write,
+                tuple(reads),
+                tuple(nonaffine),
+            )
+        )
+    return tuple(result)
