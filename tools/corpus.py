@@ -59,6 +59,7 @@ class Work:
     module: Any = None  # frontend.ast.Module after `parse`
     checked: Any = None  # frontend.checked.CheckedDef after `check`
     warnings: tuple[str, ...] = ()
+    entry: Any = None  # the manifest entry (inputs, dtypes, ... for `interp`)
 
 
 def _parse(work: Work) -> Work:
@@ -94,10 +95,21 @@ class Stage:
     run: Callable[[Work], Work]
 
 
+def _interp(work: Work) -> Work:
+    from tools.corpus_interp import SKIPPED_CATEGORIES, run_interp
+
+    entry = work.entry or {}
+    if entry.get("category") in SKIPPED_CATEGORIES or "inputs" not in entry:
+        return work
+    _, notes = run_interp(work.text, entry)
+    return replace(work, warnings=work.warnings + notes)
+
+
 STAGES: tuple[Stage, ...] = (
     Stage("parse", _parse),
     Stage("check", _check),
     Stage("roundtrip", _roundtrip),
+    Stage("interp", _interp),
 )
 
 # Where a negative entry's `expected_error` says the original TC failed.
@@ -199,7 +211,7 @@ def run_entry(entry: dict[str, Any], corpus: Path, stages: Sequence[Stage]) -> E
     """Run one manifest entry through `stages`, judging each against the manifest."""
     expected = expected_failure_stage(entry)
     informative = entry.get("category") in INFORMATIVE_CATEGORIES
-    work = Work(corpus / entry["file"], entry["file"], entry["def"])
+    work = Work(corpus / entry["file"], entry["file"], entry["def"], entry=entry)
     results: list[StageResult] = []
     failed = False
     for stage in stages:
