@@ -231,23 +231,9 @@ def _check_where(stmt: Stmt, checker: ExprChecker, scope: StmtScope, report: Rep
 def _check_range(
     clause: RangeConstraint, checker: ExprChecker, scope: StmtScope, report: Reporter
 ) -> None:
-    for var in var_uses((clause.expr,)):
-        if scope.is_index(var.name) or var.name in scope.unknown:
-            continue
-        kind = (
-            "let"
-            if var.name in scope.lets
-            else "size"
-            if var.name in checker.state.sig.sizes
-            else "tensor"
-        )
-        report.error(
-            f"a range constraint must name an index variable, but '{var.name}' is a {kind}",
-            var.span,
-            "constrain the index variables the value depends on instead" if kind == "let" else None,
-        )
-    if not isinstance(clause.expr, Var):
-        checker.check(clause.expr)
+    """`e in lo:hi`: `e` is an index variable or [tcc] an affine expression of index
+    variables; the bounds are integral and read no tensor."""
+    _check_constrained(clause.expr, checker.state, scope, report)
     checker.allow_access, checker.context = False, "range bounds"
     for bound in (clause.lo, clause.hi):
         errors_before = len(report.errors)
@@ -255,6 +241,30 @@ def _check_range(
         if len(report.errors) == errors_before:  # a forbidden read says enough
             checker.expect_integral(bound, bound_type, "a range bound")
     checker.allow_access, checker.context = True, ""
+
+
+def _check_constrained(expr: Expr, state: DefState, scope: StmtScope, report: Reporter) -> None:
+    if isinstance(expr, Var):
+        name = expr.name
+        if scope.is_index(name) or name in scope.unknown:
+            return
+        kind = "let" if name in scope.lets else "size" if name in state.sig.sizes else "tensor"
+        report.error(
+            f"a range constraint must name an index variable, but '{name}' is a {kind}",
+            expr.span,
+            "constrain the index variables the value depends on instead" if kind == "let" else None,
+        )
+        return
+    problem = _non_affine(expr, state, scope)
+    if problem is None and not any(scope.is_index(v.name) for v in var_uses((expr,))):
+        problem = expr, "an expression without index variables"
+    if problem is not None:
+        node, what = problem
+        report.error(
+            "a range constraint must be on an index variable or an affine expression of"
+            f" index variables, found {what}",
+            node.span,
+        )
 
 
 def _check_reduction(stmt: Stmt, scope: StmtScope, report: Reporter) -> None:
@@ -272,7 +282,8 @@ def _check_reduction(stmt: Stmt, scope: StmtScope, report: Reporter) -> None:
 
 
 def _stmt_var_uses(stmt: Stmt) -> list[Var]:
-    return list(var_uses((stmt.rhs, *where_exprs(stmt))))
+    equivalent = stmt.equivalent.args if stmt.equivalent is not None else ()
+    return list(var_uses((stmt.rhs, *where_exprs(stmt), *equivalent)))
 
 
 def _check_narrowing(

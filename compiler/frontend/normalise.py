@@ -31,6 +31,7 @@ from compiler.frontend.ast import (
     Var,
     WhereClause,
 )
+from compiler.frontend.diagnostics import InternalError
 
 
 def normalise_def(d: Def, zero_d: set[str]) -> Def:
@@ -44,7 +45,8 @@ def normalise_def(d: Def, zero_d: set[str]) -> Def:
 def _stmt(s: Stmt, names: set[str]) -> Stmt:
     lhs = _expr(s.lhs, names)
     equivalent = _expr(s.equivalent, names) if s.equivalent is not None else None
-    assert isinstance(lhs, Access) and (equivalent is None or isinstance(equivalent, Access))
+    if not isinstance(lhs, Access) or not (equivalent is None or isinstance(equivalent, Access)):
+        raise InternalError("normalising an access must give an access")
     return dataclasses.replace(
         s,
         lhs=lhs,
@@ -82,4 +84,4 @@ def _expr(e: Expr, names: set[str]) -> Expr:
             then=_expr(e.then, names),
             otherwise=_expr(e.otherwise, names),
         )
-    raise TypeError(f"unknown expression {e!r}")
+    raise InternalError(f"unknown expression {e!r}")

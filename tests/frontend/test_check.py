@@ -372,3 +372,12 @@ def test_check_never_crashes_and_accepted_defs_type(stmts: list[Stmt], outs: tup
         exprs = (stmt.rhs, *where_exprs(stmt))
         assert not any(isinstance(n, Var) and n.name in zero_d for n in var_uses(exprs))
         expr_type(stmt.rhs, stmt_env(c, facts))  # every name of an accepted rhs has a type
+
+
+def test_reduction_var_only_in_equivalent_is_reported_there() -> None:
+    # As in TC, the accesses after `<=>` introduce index variables too.
+    with pytest.raises(SemanticError) as info:
+        check("def f(float(N) X) -> (O) { O(n) = exp(X(n)) <=> softmax(X(mm)) }")
+    (diag,) = info.value.diagnostics
+    assert "reduction variable 'mm'" in diag.message
+    assert diag.span.text == "mm"
