@@ -112,7 +112,7 @@ class Kernel:
                     TCWarning,
                     stacklevel=2,
                 )
-        results = evaluate(self.ranged, inputs, sizes, {k: v for k, v in given.items()})
+        results = evaluate(self.ranged, inputs, sizes, given)
         returned = []
         for info in self._outputs:
             if info.name in given:
