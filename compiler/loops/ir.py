@@ -1,0 +1,459 @@
+"""The loop IR: the small, typed, target-neutral language every backend consumes.
+
+Grammar (hi is exclusive, steps are positive constants, index arithmetic is int64):
+
+    Function  ::= Function(name, buffers: Buffer*, size_params: str*, body: Stmt)
+    Buffer    ::= Buffer(name, dtype, shape: Expr*, role: in | out | temp)  -- row-major, dense
+    Stmt      ::= For(var, lo: Expr, hi: Expr, step: int, body: Stmt, kind)
+                | If(cond: Expr, then: Stmt, otherwise: Stmt | None)
+                | Block(stmts: Stmt*)
+                | Store(buffer: Buffer, index: Expr*, value: Expr)
+                | Let(var, value: Expr, body: Stmt)         -- immutable scalar in body
+                | Local(var, dtype, init: Expr, body: Stmt)   -- mutable scalar in body
+                | Assign(var, value: Expr)                  -- var names an enclosing Local
+                | Alloc(buffer: Buffer, body: Stmt)          -- temporary, zero-filled, role temp
+    kind      ::= serial | parallel | vector | unroll | gpu_block | gpu_thread
+    Expr      ::= Const(value, dtype) | VarRef(name, dtype = int64)
+                | Load(buffer: Buffer, index: Expr*)
+                | Bin(op, a, b) | Unary(op, x) | Call(fn, args: Expr*)
+                | Select(cond, a, b)                          -- lazy: only the chosen side runs
+                | Cast(dtype, x) | Min(a, b) | Max(a, b) | FloorDiv(a, b) | Mod(a, b)
+    op        ::= add sub mul div mod and or eq ne lt le gt ge    (Bin)
+                | neg not                                         (Unary)
+
+Why both Let and Local: `Let` binds a value once (a register, nothing to store);
+`Local` + `Assign` is the register accumulator a reduction needs:
+`Local(acc, f32, 0) { for k: acc = acc + A[i,k]*B[k,j]; C[i,j] = acc }`.
+Variables (loop variables, size parameters, Let and Local names) are read with
+`VarRef(name, dtype)`; loop variables and size parameters are int64.
+
+Integer semantics: `Bin(div)` / `Bin(mod)` truncate toward zero (C); `FloorDiv`
+rounds toward -inf and `Mod` takes the divisor's sign (Python). Integer division or
+remainder by zero yields 0 (Halide's rule), never a trap. Arithmetic wraps. Float
+`Bin(mod)` is C's fmod; float `FloorDiv`/`Mod` are Python's `//` and `%`. `Min`/`Max`
+of floats ignore a NaN operand (C's fmin/fmax). Booleans are one byte in memory.
+Calls name a math builtin of `MATH_ARITY`; their arguments and result share one
+float dtype. Each node's `dtype` is computed from its children; `verify` checks
+that the children agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from compiler.frontend.diagnostics import InternalError
+
+
+class DType(enum.Enum):
+    """Scalar element types, named as NumPy names them."""
+
+    BOOL = "bool"
+    INT8 = "int8"
+    INT16 = "int16"
+    INT32 = "int32"
+    INT64 = "int64"
+    UINT8 = "uint8"
+    UINT16 = "uint16"
+    UINT32 = "uint32"
+    UINT64 = "uint64"
+    FLOAT16 = "float16"
+    FLOAT32 = "float32"
+    FLOAT64 = "float64"
+
+    @property
+    def np(self) -> np.dtype[Any]:
+        return np.dtype(self.value)
+
+    @property
+    def is_float(self) -> bool:
+        return self.value.startswith("float")
+
+    @property
+    def is_int(self) -> bool:
+        return "int" in self.value
+
+    @property
+    def is_signed(self) -> bool:
+        return self.is_float or self.value.startswith("int")
+
+    @property
+    def bits(self) -> int:
+        return 1 if self is DType.BOOL else self.np.itemsize * 8
+
+    @classmethod
+    def from_numpy(cls, dtype: Any) -> DType:
+        name = np.dtype(dtype).name
+        try:
+            return cls(name)
+        except ValueError:
+            raise InternalError(f"no loop-IR dtype for NumPy dtype {name}") from None
+
+
+class LoopKind(enum.Enum):
+    SERIAL = "serial"
+    PARALLEL = "parallel"
+    VECTOR = "vector"
+    UNROLL = "unroll"
+    GPU_BLOCK = "gpu_block"
+    GPU_THREAD = "gpu_thread"
+
+
+class Role(enum.Enum):
+    IN = "in"
+    OUT = "out"
+    TEMP = "temp"
+
+
+class BinOp(enum.Enum):
+    ADD = "+"
+    SUB = "-"
+    MUL = "*"
+    DIV = "/"
+    MOD = "%"
+    AND = "&&"
+    OR = "||"
+    EQ = "=="
+    NE = "!="
+    LT = "<"
+    LE = "<="
+    GT = ">"
+    GE = ">="
+
+    @property
+    def is_compare(self) -> bool:
+        return self in _COMPARE
+
+    @property
+    def is_logical(self) -> bool:
+        return self in (BinOp.AND, BinOp.OR)
+
+
+_COMPARE = frozenset({BinOp.EQ, BinOp.NE, BinOp.LT, BinOp.LE, BinOp.GT, BinOp.GE})
+
+
+class UnaryOp(enum.Enum):
+    NEG = "-"
+    NOT = "!"
+
+
+# The math builtins a Call may name (TC's names), with their arities.
+MATH_ARITY: dict[str, int] = {
+    "exp": 1, "exp2": 1, "exp10": 1, "expm1": 1, "log": 1, "log2": 1, "log10": 1,
+    "log1p": 1, "logb": 1, "sqrt": 1, "rsqrt": 1, "cbrt": 1, "rcbrt": 1, "pow": 2,
+    "hypot": 2, "rhypot": 2, "norm3d": 3, "norm4d": 4, "rnorm3d": 3, "rnorm4d": 4,
+    "sin": 1, "cos": 1, "tan": 1, "asin": 1, "acos": 1, "atan": 1, "atan2": 2,
+    "sinh": 1, "cosh": 1, "tanh": 1, "asinh": 1, "acosh": 1, "atanh": 1,
+    "erf": 1, "erfc": 1, "lgamma": 1, "tgamma": 1, "normcdf": 1,
+    "ceil": 1, "floor": 1, "round": 1, "trunc": 1, "fmod": 2, "remainder": 2,
+    "fdim": 2, "copysign": 2, "nextafter": 2, "fabs": 1, "fma": 3, "fdivide": 2,
+    "fmin": 2, "fmax": 2,
+}  # fmt: skip
+
+
+class Node:
+    """Base of every loop-IR node (expressions, statements, buffers, functions)."""
+
+    __slots__ = ()
+
+
+class Expr(Node):
+    """An expression; every subclass has a `dtype` (a field or a computed property)."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+
+        @property
+        def dtype(self) -> DType: ...
+
+
+class Stmt(Node):
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Buffer(Node):
+    name: str
+    dtype: DType
+    shape: tuple[Expr, ...]
+    role: Role
+
+
+@dataclass(frozen=True, slots=True)
+class Const(Expr):
+    value: bool | int | float
+    dtype: DType
+
+
+@dataclass(frozen=True, slots=True)
+class VarRef(Expr):
+    name: str
+    dtype: DType = DType.INT64
+
+
+@dataclass(frozen=True, slots=True)
+class Load(Expr):
+    buffer: Buffer
+    index: tuple[Expr, ...]
+
+    @property
+    def dtype(self) -> DType:
+        return self.buffer.dtype
+
+
+@dataclass(frozen=True, slots=True)
+class Bin(Expr):
+    op: BinOp
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return DType.BOOL if self.op.is_compare else self.a.dtype
+
+
+@dataclass(frozen=True, slots=True)
+class Unary(Expr):
+    op: UnaryOp
+    x: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return self.x.dtype
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Expr):
+    fn: str
+    args: tuple[Expr, ...]
+
+    def __post_init__(self) -> None:
+        if MATH_ARITY.get(self.fn) != len(self.args):
+            raise InternalError(f"Call of {self.fn} with {len(self.args)} arguments")
+
+    @property
+    def dtype(self) -> DType:
+        return self.args[0].dtype
+
+
+@dataclass(frozen=True, slots=True)
+class Select(Expr):
+    cond: Expr
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return self.a.dtype
+
+
+@dataclass(frozen=True, slots=True)
+class Cast(Expr):
+    dtype: DType
+    x: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Min(Expr):
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return self.a.dtype
+
+
+@dataclass(frozen=True, slots=True)
+class Max(Expr):
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return self.a.dtype
+
+
+@dataclass(frozen=True, slots=True)
+class FloorDiv(Expr):
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return self.a.dtype
+
+
+@dataclass(frozen=True, slots=True)
+class Mod(Expr):
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return self.a.dtype
+
+
+@dataclass(frozen=True, slots=True)
+class For(Stmt):
+    var: str
+    lo: Expr
+    hi: Expr
+    step: int
+    body: Stmt
+    kind: LoopKind = LoopKind.SERIAL
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.step, int) or self.step <= 0:
+            raise InternalError(f"loop {self.var}: step must be a positive int, not {self.step}")
+
+
+@dataclass(frozen=True, slots=True)
+class If(Stmt):
+    cond: Expr
+    then: Stmt
+    otherwise: Stmt | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Block(Stmt):
+    stmts: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Store(Stmt):
+    buffer: Buffer
+    index: tuple[Expr, ...]
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Let(Stmt):
+    var: str
+    value: Expr
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True)
+class Local(Stmt):
+    var: str
+    dtype: DType
+    init: Expr
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True)
+class Assign(Stmt):
+    var: str
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Alloc(Stmt):
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(frozen=True, slots=True)
+class Function(Node):
+    name: str
+    buffers: tuple[Buffer, ...]
+    size_params: tuple[str, ...]
+    body: Stmt
+
+
+def children(node: Node) -> Iterator[Node]:
+    """The direct child nodes of `node`, in field order."""
+    for field in dataclasses.fields(node):  # type: ignore[arg-type]
+        value = getattr(node, field.name)
+        if isinstance(value, Node):
+            yield value
+        elif isinstance(value, tuple):
+            yield from (v for v in value if isinstance(v, Node))
+
+
+class Visitor:
+    """Walks a tree; `visit_<Class>` methods override, `generic_visit` descends."""
+
+    def visit(self, node: Node) -> Any:
+        method = getattr(self, f"visit_{type(node).__name__}", None)
+        return method(node) if method is not None else self.generic_visit(node)
+
+    def generic_visit(self, node: Node) -> None:
+        for child in children(node):
+            self.visit(child)
+
+
+class Mutator:
+    """Rebuilds a tree bottom-up; returns the very same object when nothing changed."""
+
+    def mutate(self, node: Any) -> Any:
+        method = getattr(self, f"mutate_{type(node).__name__}", None)
+        return method(node) if method is not None else self.generic_mutate(node)
+
+    def generic_mutate(self, node: Any) -> Any:
+        changes: dict[str, Any] = {}
+        for field in dataclasses.fields(node):
+            value = getattr(node, field.name)
+            if isinstance(value, Node):
+                new: Any = self.mutate(value)
+            elif isinstance(value, tuple) and any(isinstance(v, Node) for v in value):
+                items = tuple(self.mutate(v) if isinstance(v, Node) else v for v in value)
+                new = value if all(a is b for a, b in zip(items, value)) else items
+            else:
+                continue
+            if new is not value:
+                changes[field.name] = new
+        return dataclasses.replace(node, **changes) if changes else node
+
+
+def chunk_loops(f: Function) -> list[For]:
+    """The parallel loops the chunk bounds apply to: those not inside another loop."""
+    found: list[For] = []
+
+    def walk(stmt: Stmt | None) -> None:
+        if isinstance(stmt, For):
+            if stmt.kind is LoopKind.PARALLEL:
+                found.append(stmt)
+        elif isinstance(stmt, Block):
+            for s in stmt.stmts:
+                walk(s)
+        elif isinstance(stmt, If):
+            walk(stmt.then)
+            walk(stmt.otherwise)
+        elif isinstance(stmt, (Let, Local, Alloc)):
+            walk(stmt.body)
+
+    walk(f.body)
+    return found
+
+
+def splittable_loop(f: Function) -> For | None:
+    """The loop a runtime may split across threads, or None.
+
+    The body, seen through Let and Alloc, must be exactly one parallel loop whose bounds
+    read only size parameters: then every chunk of its range is independent work.
+    """
+    stmt = f.body
+    while isinstance(stmt, (Let, Alloc)):
+        stmt = stmt.body
+    if not (isinstance(stmt, For) and stmt.kind is LoopKind.PARALLEL):
+        return None
+    names = _free_names(stmt.lo) | _free_names(stmt.hi)
+    return stmt if names <= set(f.size_params) else None
+
+
+def _free_names(e: Node) -> set[str]:
+    names: set[str] = set()
+
+    class _Names(Visitor):
+        def visit_VarRef(self, node: VarRef) -> None:
+            names.add(node.name)
+
+    _Names().visit(e)
+    return names
