@@ -424,3 +424,32 @@ def forall_linear(
         var = isl.PwAff.var_on_domain(isl.LocalSpace.from_space(d.get_domain_space()), _SET, p)
         result = result + (end - var).scale_val(c)
     return result
+
+
+def interval_of(line: isl.Set, params: Sequence[str]) -> tuple[Expr, Expr] | None:
+    """`max(lower bounds):min(upper bounds) + 1` of a 1-d set that is one basic set,
+    read off its constraints (TC's formula shape, `0:min(A_1, B_0)`), or None when
+    the set is a union or its bounds involve existential variables."""
+    bsets = line.coalesce().get_basic_sets()
+    if len(bsets) != 1 or bsets[0].dim(_DIV):
+        return None
+    lows: list[Expr] = []
+    highs: list[Expr] = []
+    for c in bsets[0].get_constraints():
+        a = c.get_coefficient_val(_SET, 0)
+        if a.is_zero():
+            continue
+        bound = c.get_bound(_SET, 0)
+        if c.is_equality() or a.is_pos():
+            _add_unique(lows, aff_to_expr(bound.ceil(), params))
+        if c.is_equality() or a.is_neg():
+            _add_unique(highs, aff_to_expr(bound.floor() + 1, params))
+    if not lows or not highs:
+        return None
+    lo = functools.reduce(lambda x, y: Call("max", (x, y)), lows)
+    return lo, functools.reduce(lambda x, y: Call("min", (x, y)), highs)
+
+
+def _add_unique(found: list[Expr], e: Expr) -> None:
+    if e not in found:
+        found.append(e)

@@ -68,6 +68,7 @@ from compiler.poly.isl_bridge import (
     expr_to_aff,
     forall,
     forall_linear,
+    interval_of,
     involves,
     only_dim,
     params_space,
@@ -336,9 +337,20 @@ class _StmtInference:
                 self._var_span(v),
                 self._reads_hint(v, constraints),
             )
-        lo = pwaff_to_expr(line.dim_min(0), self.state.params, live)
-        hi = pwaff_to_expr(line.dim_max(0) + 1, self.state.params, live)
-        box = condition_of(Var(v), lo, hi, self.space)
+        first, end = line.dim_min(0), line.dim_max(0) + 1
+        simple = interval_of(line.gist_params(live), self.state.params)
+        if simple is not None:
+            lo, hi = simple
+            box = condition_of(Var(v), lo, hi, self.space)
+        if simple is None or not box.intersect_params(live).is_equal(allowed):
+            lo, hi, box = self._box(v, first, end, live)
+        if not box.intersect_params(live).is_equal(allowed):
+            # isl's formula may give a non-empty range where the true one is empty:
+            # make both ends total, with the empty range 0:0 wherever no value fits.
+            outside = live - first.domain()
+            zero = isl.PwAff.zero_on_domain(isl.LocalSpace.from_space(outside.get_space()))
+            zero = zero.intersect_domain(outside)
+            lo, hi, box = self._box(v, first.union_add(zero), end.union_add(zero), live)
         if not box.intersect_params(live).is_equal(allowed):
             raise self._error(
                 f"the values of '{v}' that keep the reads in bounds do not form one interval",
@@ -349,6 +361,13 @@ class _StmtInference:
         first = expr_to_aff(lo, self.space)
         self.extremes[self.space.pos(v)] = (first, expr_to_aff(hi, self.space) - 1)
         return box
+
+    def _box(
+        self, v: str, first: isl.PwAff, end: isl.PwAff, live: isl.Set
+    ) -> tuple[Expr, Expr, isl.Set]:
+        lo = pwaff_to_expr(first, self.state.params, live)
+        hi = pwaff_to_expr(end, self.state.params, live)
+        return lo, hi, condition_of(Var(v), lo, hi, self.space)
 
     def _unsolved_error(
         self, unsolved: list[str], active: list[_Active], constraints: list[_Constraint]
