@@ -148,7 +148,7 @@ _STMTS: dict[type, Callable[[Any, _State], None]] = {
 def _index(name: str, index: tuple[Expr, ...], st: _State) -> tuple[int, ...]:
     where = tuple(int(_eval(i, st)) for i in index)
     shape = st.buffers[name].shape
-    if any(not 0 <= w < n for w, n in zip(where, shape)):
+    if any(not 0 <= w < n for w, n in zip(where, shape, strict=True)):
         raise InternalError(f"interpreter: {name}{list(where)} is out of bounds of shape {shape}")
     return where
 
@@ -224,7 +224,8 @@ def _floor(e: FloorDiv | Mod, st: _State) -> Value:
         if b == 0:
             return wrap(0, e.dtype)
         return wrap(a // b if isinstance(e, FloorDiv) else a % b, e.dtype)
-    return np.floor_divide(a, b) if isinstance(e, FloorDiv) else np.mod(a, b)
+    floor = np.floor(a / b)
+    return floor if isinstance(e, FloorDiv) else a - b * floor
 
 
 def _minmax(e: Min | Max, st: _State) -> Value:

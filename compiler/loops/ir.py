@@ -30,7 +30,8 @@ Variables (loop variables, size parameters, Let and Local names) are read with
 Integer semantics: `Bin(div)` / `Bin(mod)` truncate toward zero (C); `FloorDiv`
 rounds toward -inf and `Mod` takes the divisor's sign (Python). Integer division or
 remainder by zero yields 0 (Halide's rule), never a trap. Arithmetic wraps. Float
-`Bin(mod)` is C's fmod; float `FloorDiv`/`Mod` are Python's `//` and `%`. `Min`/`Max`
+`Bin(mod)` is C's fmod; float `FloorDiv(a, b)` is `floor(a / b)` and `Mod(a, b)` is
+`a - b * floor(a / b)`. `Min`/`Max`
 of floats ignore a NaN operand (C's fmin/fmax). Booleans are one byte in memory.
 Calls name a math builtin of `MATH_ARITY`; their arguments and result share one
 float dtype. Each node's `dtype` is computed from its children; `verify` checks
@@ -404,7 +405,7 @@ class Mutator:
                 new: Any = self.mutate(value)
             elif isinstance(value, tuple) and any(isinstance(v, Node) for v in value):
                 items = tuple(self.mutate(v) if isinstance(v, Node) else v for v in value)
-                new = value if all(a is b for a, b in zip(items, value)) else items
+                new = value if all(a is b for a, b in zip(items, value, strict=True)) else items
             else:
                 continue
             if new is not value:

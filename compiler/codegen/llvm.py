@@ -1,0 +1,144 @@
+"""Loop IR -> LLVM IR (through llvmlite's IRBuilder) -> optimised, JIT-compiled code.
+
+Requires: a Function that `compiler.loops.verify` accepts.
+Ensures: one LLVM function with the ABI
+
+    void name(ptr buf0, ptr buf1, ..., i64 size0, ..., i64 chunk_lo, i64 chunk_hi)
+
+buffers in declaration order (`noalias`, dense row-major), then the size parameters,
+then the chunk: every parallel loop that is not nested in another loop runs only over
+the part of its range inside [chunk_lo, chunk_hi) (aligned to its step), so a runtime
+can split it across threads; pass (INT64_MIN, INT64_MAX) to run everything.
+
+Lowering choices: loops are one helper (`_loop`: a header with a phi, a body, a latch);
+Local scalars are stack slots in the entry block (mem2reg makes them registers); an
+Assign that accumulates into its own Local (`acc = acc + x`, `acc = max(acc, x)`) gets
+fast-math flags so the vectoriser may reorder the reduction, and nothing else does;
+a Select whose sides read memory branches, so the load not taken never happens;
+integer division guards zero and INT_MIN/-1 (Halide's x/0 == 0, never a trap);
+booleans are i1 in registers and i8 in memory; Alloc calls calloc/free.
+The module gets the host's triple and data layout and is optimised at O3 with loop and
+SLP vectorisation by the new pass builder.
+
+Example: `For(i, 0, N, 1, Store(C, (i,), A[i] + 1.0f), parallel)` becomes a loop from
+`max(0, chunk_lo)` to `min(N, chunk_hi)` that O3 vectorises to `<16 x float>` adds.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import threading
+from dataclasses import dataclass
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from compiler.codegen.llvm_emit import FunctionEmitter
+from compiler.codegen.llvm_math import LIBM_SYMBOLS
+from compiler.frontend.diagnostics import InternalError
+from compiler.loops import (
+    Function,
+    verify,
+)
+
+_LLVM_LOCK = threading.RLock()  # LLVM's global state is not thread-safe
+_TARGET: list[llvm.TargetMachine] = []
+
+
+def target_machine() -> llvm.TargetMachine:
+    """The host's target machine (created once); also makes libm visible to the JIT."""
+    with _LLVM_LOCK:
+        if not _TARGET:
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            libm = ctypes.util.find_library("m")
+            if libm:
+                llvm.load_library_permanently(libm)
+            _check_libm()
+            target = llvm.Target.from_default_triple()
+            _TARGET.append(
+                target.create_target_machine(
+                    cpu=llvm.get_host_cpu_name(),
+                    features=llvm.get_host_cpu_features().flatten(),
+                    opt=3,
+                    jit=True,
+                )
+            )
+        return _TARGET[0]
+
+
+def _check_libm() -> None:
+    missing = [s for s in LIBM_SYMBOLS if not llvm.address_of_symbol(s)]
+    for symbol in missing:  # not exported by the process: take it from libm via ctypes
+        try:
+            address = ctypes.cast(
+                getattr(ctypes.CDLL(ctypes.util.find_library("m")), symbol), ctypes.c_void_p
+            )
+        except (AttributeError, OSError):
+            continue
+        llvm.add_symbol(symbol, address.value)
+
+
+def build_module(f: Function) -> ir.Module:
+    """The unoptimised llvmlite module holding `f` (verified first)."""
+    verify(f)
+    module = ir.Module(name=f.name)
+    tm = target_machine()
+    module.triple = tm.triple
+    module.data_layout = str(tm.target_data)
+    FunctionEmitter(module, f).emit()
+    return module
+
+
+def optimise(module: ir.Module) -> llvm.ModuleRef:
+    """Parse, verify and optimise (O3, loop + SLP vectorisation) a module."""
+    with _LLVM_LOCK:
+        tm = target_machine()
+        ref = llvm.parse_assembly(str(module))
+        ref.triple = tm.triple
+        ref.data_layout = str(tm.target_data)
+        ref.verify()
+        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pto.loop_unrolling = True
+        pto.loop_interleaving = True
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(ref, pb)
+        ref.verify()
+        return ref
+
+
+def emit_llvm(f: Function, *, optimised: bool = True) -> str:
+    """The LLVM IR text of `f`, optimised unless asked otherwise."""
+    module = build_module(f)
+    return str(optimise(module)) if optimised else str(module)
+
+
+@dataclass(frozen=True)
+class JitCode:
+    """Machine code for one Function: keep `engine` alive while `address` is called."""
+
+    engine: llvm.ExecutionEngine
+    module: llvm.ModuleRef
+    address: int
+    symbol: str
+
+
+def jit(f: Function) -> JitCode:
+    """Compile `f` to machine code in this process."""
+    module = optimise(build_module(f))
+    with _LLVM_LOCK:
+        engine = llvm.create_mcjit_compiler(module, target_machine())
+        engine.finalize_object()
+        address = engine.get_function_address(f.name)
+    if not address:
+        raise InternalError(f"LLVM backend: no code for {f.name}")
+    return JitCode(engine, module, address, f.name)
+
+
+def compile_function(f: Function) -> object:
+    """`compiler.codegen.runtime.compile_function`: a callable on NumPy arrays."""
+    from compiler.codegen.runtime import compile_function as compile_
+
+    return compile_(f)

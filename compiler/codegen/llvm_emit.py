@@ -1,0 +1,428 @@
+"""Emitting one loop-IR Function as an llvmlite function (the body of `codegen.llvm`).
+
+Requires: a verified Function. Ensures: a function with the ABI `codegen.llvm` states,
+built only with `llvmlite.ir.IRBuilder` calls. Statement and expression lowering is one
+method per node type, dispatched by class name; an unknown node raises InternalError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from llvmlite import ir
+
+from compiler.codegen.llvm_math import MathEmitter
+from compiler.frontend.diagnostics import InternalError
+from compiler.loops import (
+    Alloc,
+    Assign,
+    Bin,
+    BinOp,
+    Block,
+    Buffer,
+    Call,
+    Cast,
+    Const,
+    DType,
+    Expr,
+    FloorDiv,
+    For,
+    Function,
+    If,
+    Let,
+    Load,
+    Local,
+    Max,
+    Min,
+    Mod,
+    Select,
+    Stmt,
+    Store,
+    Unary,
+    UnaryOp,
+    VarRef,
+    Visitor,
+    chunk_loops,
+)
+
+I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
+PTR = ir.PointerType()
+REDUCTION_FLAGS = ("reassoc", "nsz", "contract")
+_ICMP = {
+    BinOp.EQ: "==",
+    BinOp.NE: "!=",
+    BinOp.LT: "<",
+    BinOp.LE: "<=",
+    BinOp.GT: ">",
+    BinOp.GE: ">=",
+}
+
+
+def ir_type(dtype: DType) -> ir.Type:
+    """The register type of a dtype (booleans are i1)."""
+    if dtype is DType.BOOL:
+        return I1
+    if dtype.is_int:
+        return ir.IntType(dtype.bits)
+    return {DType.FLOAT16: ir.HalfType(), DType.FLOAT32: ir.FloatType()}.get(dtype, ir.DoubleType())
+
+
+def memory_type(dtype: DType) -> ir.Type:
+    """The in-memory type of a dtype (booleans are one byte, as in NumPy)."""
+    return I8 if dtype is DType.BOOL else ir_type(dtype)
+
+
+class _BufferRef:
+    def __init__(self, ptr: ir.Value, buffer: Buffer, strides: list[ir.Value]) -> None:
+        self.ptr = ptr
+        self.buffer = buffer
+        self.strides = strides
+
+
+class FunctionEmitter:
+    """Builds `f` into `module`."""
+
+    def __init__(self, module: ir.Module, f: Function) -> None:
+        self.module = module
+        self.f = f
+        args = [PTR] * len(f.buffers) + [I64] * (len(f.size_params) + 2)
+        self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), args), name=f.name)
+        self.fn.attributes.add("nounwind")
+        self.entry = self.fn.append_basic_block("entry")
+        self.builder = ir.IRBuilder(self.entry)
+        self.math = MathEmitter(module, self.builder)
+        self.values: dict[str, ir.Value] = {}
+        self.slots: dict[str, tuple[ir.Value, DType]] = {}
+        self.buffers: dict[str, _BufferRef] = {}
+        self.chunked = {id(loop) for loop in chunk_loops(f)}
+
+    def emit(self) -> None:
+        f, args = self.f, self.fn.args
+        for arg, b in zip(args, f.buffers, strict=False):
+            arg.name = b.name
+            arg.add_attribute("noalias")
+        sizes = args[len(f.buffers) :]
+        for arg, name in zip(sizes, (*f.size_params, "chunk_lo", "chunk_hi"), strict=True):
+            arg.name = name
+            self.values[name] = arg
+        self.chunk = (sizes[-2], sizes[-1])
+        for arg, b in zip(args, f.buffers, strict=False):
+            self._declare(b, arg)
+        self.stmt(f.body)
+        self.builder.ret_void()
+
+    # ---- helpers -------------------------------------------------------------------
+
+    def _declare(self, b: Buffer, ptr: ir.Value) -> None:
+        dims = [self.expr(d) for d in b.shape]
+        strides = [ir.Constant(I64, 1)]
+        for d in reversed(dims[1:]):
+            strides.insert(0, self.builder.mul(strides[0], d))
+        self.buffers[b.name] = _BufferRef(ptr, b, strides)
+
+    def _address(self, name: str, index: tuple[Expr, ...]) -> tuple[ir.Value, ir.Type]:
+        ref = self.buffers[name]
+        offset: ir.Value = ir.Constant(I64, 0)
+        for i, stride in zip(index, ref.strides, strict=True):
+            term = self.expr(i)
+            if not (isinstance(stride, ir.Constant) and stride.constant == 1):
+                term = self.builder.mul(term, stride)
+            offset = term if isinstance(offset, ir.Constant) else self.builder.add(offset, term)
+        ty = memory_type(ref.buffer.dtype)
+        return self.builder.gep(ref.ptr, [offset], inbounds=True, source_etype=ty), ty
+
+    def _loop(
+        self, var: str, lo: ir.Value, hi: ir.Value, step: int, body: Callable[[], None]
+    ) -> None:
+        """The one loop shape: header (phi, compare) -> body -> latch (i += step)."""
+        b = self.builder
+        pre = b.block
+        header = self.fn.append_basic_block(f"{var}.header")
+        loop_body = self.fn.append_basic_block(f"{var}.body")
+        after = self.fn.append_basic_block(f"{var}.after")
+        b.branch(header)
+        b.position_at_end(header)
+        i = b.phi(I64, name=var)
+        i.add_incoming(lo, pre)
+        b.cbranch(b.icmp_signed("<", i, hi), loop_body, after)
+        b.position_at_end(loop_body)
+        self.values[var] = i
+        body()
+        del self.values[var]
+        i.add_incoming(b.add(i, ir.Constant(I64, step), flags=["nsw"]), b.block)
+        b.branch(header)
+        b.position_at_end(after)
+
+    def _chunk_bounds(self, lo: ir.Value, hi: ir.Value, step: int) -> tuple[ir.Value, ir.Value]:
+        """[lo, hi) intersected with [chunk_lo, chunk_hi), the start kept on lo's grid."""
+        b = self.builder
+        chunk_lo, chunk_hi = self.chunk
+        later = b.icmp_signed(">", chunk_lo, lo)
+        if step == 1:
+            start = b.select(later, chunk_lo, lo)
+        else:
+            k = b.sdiv(
+                b.add(b.sub(chunk_lo, lo), ir.Constant(I64, step - 1)), ir.Constant(I64, step)
+            )
+            start = b.select(later, b.add(lo, b.mul(k, ir.Constant(I64, step))), lo)
+        end = b.select(b.icmp_signed("<", chunk_hi, hi), chunk_hi, hi)
+        return start, end
+
+    @contextmanager
+    def _bound(self, var: str, value: ir.Value) -> Iterator[None]:
+        self.values[var] = value
+        try:
+            yield
+        finally:
+            del self.values[var]
+
+    # ---- statements ----------------------------------------------------------------
+
+    def stmt(self, s: Stmt) -> None:
+        method = getattr(self, f"_stmt_{type(s).__name__}", None)
+        if method is None:
+            raise InternalError(f"LLVM backend: unknown statement {type(s).__name__}")
+        method(s)
+
+    def _stmt_Block(self, s: Block) -> None:
+        for child in s.stmts:
+            self.stmt(child)
+
+    def _stmt_For(self, s: For) -> None:
+        lo, hi = self.expr(s.lo), self.expr(s.hi)
+        if id(s) in self.chunked:
+            lo, hi = self._chunk_bounds(lo, hi, s.step)
+        self._loop(s.var, lo, hi, s.step, lambda: self.stmt(s.body))
+
+    def _stmt_If(self, s: If) -> None:
+        cond = self.expr(s.cond)
+        if s.otherwise is None:
+            with self.builder.if_then(cond):
+                self.stmt(s.then)
+            return
+        with self.builder.if_else(cond) as (then, otherwise):
+            with then:
+                self.stmt(s.then)
+            with otherwise:
+                self.stmt(s.otherwise)
+
+    def _stmt_Store(self, s: Store) -> None:
+        value = self.expr(s.value)
+        if s.buffer.dtype is DType.BOOL:
+            value = self.builder.zext(value, I8)
+        ptr, _ = self._address(s.buffer.name, s.index)
+        self.builder.store(value, ptr)
+
+    def _stmt_Let(self, s: Let) -> None:
+        with self._bound(s.var, self.expr(s.value)):
+            self.stmt(s.body)
+
+    def _stmt_Local(self, s: Local) -> None:
+        with self.builder.goto_block(self.entry):
+            self.builder.position_at_start(self.entry)
+            slot = self.builder.alloca(ir_type(s.dtype), name=s.var)
+        self.builder.store(self.expr(s.init), slot)
+        self.slots[s.var] = (slot, s.dtype)
+        self.stmt(s.body)
+        del self.slots[s.var]
+
+    def _stmt_Assign(self, s: Assign) -> None:
+        slot, dtype = self.slots[s.var]
+        value = self._reduction(s) if dtype.is_float else None
+        self.builder.store(value if value is not None else self.expr(s.value), slot)
+
+    def _reduction(self, s: Assign) -> ir.Value | None:
+        """`acc = acc op x` (or `x op acc`) with fast-math flags; None if not that shape."""
+        e, me = s.value, VarRef(s.var, self.slots[s.var][1])
+        if not isinstance(e, (Bin, Min, Max)) or me not in (e.a, e.b):
+            return None
+        other = e.b if e.a == me else e.a
+        if isinstance(e, Bin) and e.op not in (BinOp.ADD, BinOp.MUL):
+            return None
+        acc, x = self.expr(me), self.expr(other)
+        b = self.builder
+        if isinstance(e, Bin):
+            op = b.fadd if e.op is BinOp.ADD else b.fmul
+            return op(acc, x, flags=REDUCTION_FLAGS)
+        name = "llvm.minnum" if isinstance(e, Min) else "llvm.maxnum"
+        fn = self.module.declare_intrinsic(name, [acc.type])
+        return b.call(fn, [acc, x], fastmath=REDUCTION_FLAGS)
+
+    def _stmt_Alloc(self, s: Alloc) -> None:
+        b = self.builder
+        count: ir.Value = ir.Constant(I64, 1)
+        for d in s.buffer.shape:
+            count = b.mul(count, self.expr(d))
+        count = b.select(b.icmp_signed(">", count, ir.Constant(I64, 0)), count, ir.Constant(I64, 1))
+        size = ir.Constant(I64, s.buffer.dtype.np.itemsize)
+        ptr = b.call(self._libc("calloc", PTR, [I64, I64]), [count, size])
+        self._declare(s.buffer, ptr)
+        self.stmt(s.body)
+        del self.buffers[s.buffer.name]
+        b.call(self._libc("free", ir.VoidType(), [PTR]), [ptr])
+
+    def _libc(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        fn = self.module.globals.get(name)
+        return fn if fn is not None else ir.Function(self.module, ir.FunctionType(ret, args), name)
+
+    # ---- expressions ---------------------------------------------------------------
+
+    def expr(self, e: Expr) -> ir.Value:
+        method = getattr(self, f"_expr_{type(e).__name__}", None)
+        if method is None:
+            raise InternalError(f"LLVM backend: unknown expression {type(e).__name__}")
+        return method(e)
+
+    def _expr_Const(self, e: Const) -> ir.Value:
+        value: Any = int(e.value) if not e.dtype.is_float else float(e.value)
+        return ir.Constant(ir_type(e.dtype), value)
+
+    def _expr_VarRef(self, e: VarRef) -> ir.Value:
+        if e.name in self.slots:
+            slot, dtype = self.slots[e.name]
+            return self.builder.load(slot, typ=ir_type(dtype))
+        return self.values[e.name]
+
+    def _expr_Load(self, e: Load) -> ir.Value:
+        ptr, ty = self._address(e.buffer.name, e.index)
+        value = self.builder.load(ptr, typ=ty)
+        if e.buffer.dtype is DType.BOOL:
+            value = self.builder.icmp_unsigned("!=", value, ir.Constant(I8, 0))
+        return value
+
+    def _expr_Bin(self, e: Bin) -> ir.Value:
+        a, b, dtype = self.expr(e.a), self.expr(e.b), e.a.dtype
+        bld = self.builder
+        if e.op.is_compare:
+            if dtype.is_float:
+                if e.op is BinOp.NE:
+                    return bld.fcmp_unordered("!=", a, b)
+                return bld.fcmp_ordered(_ICMP[e.op], a, b)
+            cmp = bld.icmp_signed if dtype.is_signed else bld.icmp_unsigned
+            return cmp(_ICMP[e.op], a, b)
+        if e.op is BinOp.AND:
+            return bld.and_(a, b)
+        if e.op is BinOp.OR:
+            return bld.or_(a, b)
+        if dtype.is_float:
+            ops = {BinOp.ADD: bld.fadd, BinOp.SUB: bld.fsub, BinOp.MUL: bld.fmul,
+                   BinOp.DIV: bld.fdiv, BinOp.MOD: bld.frem}  # fmt: skip
+            return ops[e.op](a, b)
+        if e.op in (BinOp.DIV, BinOp.MOD):
+            q, r = self._divmod(a, b, dtype)
+            return q if e.op is BinOp.DIV else r
+        return {BinOp.ADD: bld.add, BinOp.SUB: bld.sub, BinOp.MUL: bld.mul}[e.op](a, b)
+
+    def _divmod(self, a: ir.Value, b: ir.Value, dtype: DType) -> tuple[ir.Value, ir.Value]:
+        """Truncating quotient and remainder; x/0 == x%0 == 0 and MIN/-1 never trap."""
+        bld = self.builder
+        ty = a.type
+        zero, one = ir.Constant(ty, 0), ir.Constant(ty, 1)
+        is_zero = bld.icmp_unsigned("==", b, zero)
+        if not dtype.is_signed:
+            safe = bld.select(is_zero, one, b)
+            q, r = bld.udiv(a, safe), bld.urem(a, safe)
+            return bld.select(is_zero, zero, q), bld.select(is_zero, zero, r)
+        minus_one = bld.icmp_signed("==", b, ir.Constant(ty, -1))
+        special = bld.or_(is_zero, minus_one)
+        safe = bld.select(special, one, b)
+        q, r = bld.sdiv(a, safe), bld.srem(a, safe)
+        q = bld.select(minus_one, bld.sub(zero, a), q)
+        return bld.select(is_zero, zero, q), bld.select(special, zero, r)
+
+    def _expr_FloorDiv(self, e: FloorDiv) -> ir.Value:
+        return self._floor(e)[0]
+
+    def _expr_Mod(self, e: Mod) -> ir.Value:
+        return self._floor(e)[1]
+
+    def _floor(self, e: FloorDiv | Mod) -> tuple[ir.Value, ir.Value]:
+        a, b, bld = self.expr(e.a), self.expr(e.b), self.builder
+        if e.dtype.is_float:
+            floor = self.math.call("floor", [bld.fdiv(a, b)], e.dtype)
+            return floor, bld.fsub(a, bld.fmul(b, floor))
+        q, r = self._divmod(a, b, e.dtype)
+        if not e.dtype.is_signed:
+            return q, r
+        zero = ir.Constant(a.type, 0)
+        fix = bld.and_(bld.icmp_signed("!=", r, zero), bld.icmp_signed("<", bld.xor(r, b), zero))
+        q = bld.sub(q, bld.zext(fix, a.type))
+        return q, bld.add(r, bld.select(fix, b, zero))
+
+    def _expr_Min(self, e: Min) -> ir.Value:
+        return self._minmax(e, "<", "llvm.minnum")
+
+    def _expr_Max(self, e: Max) -> ir.Value:
+        return self._minmax(e, ">", "llvm.maxnum")
+
+    def _minmax(self, e: Min | Max, op: str, intrinsic: str) -> ir.Value:
+        a, b, bld = self.expr(e.a), self.expr(e.b), self.builder
+        if e.dtype.is_float:
+            return bld.call(self.module.declare_intrinsic(intrinsic, [a.type]), [a, b])
+        cmp = bld.icmp_signed if e.dtype.is_signed else bld.icmp_unsigned
+        return bld.select(cmp(op, a, b), a, b)
+
+    def _expr_Unary(self, e: Unary) -> ir.Value:
+        x = self.expr(e.x)
+        if e.op is UnaryOp.NOT:
+            return self.builder.not_(x)
+        if e.dtype.is_float:
+            return self.builder.fneg(x)
+        return self.builder.neg(x)
+
+    def _expr_Call(self, e: Call) -> ir.Value:
+        return self.math.call(e.fn, [self.expr(a) for a in e.args], e.dtype)
+
+    def _expr_Select(self, e: Select) -> ir.Value:
+        cond = self.expr(e.cond)
+        if not (_reads_memory(e.a) or _reads_memory(e.b)):
+            return self.builder.select(cond, self.expr(e.a), self.expr(e.b))
+        bld = self.builder
+        with bld.if_else(cond) as (then, otherwise):
+            with then:
+                a, a_block = self.expr(e.a), bld.block
+            with otherwise:
+                b, b_block = self.expr(e.b), bld.block
+        phi = bld.phi(a.type)
+        phi.add_incoming(a, a_block)
+        phi.add_incoming(b, b_block)
+        return phi
+
+    def _expr_Cast(self, e: Cast) -> ir.Value:
+        return cast(self.builder, self.expr(e.x), e.x.dtype, e.dtype)
+
+
+def cast(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:
+    """Convert `x` from `src` to `dst` with C semantics (bool: nonzero is true)."""
+    to = ir_type(dst)
+    if src is dst:
+        return x
+    if dst is DType.BOOL:
+        if src.is_float:
+            return b.fcmp_unordered("!=", x, ir.Constant(x.type, 0.0))
+        return b.icmp_unsigned("!=", x, ir.Constant(x.type, 0))
+    if src.is_float and dst.is_float:
+        return b.fpext(x, to) if dst.bits > src.bits else b.fptrunc(x, to)
+    if src.is_float:
+        return b.fptosi(x, to) if dst.is_signed else b.fptoui(x, to)
+    signed = src.is_signed and src is not DType.BOOL
+    if dst.is_float:
+        return b.sitofp(x, to) if signed else b.uitofp(x, to)
+    if dst.bits == src.bits:
+        return x
+    if dst.bits < src.bits:
+        return b.trunc(x, to)
+    return b.sext(x, to) if signed else b.zext(x, to)
+
+
+def _reads_memory(e: Expr) -> bool:
+    found: list[Load] = []
+
+    class _Loads(Visitor):
+        def visit_Load(self, node: Load) -> None:
+            found.append(node)
+
+    _Loads().visit(e)
+    return bool(found)
