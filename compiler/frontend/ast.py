@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Union
 
 from compiler.frontend.source import NO_SPAN, Span
 
@@ -251,7 +250,7 @@ class Cast:
     span: Span = _span()
 
 
-Expr = Union[Const, Var, Access, Call, Unary, Binary, Compare, Logical, Select, Cast]
+Expr = Const | Var | Access | Call | Unary | Binary | Compare | Logical | Select | Cast
 EXPR_TYPES = (Const, Var, Access, Call, Unary, Binary, Compare, Logical, Select, Cast)
 
 
@@ -286,7 +285,7 @@ class Exists:
     span: Span = _span()
 
 
-WhereClause = Union[RangeConstraint, Let, Exists]
+WhereClause = RangeConstraint | Let | Exists
 
 
 # ------------------------------------------------------------ defs and module
@@ -345,4 +344,4 @@ class Module:
         )
 
 
-Node = Union[Module, Def, Param, Stmt, RangeConstraint, Let, Exists, Expr]
+Node = Module | Def | Param | Stmt | RangeConstraint | Let | Exists | Expr
