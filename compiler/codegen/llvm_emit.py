@@ -13,7 +13,7 @@ from typing import Any
 
 from llvmlite import ir
 
-from compiler.codegen.llvm_math import MathEmitter
+from compiler.codegen.llvm_math import MathEmitter, intrinsic
 from compiler.frontend.diagnostics import InternalError
 from compiler.loops import (
     Alloc,
@@ -247,7 +247,7 @@ class FunctionEmitter:
             op = b.fadd if e.op is BinOp.ADD else b.fmul
             return op(acc, x, flags=REDUCTION_FLAGS)
         name = "llvm.minnum" if isinstance(e, Min) else "llvm.maxnum"
-        fn = self.module.declare_intrinsic(name, [acc.type])
+        fn = intrinsic(self.module, name, acc.type, 2)
         return b.call(fn, [acc, x], fastmath=REDUCTION_FLAGS)
 
     def _stmt_Alloc(self, s: Alloc) -> None:
@@ -357,10 +357,10 @@ class FunctionEmitter:
     def _expr_Max(self, e: Max) -> ir.Value:
         return self._minmax(e, ">", "llvm.maxnum")
 
-    def _minmax(self, e: Min | Max, op: str, intrinsic: str) -> ir.Value:
+    def _minmax(self, e: Min | Max, op: str, name: str) -> ir.Value:
         a, b, bld = self.expr(e.a), self.expr(e.b), self.builder
         if e.dtype.is_float:
-            return bld.call(self.module.declare_intrinsic(intrinsic, [a.type]), [a, b])
+            return bld.call(intrinsic(self.module, name, a.type, 2), [a, b])
         cmp = bld.icmp_signed if e.dtype.is_signed else bld.icmp_unsigned
         return bld.select(cmp(op, a, b), a, b)
 

@@ -37,6 +37,11 @@ LIBM = frozenset({
 LIBM_SYMBOLS = tuple(sorted(LIBM | {f + "f" for f in LIBM}))
 
 
+def intrinsic(module: ir.Module, name: str, ty: ir.Type, arity: int) -> ir.Function:
+    """An overloaded float intrinsic `name.<ty>` taking `arity` arguments of type `ty`."""
+    return module.declare_intrinsic(name, [ty], ir.FunctionType(ty, [ty] * arity))
+
+
 class MathEmitter:
     """Emits calls of builtins into one module, declaring each callee once."""
 
@@ -53,8 +58,7 @@ class MathEmitter:
             return self._callee(name + "f", 2, F32, args)
         ty = args[0].type
         if name in INTRINSIC:
-            fn = self.module.declare_intrinsic(f"llvm.{INTRINSIC[name]}", [ty])
-            return b.call(fn, args)
+            return b.call(intrinsic(self.module, f"llvm.{INTRINSIC[name]}", ty, len(args)), args)
         if name in LIBM:
             symbol = name + ("f" if dtype is DType.FLOAT32 else "")
             return self._callee(symbol, len(args), ty, args)
