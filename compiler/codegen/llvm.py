@@ -3,7 +3,7 @@
 Requires: a Function that `compiler.loops.verify` accepts.
 Ensures: one LLVM function with the ABI
 
-    void name(ptr buf0, ptr buf1, ..., i64 size0, ..., i64 chunk_lo, i64 chunk_hi)
+    void tcc.<name>(ptr buf0, ptr buf1, ..., i64 size0, ..., i64 chunk_lo, i64 chunk_hi)
 
 buffers in declaration order (`noalias`, dense row-major), then the size parameters,
 then the chunk: every parallel loop that is not nested in another loop runs only over
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from compiler.codegen.llvm_emit import FunctionEmitter
+from compiler.codegen.llvm_emit import FunctionEmitter, symbol
 from compiler.codegen.llvm_math import LIBM_SYMBOLS
 from compiler.frontend.diagnostics import InternalError
 from compiler.loops import (
@@ -131,10 +131,10 @@ def jit(f: Function) -> JitCode:
     with _LLVM_LOCK:
         engine = llvm.create_mcjit_compiler(module, target_machine())
         engine.finalize_object()
-        address = engine.get_function_address(f.name)
+        address = engine.get_function_address(symbol(f))
     if not address:
         raise InternalError(f"LLVM backend: no code for {f.name}")
-    return JitCode(engine, module, address, f.name)
+    return JitCode(engine, module, address, symbol(f))
 
 
 def compile_function(f: Function) -> object:

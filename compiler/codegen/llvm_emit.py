@@ -60,6 +60,11 @@ _ICMP = {
 }
 
 
+def symbol(f: Function) -> str:
+    """The LLVM name of `f`: prefixed, so a kernel named `exp` cannot shadow libm's."""
+    return f"tcc.{f.name}"
+
+
 def ir_type(dtype: DType) -> ir.Type:
     """The register type of a dtype (booleans are i1)."""
     if dtype is DType.BOOL:
@@ -88,7 +93,7 @@ class FunctionEmitter:
         self.module = module
         self.f = f
         args = [PTR] * len(f.buffers) + [I64] * (len(f.size_params) + 2)
-        self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), args), name=f.name)
+        self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), args), name=symbol(f))
         self.fn.attributes.add("nounwind")
         self.entry = self.fn.append_basic_block("entry")
         self.builder = ir.IRBuilder(self.entry)
