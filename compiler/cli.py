@@ -3,6 +3,8 @@
     tcc check FILE...              parse and check; diagnostics on stderr
     tcc fmt FILE... [--in-place | --check]
                                    print canonical TC, rewrite it, or test it
+    tcc infer FILE [--entry NAME] [--shape A=4,5 ...]
+                                   inferred ranges and output shapes (symbolic, concrete)
 
 Exit codes: 0 success; 1 a user error (bad TC, a missing or unreadable file, a
 bad flag), printed without a traceback; 2 a compiler bug (an `InternalError` or
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING, NoReturn
 from compiler.frontend.diagnostics import Diagnostic, TCError
 
 if TYPE_CHECKING:
-    from compiler.frontend.ast import Module
+    from compiler.frontend.ast import Expr, Module
 
 PROG = "tcc"
 STDIN_NAME = "-"
@@ -236,6 +238,75 @@ def _run_fmt(args: argparse.Namespace) -> int:
     return status
 
 
+# ------------------------------------------------------------------ tcc infer
+
+
+def _add_infer_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE", help="TC source file ('-': stdin)")
+    parser.add_argument("--entry", metavar="NAME", help="the def (default: the only one)")
+    parser.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="NAME=D0,D1,...",
+        help="an input's shape, for concrete sizes (repeat per input; `s=` for 0-d)",
+    )
+
+
+def _parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    from compiler.frontend.diagnostics import OptionsError
+
+    name, sep, dims = text.partition("=")
+    try:
+        if not sep or not name.strip():
+            raise ValueError
+        return name.strip(), tuple(int(d) for d in dims.split(",") if d.strip())
+    except ValueError:
+        raise OptionsError(f"bad --shape '{text}': expected NAME=D0,D1,... e.g. A=4,5") from None
+
+
+def _run_infer(args: argparse.Namespace) -> int:
+    from compiler.frontend.ast import RangeConstraint
+    from compiler.frontend.check import check_def
+    from compiler.frontend.printer import print_expr
+    from compiler.poly.ranges import infer_ranges
+    from compiler.shapes import bind_sizes, output_shapes
+
+    shapes = dict(_parse_shape(s) for s in args.shape)
+    module, _ = load_module(args.file)
+    ranged = infer_ranges(check_def(module.get(args.entry)))
+    print_diagnostics(ranged.checked.warnings + ranged.warnings)
+    sizes = bind_sizes(ranged, shapes) if shapes else None
+    concrete = output_shapes(ranged, sizes) if sizes is not None else {}
+    print(f"def {ranged.name}:")
+    for k, facts in enumerate(ranged.checked.stmts, 1):
+        print(f"  statement {k}: {print_expr(facts.stmt.lhs)} {facts.stmt.op.value} ...")
+        for c in facts.stmt.where:
+            if isinstance(c, RangeConstraint):
+                text = f"{print_expr(c.expr)} in {print_expr(c.lo)}:{print_expr(c.hi)}"
+                print(f"    {text}{_concrete(c.lo, c.hi, sizes)}")
+    for name, bounds in ranged.output_bounds:
+        dims = ", ".join(print_expr(b.hi) for b in bounds)
+        value = f"  = {concrete[name]}" if name in concrete else ""
+        print(f"  output {name}: shape ({dims}){value}")
+    if sizes is not None:
+        print("  sizes: " + (", ".join(f"{k}={v}" for k, v in sizes.items()) or "none"))
+    return 0
+
+
+def _concrete(lo: Expr, hi: Expr, sizes: dict[str, int] | None) -> str:
+    """`  = 0:8` for bounds of the sizes alone, when sizes are known."""
+    from compiler.frontend.diagnostics import InternalError
+    from compiler.shapes import eval_bound_expr
+
+    if sizes is None:
+        return ""
+    try:
+        return f"  = {eval_bound_expr(lo, sizes)}:{eval_bound_expr(hi, sizes)}"
+    except InternalError:  # bounded by an outer index variable
+        return ""
+
+
 # ------------------------------------------------------------------ the table
 
 COMMANDS: tuple[Command, ...] = (
@@ -243,6 +314,7 @@ COMMANDS: tuple[Command, ...] = (
         "check", "parse and check TC files; print errors and warnings", _add_check_args, _run_check
     ),
     Command("fmt", "print TC files in canonical form", _add_fmt_args, _run_fmt),
+    Command("infer", "print inferred ranges and output shapes", _add_infer_args, _run_infer),
 )
 
 
