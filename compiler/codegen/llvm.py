@@ -69,14 +69,14 @@ def target_machine() -> llvm.TargetMachine:
 
 def _check_libm() -> None:
     missing = [s for s in LIBM_SYMBOLS if not llvm.address_of_symbol(s)]
-    for symbol in missing:  # not exported by the process: take it from libm via ctypes
+    for name in missing:  # not exported by the process: take it from libm via ctypes
         try:
             address = ctypes.cast(
-                getattr(ctypes.CDLL(ctypes.util.find_library("m")), symbol), ctypes.c_void_p
+                getattr(ctypes.CDLL(ctypes.util.find_library("m")), name), ctypes.c_void_p
             )
         except (AttributeError, OSError):
             continue
-        llvm.add_symbol(symbol, address.value)
+        llvm.add_symbol(name, address.value)
 
 
 def build_module(f: Function) -> ir.Module:

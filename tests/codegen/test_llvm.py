@@ -80,16 +80,16 @@ def test_matmul_with_register_accumulation(dtype: DType) -> None:
 
 
 def test_full_conv2d_with_min_max_inner_bounds() -> None:
-    I, W = buf("I", F32, "H", "X"), buf("W", F32, "KH", "KW")
-    O = out("O", F32, add(sub("H", 1), "KH"), add(sub("X", 1), "KW"))
+    Img, W = buf("I", F32, "H", "X"), buf("W", F32, "KH", "KW")
+    Out = out("O", F32, add(sub("H", 1), "KH"), add(sub("X", 1), "KW"))
     acc = v("acc", F32)
     kh_lo, kh_hi = Max(c(0), add(sub("y", "H"), 1)), add(Min(sub("KH", 1), v("y")), 1)
     kw_lo, kw_hi = Max(c(0), add(sub("x", "X"), 1)), add(Min(sub("KW", 1), v("x")), 1)
-    term = mul(load(I, sub("y", "kh"), sub("x", "kw")), load(W, "kh", "kw"))
+    term = mul(load(Img, sub("y", "kh"), sub("x", "kw")), load(W, "kh", "kw"))
     inner = loop("kh", kh_lo, kh_hi, loop("kw", kw_lo, kw_hi, Assign("acc", add(acc, term))))
-    body = Local("acc", F32, c(0.0, F32), Block((inner, store(O, ("y", "x"), acc))))
+    body = Local("acc", F32, c(0.0, F32), Block((inner, store(Out, ("y", "x"), acc))))
     nest = pfor("y", 0, add(sub("H", 1), "KH"), loop("x", 0, add(sub("X", 1), "KW"), body))
-    f = func("conv", [I, W, O], "H X KH KW", nest)
+    f = func("conv", [Img, W, Out], "H X KH KW", nest)
     img, w = (
         RNG.standard_normal((7, 6)).astype(np.float32),
         RNG.standard_normal((3, 4)).astype(np.float32),
@@ -107,12 +107,12 @@ def test_full_conv2d_with_min_max_inner_bounds() -> None:
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("n", [0, 1, 10, 23])
 def test_strided_parallel_loop_chunks_stay_on_the_grid(threads: int, n: int) -> None:
-    A, O = buf("A", F64, "N"), out("O", F64, "N")
+    A, Out = buf("A", F64, "N"), out("O", F64, "N")
     f = func(
         "strided",
-        [A, O],
+        [A, Out],
         "N",
-        pfor("i", 1, "N", store(O, ("i",), mul(load(A, "i"), c(2.0, F64))), step=3),
+        pfor("i", 1, "N", store(Out, ("i",), mul(load(A, "i"), c(2.0, F64))), step=3),
     )
     a = np.arange(n, dtype=np.float64) + 1
     expected = np.zeros(n)
@@ -123,12 +123,12 @@ def test_strided_parallel_loop_chunks_stay_on_the_grid(threads: int, n: int) -> 
 
 
 def test_select_guards_reads_that_would_be_out_of_bounds() -> None:
-    A, O = buf("A", F32, "N"), out("O", F32, "N")
+    A, Out = buf("A", F32, "N"), out("O", F32, "N")
     inside = bin_(BinOp.GE, "i", 1)
     shifted = Select(inside, load(A, sub("i", 1)), c(0.0, F32))
     # The untaken side reads a terabyte away: executing it would crash the process.
     never = Select(bin_(BinOp.LT, "i", 0), load(A, add("i", 10**12)), shifted)
-    f = func("shift", [A, O], "N", pfor("i", 0, "N", store(O, ("i",), never)))
+    f = func("shift", [A, Out], "N", pfor("i", 0, "N", store(Out, ("i",), never)))
     a = RNG.standard_normal(19).astype(np.float32)
     mine, theirs = run_both(f, {"A": a, "O": np.zeros(19, np.float32)}, {"N": 19})
     expected = np.concatenate([[0.0], a[:-1]]).astype(np.float32)
@@ -180,8 +180,8 @@ def test_integer_division_floor_and_truncating_with_negatives_and_zero(dtype: DT
     ],
 )
 def test_casts_match_numpy(src: DType, dst: DType, values: list[object]) -> None:
-    A, O = buf("A", src, "N"), out("O", dst, "N")
-    f = func("cast", [A, O], "N", pfor("i", 0, "N", store(O, ("i",), Cast(dst, load(A, "i")))))
+    A, Out = buf("A", src, "N"), out("O", dst, "N")
+    f = func("cast", [A, Out], "N", pfor("i", 0, "N", store(Out, ("i",), Cast(dst, load(A, "i")))))
     a = np.array(values, dtype=src.np)
     with np.errstate(all="ignore"):
         expected = a.astype(dst.np) if dst is not BOOL else a != 0
@@ -191,12 +191,14 @@ def test_casts_match_numpy(src: DType, dst: DType, values: list[object]) -> None
 
 
 def test_bool_buffers_logic_and_comparisons() -> None:
-    A, M, O = buf("A", F32, "N"), buf("M", BOOL, "N"), out("O", BOOL, "N")
+    A, M, Out = buf("A", F32, "N"), buf("M", BOOL, "N"), out("O", BOOL, "N")
     cond = bin_(
         BinOp.AND, bin_(BinOp.GT, load(A, "i"), c(0.0, F32)), Unary(UnaryOp.NOT, load(M, "i"))
     )
     ne = bin_(BinOp.NE, load(A, "i"), load(A, "i"))  # true only for NaN
-    f = func("logic", [A, M, O], "N", pfor("i", 0, "N", store(O, ("i",), bin_(BinOp.OR, cond, ne))))
+    f = func(
+        "logic", [A, M, Out], "N", pfor("i", 0, "N", store(Out, ("i",), bin_(BinOp.OR, cond, ne)))
+    )
     a = np.array([1.0, -1.0, 2.0, np.nan, 0.0], np.float32)
     m = np.array([False, False, True, True, False])
     mine, theirs = run_both(f, {"A": a, "M": m, "O": np.zeros(5, bool)}, {"N": 5})
@@ -206,13 +208,13 @@ def test_bool_buffers_logic_and_comparisons() -> None:
 
 
 def test_alloc_let_if_and_max_reduction() -> None:
-    A, O, S = buf("A", F32, "N"), out("O", F32, "N"), out("S", F32, 1)
+    A, Out, S = buf("A", F32, "N"), out("O", F32, "N"), out("S", F32, 1)
     T = buf("T", F32, "N", role=Role.TEMP)
     best = v("best", F32)
     fill = loop(
         "i", 0, "N", Let("twice", mul(load(A, "i"), c(2.0, F32)), store(T, ("i",), v("twice", F32)))
     )
-    rev = loop("i", 0, "N", store(O, ("i",), load(T, sub(sub("N", 1), "i"))))
+    rev = loop("i", 0, "N", store(Out, ("i",), load(T, sub(sub("N", 1), "i"))))
     reduce = Local(
         "best",
         F32,
@@ -220,9 +222,12 @@ def test_alloc_let_if_and_max_reduction() -> None:
         Block((loop("i", 0, "N", Assign("best", Max(best, load(T, "i")))), store(S, (0,), best))),
     )
     clamp = loop(
-        "i", 0, "N", If(bin_(BinOp.LT, load(O, "i"), c(0.0, F32)), store(O, ("i",), c(0.0, F32)))
+        "i",
+        0,
+        "N",
+        If(bin_(BinOp.LT, load(Out, "i"), c(0.0, F32)), store(Out, ("i",), c(0.0, F32))),
     )
-    f = func("temps", [A, O, S], "N", Alloc(T, Block((fill, rev, reduce, clamp))))
+    f = func("temps", [A, Out, S], "N", Alloc(T, Block((fill, rev, reduce, clamp))))
     a = RNG.standard_normal(37).astype(np.float32)
     arrays = {"A": a, "O": np.zeros(37, np.float32), "S": np.zeros(1, np.float32)}
     mine, theirs = run_both(f, arrays, {"N": 37})
@@ -251,8 +256,11 @@ def test_llvm_text_has_noalias_target_vectors_and_reduction_flags_only_on_reduct
     assert "noalias" in text and "target triple" in text and "target datalayout" in text
     raw = str(build_module(matmul(F32)))
     assert raw.count("reassoc") == 1  # the accumulation, and nothing else
-    A, O = buf("A", F32, "N"), out("O", F32, "N")
+    A, Out = buf("A", F32, "N"), out("O", F32, "N")
     saxpy = func(
-        "scale", [A, O], "N", pfor("i", 0, "N", store(O, ("i",), mul(load(A, "i"), c(3.0, F32))))
+        "scale",
+        [A, Out],
+        "N",
+        pfor("i", 0, "N", store(Out, ("i",), mul(load(A, "i"), c(3.0, F32)))),
     )
     assert "x float>" in emit_llvm(saxpy)  # vectorised
