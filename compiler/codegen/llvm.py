@@ -46,7 +46,7 @@ _TARGET: list[llvm.TargetMachine] = []
 
 
 def target_machine() -> llvm.TargetMachine:
-    """The host's target machine (created once); also makes libm visible to the JIT."""
+    """The host's target machine (shared; never hand it to an execution engine)."""
     with _LLVM_LOCK:
         if not _TARGET:
             llvm.initialize_native_target()
@@ -55,16 +55,17 @@ def target_machine() -> llvm.TargetMachine:
             if libm:
                 llvm.load_library_permanently(libm)
             _check_libm()
-            target = llvm.Target.from_default_triple()
-            _TARGET.append(
-                target.create_target_machine(
-                    cpu=llvm.get_host_cpu_name(),
-                    features=llvm.get_host_cpu_features().flatten(),
-                    opt=3,
-                    jit=True,
-                )
-            )
+            _TARGET.append(_new_target_machine())
         return _TARGET[0]
+
+
+def _new_target_machine() -> llvm.TargetMachine:
+    return llvm.Target.from_default_triple().create_target_machine(
+        cpu=llvm.get_host_cpu_name(),
+        features=llvm.get_host_cpu_features().flatten(),
+        opt=3,
+        jit=True,
+    )
 
 
 def _check_libm() -> None:
@@ -129,7 +130,9 @@ def jit(f: Function) -> JitCode:
     """Compile `f` to machine code in this process."""
     module = optimise(build_module(f))
     with _LLVM_LOCK:
-        engine = llvm.create_mcjit_compiler(module, target_machine())
+        target_machine()
+        # The engine takes ownership of (and frees) its target machine: give it its own.
+        engine = llvm.create_mcjit_compiler(module, _new_target_machine())
         engine.finalize_object()
         address = engine.get_function_address(symbol(f))
     if not address:
