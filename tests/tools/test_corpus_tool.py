@@ -98,14 +98,24 @@ def test_stage_limits_the_stages_run(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "unknown stage 'nope'" in capsys.readouterr().err
 
 
-def test_range_negatives_must_pass_parse_and_check_for_now(
+def test_range_negatives_must_fail_at_ranges(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     ranges = {"category": "negative", "expected_error": "tc2halide: Could not infer ranges"}
+    coupled = "def f(float(N) A) -> (O) { O(i) +=! A(i + j) }\n"
     make_corpus(
-        tmp_path, [("r.tc", MATMUL, ranges), ("u.tc", CONST_LHS, {"category": "unmerged_pr"})]
+        tmp_path,
+        [
+            ("r.tc", coupled, ranges),
+            ("m.tc", MATMUL, ranges),
+            ("u.tc", CONST_LHS, {"category": "unmerged_pr"}),
+        ],
     )
-    assert corpus.main([str(tmp_path)]) == 0
+    results = {r.file: r for r in corpus.run_corpus(tmp_path, corpus.STAGES)}
+    by_stage = {s.stage: s for s in results["r.tc"].stages}
+    assert by_stage["ranges"].verdict is corpus.Verdict.EXPECTED_FAILURE
+    assert results["m.tc"].unexpected  # a range negative that infers fine is a surprise
+    assert corpus.main([str(tmp_path)]) == 1
     out = capsys.readouterr().out
     assert "informative (1):\n  u.tc [sum1D] parse failed" in out
 
