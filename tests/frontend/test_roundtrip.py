@@ -12,9 +12,11 @@ from hypothesis import given
 from compiler.frontend.ast import Def, Expr, Module, Stmt, WhereClause
 from compiler.frontend.parser import parse, parse_expr
 from compiler.frontend.printer import print_expr, print_module, print_stmt
-from tests.conftest import EXAMPLES_DIR
 from tests.frontend.strategies import exprs, modules, stmts, where_clauses
 
+# Not imported from tests.conftest: importing it again would reload its default
+# hypothesis profile and silently undo --hypothesis-profile.
+EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
 EXAMPLES = sorted(EXAMPLES_DIR.glob("*.tc")) if EXAMPLES_DIR.is_dir() else []
 
 
