@@ -132,7 +132,7 @@ def print_stmt(s: Stmt) -> str:
         lhs += f"({_args(s.lhs.args)})"
     text = f"{lhs} {s.op.value} {print_expr(s.rhs)}"
     if s.equivalent is not None:
-        text += f" <=> {_name(s.equivalent.name)}({_args(s.equivalent.args)})"
+        text += f" <=> {_equivalent_name(s.equivalent.name)}({_args(s.equivalent.args)})"
     if s.where:
         text += " where " + ", ".join(print_where(c) for c in s.where)
     return text
@@ -185,6 +185,13 @@ def _name(name: str) -> str:
     if not _IDENT.match(name) or name in KEYWORDS:
         raise InternalError(f"'{name}' cannot be printed as a TC identifier")
     return name
+
+
+def _equivalent_name(name: str) -> str:
+    # TC names the equivalent operation freely: `<=> max(...)`, `<=> float(...)` parse too.
+    if name in ("min", "max") or name in TYPE_NAMES:
+        return name
+    return _name(name)
 
 
 # ---------------------------------------------------------------- expressions

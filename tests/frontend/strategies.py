@@ -137,6 +137,14 @@ def where_clauses(max_leaves: int = 6) -> st.SearchStrategy[WhereClause]:
     )
 
 
+# `<=>` may name its operation with a keyword or type name: `<=> max(i)`, `<=> float(i)`.
+_keyword_equivalents = st.builds(
+    Access,
+    st.sampled_from(["min", "max", "float", "int32"]),
+    st.lists(variables, max_size=2).map(tuple),
+)
+
+
 def stmts(max_leaves: int = 10) -> st.SearchStrategy[Stmt]:
     """Statements with every assignment operator, optional `<=>` and where clauses."""
     lhs_index = st.one_of(variables, variables, affine_exprs())
@@ -146,7 +154,7 @@ def stmts(max_leaves: int = 10) -> st.SearchStrategy[Stmt]:
         st.sampled_from(list(AssignOp)),
         exprs(max_leaves),
         st.lists(where_clauses(), max_size=3).map(tuple),
-        st.one_of(st.none(), accesses(variables)),
+        st.one_of(st.none(), accesses(variables), _keyword_equivalents),
     )
 
 

@@ -234,6 +234,8 @@ def test_statement_parts_in_tc_order() -> None:
         equivalent=acc("E", i),
     )
     assert print_stmt(stmt) == "O(i) += A(i, j) <=> E(i) where j in 0:N, x = a, exists B(j)"
+    keyword_named = Stmt(acc("O", i), AssignOp.MAX_INIT, acc("A", i, j), equivalent=acc("max", i))
+    assert print_stmt(keyword_named) == "O(i) max=! A(i, j) <=> max(i)"
     # A 0-d left-hand side has no parentheses; a 0-d read has them.
     assert print_stmt(Stmt(acc("s"), AssignOp.ASSIGN, acc("t"))) == "s = t()"
 
