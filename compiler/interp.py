@@ -72,6 +72,7 @@ from compiler.frontend.checked import RangedDef, StmtFacts
 from compiler.frontend.diagnostics import InternalError, ShapeError, TCError
 from compiler.interp_domain import Box, Domain, build_domain, chunk_boxes, grid_names, tensors_read
 from compiler.interp_expr import NP_DTYPE, Grid, Value, evaluate_expr
+from compiler.shapes import output_shapes
 
 CHUNK_POINTS = 1 << 22
 """The most grid points evaluated at once (bounds the evaluator's memory)."""
@@ -99,29 +100,19 @@ def evaluate(
         if info.name not in inputs:
             raise TCError(f"no value given for input '{info.name}' of def '{checked.name}'")
         tensors[info.name] = np.asarray(inputs[info.name]).astype(NP_DTYPE[info.dtype])
+    given_all = outputs is not None and all(t.name in outputs for t in checked.outputs)
+    shapes = {} if given_all else output_shapes(ranged, sizes)
     for info in checked.outputs:
         given = None if outputs is None else outputs.get(info.name)
         if given is not None:
             tensors[info.name] = np.array(given, dtype=NP_DTYPE[info.dtype], copy=True)
         else:
-            shape = output_shape(ranged, info.name, sizes)
-            tensors[info.name] = np.zeros(shape, dtype=NP_DTYPE[info.dtype])
+            tensors[info.name] = np.zeros(shapes[info.name], dtype=NP_DTYPE[info.dtype])
     # The ranges live in `definition` (poly.ranges rewrites the statements there);
     # `stmts` gives each statement's variable roles.
     for stmt, facts in zip(checked.definition.stmts, checked.stmts, strict=True):
         _run_statement(dataclasses.replace(facts, stmt=stmt), tensors, types, size_values)
     return {info.name: tensors[info.name] for info in checked.outputs}
-
-
-def output_shape(ranged: RangedDef, name: str, sizes: Mapping[str, int]) -> tuple[int, ...]:
-    """The shape of output `name`: the upper bound of each of its dimensions."""
-    size_values = _size_values(ranged.checked.size_params, sizes)
-    grid = Grid({}, {}, dict(size_values))
-    shape = []
-    for bound in ranged.bounds_of(name):
-        hi = evaluate_expr(bound.hi, grid, np.True_).array
-        shape.append(max(int(hi), 0))
-    return tuple(shape)
 
 
 def identity(op: AssignOp, dtype: ScalarType) -> np.generic:
@@ -289,4 +280,4 @@ def _scalar_type(dtype: np.dtype) -> ScalarType:
     raise InternalError(f"interp: no TC type for NumPy dtype {dtype}")
 
 
-__all__ = ["CHUNK_POINTS", "evaluate", "identity", "output_shape"]
+__all__ = ["CHUNK_POINTS", "evaluate", "identity"]

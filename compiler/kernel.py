@@ -39,9 +39,10 @@ from compiler.frontend.checked import RangedDef, StmtFacts, TensorInfo
 from compiler.frontend.diagnostics import OptionsError, ShapeError, TCError, did_you_mean
 from compiler.frontend.parser import parse
 from compiler.frontend.source import Source, Span
-from compiler.interp import evaluate, output_shape
+from compiler.interp import evaluate
 from compiler.interp_domain import tensors_read
 from compiler.interp_expr import NP_DTYPE
+from compiler.shapes import output_shapes
 
 TARGETS = ("interp", "llvm", "cuda")
 AVAILABLE_TARGETS = ("interp",)
@@ -97,11 +98,11 @@ class Kernel:
     def output_shapes(self, *arrays: Any) -> dict[str, tuple[int, ...]]:
         """The shape of every output for these inputs, by name."""
         _, sizes = self._bind(arrays)
-        return {t.name: output_shape(self.ranged, t.name, sizes) for t in self._outputs}
+        return output_shapes(self.ranged, sizes)
 
     def __call__(self, *arrays: Any, out: Any = None) -> tuple[np.ndarray, ...]:
         inputs, sizes = self._bind(arrays)
-        shapes = {t.name: output_shape(self.ranged, t.name, sizes) for t in self._outputs}
+        shapes = output_shapes(self.ranged, sizes)
         given = self._outputs_given(out, shapes)
         for output in self._accumulating:
             if output not in given:

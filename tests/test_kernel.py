@@ -204,3 +204,12 @@ def test_indirect_read_out_of_range_is_an_error() -> None:
     np.testing.assert_array_equal(k(e, np.array([3, 1], np.int32))[0], e[[3, 1]])
     with pytest.raises(ShapeError, match="index -1 out of range for dimension 0 of 'E'"):
         k(e, np.array([0, -1], np.int32))
+
+
+def test_kernel_larger_than_image_is_a_shape_error() -> None:
+    conv = define(
+        "def conv(float(H) I, float(KH) K) -> (O) { O(h) +=! I(h + kh) * K(kh) }", "conv"
+    )
+    assert conv(rand(5), rand(5))[0].shape == (1,)
+    with pytest.raises(ShapeError, match=r"negative size -1 .*H - KH \+ 1"):
+        conv(rand(3), rand(5))
