@@ -207,9 +207,7 @@ def test_indirect_read_out_of_range_is_an_error() -> None:
 
 
 def test_kernel_larger_than_image_is_a_shape_error() -> None:
-    conv = define(
-        "def conv(float(H) I, float(KH) K) -> (O) { O(h) +=! I(h + kh) * K(kh) }", "conv"
-    )
+    conv = define("def conv(float(H) I, float(KH) K) -> (O) { O(h) +=! I(h + kh) * K(kh) }", "conv")
     assert conv(rand(5), rand(5))[0].shape == (1,)
     with pytest.raises(ShapeError, match=r"negative size -1 .*H - KH \+ 1"):
         conv(rand(3), rand(5))
