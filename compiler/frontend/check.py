@@ -12,8 +12,9 @@ What is checked, as TC's sema does (plus the tcc improvements marked [tcc]):
 names (scopes.py), expression types (exprcheck.py), and per statement here:
 - the left-hand side writes an output: an input is immutable, and an unlisted name
   would be a temporary, which TC does not have;
-- its subscripts are index variables or [tcc] affine expressions of them
-  (`I_grad(n, c, h + kh)`), never tensor reads or products of variables;
+- its subscripts are index variables or [tcc] quasi-affine expressions of them
+  (`I_grad(n, c, h + kh)`, `A_grad(i / 2)`: `/` and `%` by a positive integer
+  literal), never tensor reads or products of variables;
 - its rank matches the declaration, and every earlier write of the same output;
 - a statement with reduction variables uses a reduction operator (`+=`, `+=!`, ...);
 - a declared output's dtype is not narrowed without a cast (`promote(rhs, T) == T`);
@@ -212,7 +213,14 @@ def _non_affine(expr: Expr, state: DefState, scope: StmtScope) -> tuple[Expr, st
         if expr.op is BinOp.MUL and not (is_constant(expr.lhs) or is_constant(expr.rhs)):
             return expr, "a product of variables"
         return _non_affine(expr.lhs, state, scope) or _non_affine(expr.rhs, state, scope)
+    if isinstance(expr, Binary) and expr.op in (BinOp.DIV, BinOp.MOD) and _positive_int(expr.rhs):
+        # [tcc] quasi-affine: floor division and modulo by a constant (isl's floor, mod)
+        return _non_affine(expr.lhs, state, scope)
     return expr, "a non-affine expression"
+
+
+def _positive_int(expr: Expr) -> bool:
+    return isinstance(expr, Const) and expr.dtype.is_integral and expr.value > 0
 
 
 def _check_where(stmt: Stmt, checker: ExprChecker, scope: StmtScope, report: Reporter) -> None:
