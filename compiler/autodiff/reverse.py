@@ -1,0 +1,479 @@
+"""Statement-level reverse-mode AD: a ranged TC def -> its gradient def, TC to TC.
+
+Requires: a `RangedDef` (every statement carries `where v in lo:hi` for each of its
+          variables), so no isl is needed here.
+Ensures:  `grad_def(ranged)` returns a new `Def` named `<name>_grad`:
+          - params: the forward inputs, then the forward outputs the gradient reads,
+            then one `<out>_grad` per forward output (with the output's shape);
+          - outputs: one `<in>_grad` per differentiable (float) input, declared with
+            the input's type and dims, then the extra tensors the gradient needs
+            (`T_v<k>` recomputed versions, `T_v<k>_grad` / `T_grad_acc` adjoints of
+            intermediates, `T_tmp<k>` auxiliary reductions);
+          - statements: the recomputed versions, then, for the forward statements in
+            reverse order, one scatter statement per read of a differentiable tensor:
+            `X_grad(<read's subscripts>) += <adjoint> * <partial>` with the forward
+            statement's ranges. The first write of a gradient tensor is `+=!`.
+          The def prints as TC that re-parses, checks and infers ranges (tcc's dialect:
+          affine and data-dependent left-hand sides). The input is not modified.
+
+Worked example (matmul)::
+
+    C(m, n) +=! A(m, k) * B(k, n) where m in 0:M, n in 0:N, k in 0:K
+  ==>
+    def matmul_grad(float(M, K) A, float(K, N) B, float(M, N) C_grad)
+        -> (float(M, K) A_grad, float(K, N) B_grad) {
+        A_grad(m, k) +=! C_grad(m, n) * B(k, n) where m in 0:M, n in 0:N, k in 0:K
+        B_grad(k, n) +=! C_grad(m, n) * A(m, k) where m in 0:M, n in 0:N, k in 0:K
+    }
+
+Reductions: `+=`: the adjoint flows unchanged. `max=` / `min=`: to the elements equal
+to the result (`O_grad(i) * (X(i, j) == O(i) ? 1 : 0)`): as PyTorch without ties; on
+a tie *every* tied element receives the full adjoint. `*=!`: the product of the other
+terms, exact with zeros (auxiliary reductions count the zeros and multiply the
+non-zero terms). `*=` without `!` is not supported (a TCError says so).
+Scalar rules (`compiler.autodiff.rules`) and symbolic zeros (`algebra`) keep the
+statements minimal; a zero gradient emits nothing, and an input with no contribution
+gets `X_grad(...) = 0`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator
+
+from compiler.autodiff import algebra as al
+from compiler.autodiff.algebra import MaybeExpr
+from compiler.autodiff.rules import UNSUPPORTED, partials
+from compiler.autodiff.versions import Versions, analyse, full_box, recompute
+from compiler.frontend.ast import (
+    Access,
+    AssignOp,
+    Binary,
+    BinOp,
+    Call,
+    Cast,
+    CmpOp,
+    Compare,
+    Const,
+    Def,
+    Expr,
+    Param,
+    RangeConstraint,
+    ScalarType,
+    Select,
+    Stmt,
+    Unary,
+    UnaryOp,
+    Var,
+)
+from compiler.frontend.checked import RangedDef, Role
+from compiler.frontend.diagnostics import TCError
+from compiler.frontend.scopes import walk
+from compiler.frontend.types import INDEX_TYPE, expr_type, promote
+
+Guard = tuple[Expr, bool]
+Contribution = tuple[Access, Expr, tuple[Guard, ...]]
+
+
+def grad_def(ranged: RangedDef, *, wrt: Iterable[str] | None = None) -> Def:
+    """The gradient def of `ranged` (see the module docstring)."""
+    return _Reverse(ranged, wrt).run()
+
+
+class _Reverse:
+    """One gradient derivation: the forward's versions and the statements emitted."""
+
+    def __init__(self, ranged: RangedDef, wrt: Iterable[str] | None) -> None:
+        self.ranged = ranged
+        self.checked = ranged.checked
+        self.v: Versions = analyse(ranged)
+        self.wrt = _wrt(ranged, wrt)
+        self.types: dict[str, ScalarType] = {t.name: t.dtype for t in self.checked.tensors}
+        self.types |= dict.fromkeys(self.checked.size_params, INDEX_TYPE)
+        self.types |= dict.fromkeys(self.v.fresh_sizes, INDEX_TYPE)
+        for t in self.v.writes:
+            for k in range(1, self.v.final(t)):
+                self.types[self.v.name(t, k)] = self.v.dtype(t)
+        self.adjoint: dict[tuple[str, int], str] = {}
+        self.started: set[str] = set()
+        self.extra: list[Param] = []
+        self.stmts: list[Stmt] = []
+        self.needed: set[tuple[str, int]] = set()
+        self.active = self._activity()
+        self.tmp_count = 0
+
+    # ------------------------------------------------------------------ driver
+
+    def run(self) -> Def:
+        for out in self.checked.outputs:
+            self.adjoint[(out.name, self.v.final(out.name))] = f"{out.name}_grad"
+        forward = self.v.stmts
+        for index in reversed(range(len(forward))):
+            self._statement(index, forward[index])
+        for name in self.wrt:
+            if f"{name}_grad" not in self.started:
+                idx, where = full_box(self.v, name)
+                zero = Const(0, ScalarType.INT32)
+                self.stmts.append(Stmt(Access(f"{name}_grad", idx), AssignOp.ASSIGN, zero, where))
+        head, written = recompute(self.v, self.needed)
+        versions = [Param(self.v.name(t, k), self.v.dtype(t), self.v.dims(t)) for t, k in written]
+        return self._assemble(head + self.stmts, versions)
+
+    def _assemble(self, stmts: list[Stmt], versions: list[Param]) -> Def:
+        inputs = self.checked.definition.params
+        read = _names_read(stmts)
+        outputs_read = tuple(
+            Param(t.name, t.dtype, self.v.dims(t.name))
+            for t in self.checked.outputs
+            if t.name in read
+        )
+        grads_in = tuple(
+            Param(f"{t.name}_grad", t.dtype, self.v.dims(t.name)) for t in self.checked.outputs
+        )
+        grads_out = tuple(
+            Param(f"{t.name}_grad", t.dtype, tuple(t.dims or ()))
+            for t in self.checked.inputs
+            if t.name in self.wrt
+        )
+        params = (*inputs, *outputs_read, *grads_in)
+        outputs = (*grads_out, *versions, *self.extra)
+        _check_names(self.ranged, params, outputs)
+        return Def(f"{self.ranged.name}_grad", params, outputs, tuple(stmts))
+
+    # --------------------------------------------------------------- activity
+
+    def _activity(self) -> set[tuple[str, int]]:
+        """Versions that depend on a differentiable input (only they get adjoints)."""
+        active: set[tuple[str, int]] = set()
+        for index, stmt in enumerate(self.v.stmts):
+            target, k = stmt.lhs.name, self.v.written(index)
+            reads = {e.name for e in walk(stmt.rhs) if isinstance(e, Access)}
+            live = bool(reads & set(self.wrt)) or any(
+                (name, self.v.read_version(name, index)) in active
+                for name in reads
+                if name in self.v.writes
+            )
+            if live or (self.v.accumulates(index) and (target, k - 1) in active):
+                active.add((target, k))
+        return active
+
+    # ------------------------------------------------------------- statements
+
+    def _statement(self, index: int, forward: Stmt) -> None:
+        target, k = forward.lhs.name, self.v.written(index)
+        adjoint = self.adjoint.get((target, k))
+        if adjoint is None or (target, k) not in self.active:
+            return
+        stmt = self.v.versioned_reads(forward, index)
+        seed_access = Access(adjoint, stmt.lhs.args)
+        self.types[adjoint] = self.v.dtype(target)
+        seed = self._seed(stmt, target, k, seed_access)
+        for read, contribution, guards in _backprop(stmt.rhs, seed, (), self.types):
+            self._contribute(index, stmt, read, contribution, guards)
+        if k > 1 and (target, k - 1) in self.active:
+            self._pass_through(index, stmt, target, k, adjoint)
+
+    def _seed(self, stmt: Stmt, target: str, k: int, adjoint: Access) -> Expr:
+        base = stmt.op.base
+        if base in (AssignOp.ASSIGN, AssignOp.PLUS):
+            return adjoint
+        if base in (AssignOp.MAX, AssignOp.MIN):
+            result = Access(self.v.name(target, k), stmt.lhs.args)
+            self._need(target, k)
+            return al.mul(adjoint, al.indicator(al.eq(stmt.rhs, result))) or adjoint
+        if not stmt.op.init:
+            raise TCError(
+                f"cannot differentiate `{stmt.op.value}` without '!' (a product into the "
+                "previous contents of the output): not supported yet",
+                stmt.span,
+                hint="use `*=!`, or multiply by the previous value explicitly with `=`",
+            )
+        return self._product_seed(stmt, target, adjoint)
+
+    def _product_seed(self, stmt: Stmt, target: str, adjoint: Access) -> Expr:
+        """d(prod_r x_r)/d x_r = product of the other terms, exact when some are zero:
+        `count` zeros, `nonzero` the product of the non-zero terms."""
+        rhs = stmt.rhs
+        is_zero = al.eq(rhs, al.const(0))
+        count = self._tmp(target, stmt, AssignOp.PLUS_INIT, al.indicator(is_zero))
+        nonzero = self._tmp(target, stmt, AssignOp.TIMES_INIT, Select(is_zero, al.const(1), rhs))
+        one_zero = al.select(al.eq(count, al.const(1)), nonzero, None)
+        no_zero = al.select(al.eq(count, al.const(0)), al.div(nonzero, rhs), None)
+        partial = Select(is_zero, one_zero or al.const(0), no_zero or al.const(0))
+        return al.mul(adjoint, partial) or adjoint
+
+    def _tmp(self, target: str, stmt: Stmt, op: AssignOp, rhs: Expr) -> Access:
+        self.tmp_count += 1
+        name = f"{target}_tmp{self.tmp_count}"
+        self.extra.append(Param(name, None, None))
+        dtype = ScalarType.INT32 if op is AssignOp.PLUS_INIT else self.v.dtype(target)
+        self.types[name] = dtype
+        access = Access(name, stmt.lhs.args)
+        self.stmts.append(Stmt(access, op, rhs, stmt.where))
+        return access
+
+    def _need(self, tensor: str, version: int) -> None:
+        if version < self.v.final(tensor):
+            self.needed.add((tensor, version))
+
+    # ---------------------------------------------------------- contributions
+
+    def _contribute(
+        self, index: int, stmt: Stmt, read: Access, value: Expr, guards: tuple[Guard, ...]
+    ) -> None:
+        tensor, version = self._origin(read.name, index)
+        grad = self._grad_tensor(tensor, version)
+        if grad is None:
+            return
+        self._need_reads(value, index)
+        for cond, taken in reversed(guards):
+            value = al.select(cond, value, None) if taken else al.select(cond, None, value)  # type: ignore[assignment]
+        where = stmt.where + (self._guard_ranges(tensor, read) if guards else ())
+        self._emit(Access(grad, read.args), value, where)
+
+    def _origin(self, name: str, index: int) -> tuple[str, int]:
+        for tensor in self.v.writes:
+            version = self.v.read_version(tensor, index)
+            if self.v.name(tensor, version) == name:
+                return tensor, version
+        return name, 0
+
+    def _need_reads(self, expr: Expr, index: int) -> None:
+        for e in walk(expr):
+            if isinstance(e, Access):
+                tensor, version = self._origin(e.name, index)
+                if version > 0:
+                    self._need(tensor, version)
+
+    def _grad_tensor(self, tensor: str, version: int) -> str | None:
+        """The tensor accumulating the adjoint of (tensor, version), created on demand."""
+        if version == 0:
+            return f"{tensor}_grad" if tensor in self.wrt else None
+        if (tensor, version) not in self.active:
+            return None
+        existing = self.adjoint.get((tensor, version))
+        if version < self.v.final(tensor):
+            if existing is None:
+                existing = f"{tensor}_v{version}_grad"
+                self._declare(existing, tensor)
+            self.adjoint[(tensor, version)] = existing
+            return existing
+        if existing == f"{tensor}_grad":  # the caller's adjoint is immutable: copy it
+            existing = f"{tensor}_grad_acc"
+            self._declare(existing, tensor)
+            idx, where = full_box(self.v, tensor)
+            copy = Access(f"{tensor}_grad", idx)
+            self.stmts.append(Stmt(Access(existing, idx), AssignOp.ASSIGN, copy, where))
+            self.started.add(existing)
+            self.adjoint[(tensor, version)] = existing
+        return existing
+
+    def _declare(self, name: str, tensor: str) -> None:
+        self.extra.append(Param(name, self.v.dtype(tensor), self.v.dims(tensor)))
+        self.types[name] = self.v.dtype(tensor)
+
+    def _emit(self, lhs: Access, value: Expr, where: tuple) -> None:
+        target_type = self.types.get(lhs.name)
+        if target_type is not None:
+            value_type = expr_type(value, self._env(where))
+            if promote(value_type, target_type) is not target_type:
+                value = Cast(target_type, value)
+        op = AssignOp.PLUS if lhs.name in self.started else AssignOp.PLUS_INIT
+        self.started.add(lhs.name)
+        self.stmts.append(Stmt(lhs, op, value, where))
+
+    def _env(self, where: tuple) -> dict[str, ScalarType]:
+        env = dict(self.types)
+        for clause in where:
+            if isinstance(clause, RangeConstraint):
+                for e in walk(clause.expr):
+                    if isinstance(e, Var):
+                        env[e.name] = INDEX_TYPE
+        return _IndexDefault(env)
+
+    def _guard_ranges(self, tensor: str, read: Access) -> tuple[RangeConstraint, ...]:
+        """Under a `c ? ... : ...` branch, the read's subscripts may leave the tensor
+        where the branch is not taken: keep the scatter in bounds (exactly the points
+        where the forward read happens, since the forward never reads out of bounds)."""
+        dims = self.v.dims(tensor)
+        out = []
+        for arg, dim in zip(read.args, dims, strict=True):
+            if any(isinstance(e, Access) for e in walk(arg)):
+                continue
+            out.append(RangeConstraint(arg, Const(0, ScalarType.INT32), dim))
+        return tuple(out)
+
+    def _pass_through(self, index: int, stmt: Stmt, target: str, k: int, adjoint: str) -> None:
+        """The adjoint of the previous version, for the elements this statement keeps."""
+        if self.v.covers(index):
+            return
+        grad = self._grad_tensor(target, k - 1)
+        if grad is None:
+            return
+        if stmt.op is AssignOp.ASSIGN:
+            self._masked_pass_through(stmt, target, adjoint, grad)
+            return
+        idx, where = full_box(self.v, target)
+        value: Expr = Access(adjoint, idx)
+        if stmt.op.base in (AssignOp.MAX, AssignOp.MIN):
+            self._need(target, k - 1)
+            self._need(target, k)
+            same = al.eq(
+                Access(self.v.name(target, k - 1), idx), Access(self.v.name(target, k), idx)
+            )
+            value = al.mul(value, al.indicator(same)) or value
+        self._emit(Access(grad, idx), value, where)
+
+    def _masked_pass_through(self, stmt: Stmt, target: str, adjoint: str, grad: str) -> None:
+        names = [a.name for a in stmt.lhs.args if isinstance(a, Var)]
+        if len(names) != len(stmt.lhs.args) or len(set(names)) != len(names):
+            raise TCError(
+                f"cannot differentiate a partial overwrite of '{target}' whose left-hand "
+                "side is not plain index variables: not supported yet",
+                stmt.span,
+            )
+        written: Expr | None = None
+        for clause in stmt.where:
+            if isinstance(clause, RangeConstraint):
+                inside = al.conj(
+                    Compare(CmpOp.LE, clause.lo, clause.expr),
+                    Compare(CmpOp.LT, clause.expr, clause.hi),
+                )
+                written = al.conj(written, inside)
+        idx = tuple(Var(n) for n in names)
+        where = tuple(
+            RangeConstraint(v, Const(0, ScalarType.INT32), d)
+            for v, d in zip(idx, self.v.dims(target), strict=True)
+        )
+        kept = al.select(written, None, Access(adjoint, idx)) if written else Access(adjoint, idx)
+        self._emit(Access(grad, idx), kept or Access(adjoint, idx), where)
+
+
+class _IndexDefault(dict):
+    """A type environment in which unknown names are index variables (int32)."""
+
+    def __missing__(self, key: str) -> ScalarType:
+        return INDEX_TYPE
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
+# -------------------------------------------------------------- backprop
+
+
+def _backprop(
+    expr: Expr, seed: MaybeExpr, guards: tuple[Guard, ...], types: dict[str, ScalarType]
+) -> Iterator[Contribution]:
+    """Every (read, seed * d expr / d read, guards) of a float tensor read in `expr`."""
+    if seed is None or not _is_float(expr, types):
+        return
+    if isinstance(expr, Access):
+        yield expr, seed, guards
+    elif isinstance(expr, Binary):
+        yield from _binary(expr, seed, guards, types)
+    elif isinstance(expr, Unary) and expr.op is UnaryOp.NEG:
+        yield from _backprop(expr.operand, al.neg(seed), guards, types)
+    elif isinstance(expr, Select):
+        yield from _backprop(expr.then, seed, (*guards, (expr.cond, True)), types)
+        yield from _backprop(expr.otherwise, seed, (*guards, (expr.cond, False)), types)
+    elif isinstance(expr, Cast):
+        yield from _backprop(expr.operand, seed, guards, types)
+    elif isinstance(expr, Call):
+        yield from _call(expr, seed, guards, types)
+    # Const, Var (index variables, sizes): no gradient. Compare/Logical are bool.
+
+
+def _binary(
+    e: Binary, seed: Expr, guards: tuple[Guard, ...], types: dict[str, ScalarType]
+) -> Iterator[Contribution]:
+    a, b = e.lhs, e.rhs
+    if e.op is BinOp.ADD:
+        yield from _backprop(a, seed, guards, types)
+        yield from _backprop(b, seed, guards, types)
+    elif e.op is BinOp.SUB:
+        yield from _backprop(a, seed, guards, types)
+        yield from _backprop(b, al.neg(seed), guards, types)
+    elif e.op is BinOp.MUL:
+        yield from _backprop(a, al.mul(seed, b), guards, types)
+        yield from _backprop(b, al.mul(seed, a), guards, types)
+    elif e.op is BinOp.DIV:
+        yield from _backprop(a, al.div(seed, b), guards, types)
+        yield from _backprop(b, al.neg(al.div(al.mul(seed, a), al.square(b))), guards, types)
+    elif e.op is BinOp.MOD:  # float %: a - b * floor(a / b)
+        yield from _backprop(a, seed, guards, types)
+        floor = Call("floor", (Binary(BinOp.DIV, a, b),))
+        yield from _backprop(b, al.neg(al.mul(seed, floor)), guards, types)
+
+
+def _call(
+    e: Call, seed: Expr, guards: tuple[Guard, ...], types: dict[str, ScalarType]
+) -> Iterator[Contribution]:
+    if not any(_is_float(a, types) and _has_read(a) for a in e.args):
+        return
+    if e.fn in UNSUPPORTED:
+        raise TCError(f"cannot differentiate '{e.fn}': {UNSUPPORTED[e.fn]}", e.span)
+    parts = partials(e.fn, e.args)
+    if parts is None:
+        raise TCError(f"no derivative rule for builtin '{e.fn}'", e.span)
+    for arg, part in zip(e.args, parts, strict=True):
+        yield from _backprop(arg, al.mul(seed, part), guards, types)
+
+
+def _is_float(expr: Expr, types: dict[str, ScalarType]) -> bool:
+    return expr_type(expr, _IndexDefault(types)).is_float
+
+
+def _has_read(expr: Expr) -> bool:
+    return any(isinstance(e, Access) for e in walk(expr))
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _wrt(ranged: RangedDef, wrt: Iterable[str] | None) -> tuple[str, ...]:
+    inputs = {t.name: t for t in ranged.checked.inputs}
+    if wrt is None:
+        return tuple(n for n, t in inputs.items() if t.dtype.is_float)
+    names = tuple(wrt)
+    for name in names:
+        info = inputs.get(name)
+        if info is None:
+            raise TCError(f"wrt names '{name}', which is not an input of def '{ranged.name}'")
+        if not info.dtype.is_float:
+            raise TCError(
+                f"cannot differentiate with respect to '{name}': it is {info.dtype.value}, "
+                "not a floating-point input"
+            )
+    return tuple(n for n in inputs if n in names)
+
+
+def _names_read(stmts: list[Stmt]) -> set[str]:
+    names: set[str] = set()
+    for s in stmts:
+        for root in (s.rhs, *s.lhs.args):
+            names |= {e.name for e in walk(root) if isinstance(e, Access)}
+    return names
+
+
+def _check_names(ranged: RangedDef, params: tuple[Param, ...], outputs: tuple[Param, ...]) -> None:
+    taken = {t.name for t in ranged.checked.tensors}
+    seen: set[str] = set()
+    for p in params + outputs:
+        if p.name in seen:
+            raise TCError(
+                f"the gradient of def '{ranged.name}' needs a tensor named '{p.name}', "
+                "which the def already uses; rename it",
+                ranged.checked.definition.span,
+            )
+        seen.add(p.name)
+    for p in outputs:
+        if p.name in taken:
+            raise TCError(
+                f"the gradient of def '{ranged.name}' needs a tensor named '{p.name}', "
+                "which the def already uses; rename it",
+                ranged.checked.definition.span,
+            )
+
+
+__all__ = ["grad_def"]

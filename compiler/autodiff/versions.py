@@ -1,0 +1,233 @@
+"""Versions of the tensors a def writes, and recomputation of the intermediate ones.
+
+A forward def may write one output several times (`O(i) +=! ...` then the in-place
+`O(i) = O(i) + B(i)`; `P = exp(P - m)`). Write number k of tensor T produces
+*version* k; the last one is the output itself. A read in statement s sees the
+version current before s (all reads of a statement see the tensors as they were
+before it started, as `compiler.interp` does). Inputs have one version.
+
+The gradient def names version k < last `T_v<k>` and recomputes the versions it
+reads as its own leading statements ("recompute" strategy: the forward is not
+changed; the gradient def gets `T_v<k>` as extra outputs, declared with T's shape):
+
+    O(i) +=! A(i, j)            O_v1(i) +=! A(i, j)          (recomputed)
+    O(i) = O(i) * O(i)    ==>   ... O_grad(i) * O_v1(i) ...  (the adjoint reads O_v1)
+
+Output shapes: an output's shape dims are Var/Const when its bound is a size name or
+an integer; a computed extent (`H - KH + 1`) gets a fresh size name `<T>_D<d>`,
+bound at call time from the shape of `<T>_grad`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+
+from compiler.autodiff.rewrite import inline_lets, rename_reads
+from compiler.frontend.ast import (
+    Access,
+    AssignOp,
+    Const,
+    Exists,
+    RangeConstraint,
+    ScalarType,
+    Stmt,
+    Var,
+)
+from compiler.frontend.checked import RangedDef, Role
+from compiler.frontend.diagnostics import TCError
+from compiler.frontend.scopes import walk
+
+Dim = Var | Const
+
+
+@dataclasses.dataclass(frozen=True)
+class Versions:
+    """Which statement writes which version of which tensor."""
+
+    ranged: RangedDef
+    writes: Mapping[str, tuple[int, ...]]
+    shapes: Mapping[str, tuple[Dim, ...]]
+    fresh_sizes: tuple[str, ...]
+
+    @property
+    def stmts(self) -> tuple[Stmt, ...]:
+        """The forward statements, lets inlined (the traversal needs no lets)."""
+        return tuple(inline_lets(s) for s in self.ranged.checked.definition.stmts)
+
+    def final(self, tensor: str) -> int:
+        return len(self.writes.get(tensor, ()))
+
+    def written(self, index: int) -> int:
+        """The version statement `index` produces."""
+        target = self.ranged.checked.definition.stmts[index].lhs.name
+        return self.writes[target].index(index) + 1
+
+    def read_version(self, tensor: str, index: int) -> int:
+        """The version of `tensor` that statement `index` reads (0 for inputs)."""
+        return sum(1 for w in self.writes.get(tensor, ()) if w < index)
+
+    def name(self, tensor: str, version: int) -> str:
+        """The gradient def's name for a version: the tensor itself when final."""
+        if tensor not in self.writes or version == self.final(tensor):
+            return tensor
+        return f"{tensor}_v{version}"
+
+    def dtype(self, tensor: str) -> ScalarType:
+        return self.ranged.checked.tensor(tensor).dtype
+
+    def dims(self, tensor: str) -> tuple[Dim, ...]:
+        """Declared dims of an input, or the shape dims of an output."""
+        info = self.ranged.checked.tensor(tensor)
+        if info.role is Role.INPUT:
+            return tuple(info.dims or ())
+        return self.shapes[tensor]
+
+    def versioned_reads(self, stmt: Stmt, index: int) -> Stmt:
+        """Statement `index` with every read renamed to the version it sees."""
+
+        def rename(name: str) -> str:
+            return self.name(name, self.read_version(name, index))
+
+        self._check_no_unwritten_read(stmt, index)
+        rhs = rename_reads(stmt.rhs, rename)
+        lhs_args = tuple(rename_reads(a, rename) for a in stmt.lhs.args)
+        where = tuple(c for c in stmt.where if not isinstance(c, Exists))
+        return dataclasses.replace(
+            stmt, lhs=dataclasses.replace(stmt.lhs, args=lhs_args), rhs=rhs, where=where
+        )
+
+    def _check_no_unwritten_read(self, stmt: Stmt, index: int) -> None:
+        for e in walk(stmt.rhs):
+            if isinstance(e, Access) and e.name in self.writes:
+                if self.read_version(e.name, index) == 0:
+                    raise TCError(
+                        f"cannot differentiate: '{e.name}' is read before any statement "
+                        "writes it (its value comes from the caller's out= data)",
+                        e.span,
+                        hint="write the output before reading it",
+                    )
+
+    def covers(self, index: int) -> bool:
+        """Whether statement `index` replaces every element of the previous version:
+        an `op!`, or an `=` over the whole output box with plain index variables."""
+        stmt = self.ranged.checked.definition.stmts[index]
+        if stmt.op.init:
+            return True
+        if stmt.op is not AssignOp.ASSIGN:
+            return False
+        names = [a.name for a in stmt.lhs.args if isinstance(a, Var)]
+        if len(names) != len(stmt.lhs.args) or len(set(names)) != len(names):
+            return False
+        ranges = {}
+        for c in stmt.where:
+            if isinstance(c, RangeConstraint):
+                if not (isinstance(c.expr, Var) and c.expr.name in names):
+                    return False
+                ranges[c.expr.name] = (c.lo, c.hi)
+        bounds = self.ranged.bounds_of(stmt.lhs.name)
+        return all(ranges.get(n) == (b.lo, b.hi) for n, b in zip(names, bounds, strict=True))
+
+    def accumulates(self, index: int) -> bool:
+        """Whether the version statement `index` writes depends on the previous one."""
+        return not self.covers(index)
+
+
+def analyse(ranged: RangedDef) -> Versions:
+    """Versions of every output of `ranged`, and the shape dims of every output."""
+    writes: dict[str, list[int]] = {}
+    for i, stmt in enumerate(ranged.checked.definition.stmts):
+        writes.setdefault(stmt.lhs.name, []).append(i)
+    taken = {t.name for t in ranged.checked.tensors} | set(ranged.checked.size_params)
+    shapes: dict[str, tuple[Dim, ...]] = {}
+    fresh: list[str] = []
+    for info in ranged.checked.outputs:
+        dims: list[Dim] = []
+        for d, bound in enumerate(ranged.bounds_of(info.name)):
+            hi = bound.hi
+            if isinstance(hi, (Var, Const)):
+                dims.append(hi)
+                continue
+            name = _fresh(f"{info.name}_D{d}", taken)
+            fresh.append(name)
+            dims.append(Var(name))
+        shapes[info.name] = tuple(dims)
+    return Versions(ranged, {k: tuple(v) for k, v in writes.items()}, shapes, tuple(fresh))
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name = base
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
+def full_box(
+    versions: Versions, tensor: str, prefix: str = "i"
+) -> tuple[tuple[Var, ...], tuple[RangeConstraint, ...]]:
+    """Index variables over a tensor's whole shape, with their ranges `0:dim`."""
+    checked = versions.ranged.checked
+    taken = {t.name for t in checked.tensors} | set(checked.size_params) | set(versions.fresh_sizes)
+    dims = versions.dims(tensor)
+    names = [_fresh(f"{prefix}{d}", taken) for d in range(len(dims))]
+    where = tuple(
+        RangeConstraint(Var(n), Const(0, ScalarType.INT32), dim)
+        for n, dim in zip(names, dims, strict=True)
+    )
+    return tuple(Var(n) for n in names), where
+
+
+def recompute(
+    versions: Versions, needed: set[tuple[str, int]]
+) -> tuple[list[Stmt], list[tuple[str, int]]]:
+    """Statements recomputing every needed intermediate version (and those they
+    read), in forward order; and the (tensor, version) pairs they write."""
+    closure = _closure(versions, needed)
+    order = sorted(closure, key=lambda tv: versions.writes[tv[0]][tv[1] - 1])
+    stmts: list[Stmt] = []
+    for tensor, k in order:
+        index = versions.writes[tensor][k - 1]
+        stmts.extend(_recompute_one(versions, tensor, k, index))
+    return stmts, order
+
+
+def _closure(versions: Versions, needed: set[tuple[str, int]]) -> set[tuple[str, int]]:
+    todo = [tv for tv in needed if tv[1] < versions.final(tv[0])]
+    done: set[tuple[str, int]] = set()
+    while todo:
+        tensor, k = todo.pop()
+        if (tensor, k) in done:
+            continue
+        done.add((tensor, k))
+        index = versions.writes[tensor][k - 1]
+        todo.extend(_deps(versions, index, tensor, k))
+    return done
+
+
+def _deps(versions: Versions, index: int, tensor: str, k: int) -> Iterator[tuple[str, int]]:
+    stmt = versions.stmts[index]
+    for arg in (*stmt.lhs.args, stmt.rhs):
+        for e in walk(arg):
+            if isinstance(e, Access) and e.name in versions.writes:
+                j = versions.read_version(e.name, index)
+                if 0 < j < versions.final(e.name):
+                    yield e.name, j
+    if versions.accumulates(index) and k > 1:
+        yield tensor, k - 1
+
+
+def _recompute_one(versions: Versions, tensor: str, k: int, index: int) -> list[Stmt]:
+    stmt = versions.versioned_reads(versions.stmts[index], index)
+    name = versions.name(tensor, k)
+    out: list[Stmt] = []
+    op = stmt.op
+    if versions.accumulates(index):
+        if k > 1:
+            idx, where = full_box(versions, tensor)
+            previous = Access(versions.name(tensor, k - 1), idx)
+            out.append(Stmt(Access(name, idx), AssignOp.ASSIGN, previous, where))
+        elif op is AssignOp.PLUS:
+            op = AssignOp.PLUS_INIT  # version 0 is zeros, the identity of +
+    out.append(dataclasses.replace(stmt, lhs=dataclasses.replace(stmt.lhs, name=name), op=op))
+    return out
