@@ -15,8 +15,8 @@ from __future__ import annotations
 from compiler.frontend.ast import (
     Binary,
     BinOp,
-    Compare,
     CmpOp,
+    Compare,
     Const,
     Expr,
     Logical,

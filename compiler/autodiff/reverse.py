@@ -38,7 +38,6 @@ gets `X_grad(...) = 0`.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Iterator
 
 from compiler.autodiff import algebra as al
@@ -66,7 +65,7 @@ from compiler.frontend.ast import (
     UnaryOp,
     Var,
 )
-from compiler.frontend.checked import RangedDef, Role
+from compiler.frontend.checked import RangedDef
 from compiler.frontend.diagnostics import TCError
 from compiler.frontend.scopes import walk
 from compiler.frontend.types import INDEX_TYPE, expr_type, promote

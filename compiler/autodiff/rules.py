@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable
 
 from compiler.autodiff.algebra import MaybeExpr, add, const, div, indicator, mul, neg, square, sub
-from compiler.frontend.ast import Binary, BinOp, Call, Compare, CmpOp, Expr, Select
+from compiler.frontend.ast import Binary, BinOp, Call, CmpOp, Compare, Expr, Select
 
 Rule = Callable[[tuple[Expr, ...]], tuple[MaybeExpr, ...]]
 
