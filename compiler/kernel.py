@@ -42,10 +42,11 @@ from compiler.frontend.source import Source, Span
 from compiler.interp import evaluate
 from compiler.interp_domain import tensors_read
 from compiler.interp_expr import NP_DTYPE
+from compiler.options import Options, as_options
 from compiler.shapes import output_shapes
 
 TARGETS = ("interp", "llvm", "cuda")
-AVAILABLE_TARGETS = ("interp",)
+AVAILABLE_TARGETS = ("interp", "llvm")
 
 
 class TCWarning(UserWarning):
@@ -91,6 +92,8 @@ class Kernel:
         self._inputs = checked.inputs
         self._outputs = checked.outputs
         self._accumulating = _accumulating_outputs(checked.stmts)
+        self.options = as_options(options)
+        self._native = _compile_native(self.ranged, self.options) if target == "llvm" else None
 
     def __repr__(self) -> str:
         return f"<Kernel {self.name} target={self.target!r}>"
@@ -113,7 +116,7 @@ class Kernel:
                     TCWarning,
                     stacklevel=2,
                 )
-        results = evaluate(self.ranged, inputs, sizes, given)
+        results = self._evaluate(inputs, sizes, given, shapes)
         returned = []
         for info in self._outputs:
             if info.name in given:
@@ -122,6 +125,26 @@ class Kernel:
             else:
                 returned.append(results[info.name])
         return tuple(returned)
+
+    def _evaluate(
+        self,
+        inputs: dict[str, np.ndarray],
+        sizes: dict[str, int],
+        given: Mapping[str, np.ndarray],
+        shapes: Mapping[str, tuple[int, ...]],
+    ) -> dict[str, np.ndarray]:
+        """Fresh output arrays (starting from `given`, else zeros), computed by the target."""
+        if self._native is None:
+            return evaluate(self.ranged, inputs, sizes, given)
+        outputs = {}
+        for t in self._outputs:
+            dtype = np.dtype(NP_DTYPE[t.dtype])
+            start = given.get(t.name)
+            outputs[t.name] = (
+                np.zeros(shapes[t.name], dtype) if start is None else np.array(start, dtype=dtype)
+            )
+        self._native.run(inputs, sizes, outputs)
+        return outputs
 
     # ------------------------------------------------------------ validation
 
@@ -184,8 +207,7 @@ def _check_target(target: str, options: object, backward: object) -> None:
             f"target '{target}' is not available yet",
             hint="use target='interp' (the NumPy reference evaluator)",
         )
-    if options is not None:
-        raise OptionsError("options= is not supported yet", hint="leave options=None")
+    as_options(options)
     if backward is not None:
         raise OptionsError(
             "backward= is not supported yet", hint="leave backward=None; gradients come later"
@@ -254,6 +276,12 @@ def _placeholder(field: str, constants: Mapping[str, object], span: Span) -> str
         return format(constants[key], spec)
     except (TypeError, ValueError) as err:
         raise TCError(f"cannot format constant '{key}' with spec '{spec}': {err}", span) from None
+
+
+def _compile_native(ranged: RangedDef, options: Options) -> Any:
+    from compiler.native import compile_native
+
+    return compile_native(ranged, options)
 
 
 def _infer_ranges(checked: Any) -> RangedDef:
