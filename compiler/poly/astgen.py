@@ -1,0 +1,458 @@
+"""Lowering: a ranged TC def -> one loop-IR Function, through isl's AST builder.
+
+Requires: a `RangedDef`; `Options`.
+Ensures:  `lower(ranged, options) -> loops.Function` that `loops.verify` accepts and
+that computes what `compiler.interp.evaluate` computes. `lower_kernel` also returns
+the run-time bounds checks (`Lowered.checks`).
+
+Each nest of `poly.schedule` becomes a schedule tree (domain, outer band, a `reduce`
+mark when it accumulates in a register, inner band), which isl's AST builder turns
+into loops with exact bounds under the size context; the isl AST is converted once.
+Statement arguments are read from each user node's call arguments (isl may rescale
+strided loops), never from loop iterators. The outermost loop of a parallel band is
+`LoopKind.PARALLEL`; a runtime may split it across threads.
+
+Buffers: the inputs (role in), then the outputs (role out), shaped by expressions of
+the sizes; when some read cannot be proven in bounds, a last `int64[2]` buffer named
+`ERROR_BUFFER` (role out, zeroed by the caller) receives the first failed check:
+`[check id + 1, index value]` (`Lowered.checks[id]` names the read and dimension),
+while the read itself yields 0. The caller turns it into a ShapeError.
+
+Worked example, matmul `C(m, n) +=! A(m, k) * B(k, n)`:
+
+    for m in 0:M parallel
+      for n in 0:N
+        local acc: float32 = 0.0f
+          for k in 0:K
+            acc = acc + A[m, k] * B[k, n]
+          C[m, n] = acc
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import islpy as isl
+import numpy as np
+
+from compiler import loops as L
+from compiler.frontend.ast import AssignOp, Let
+from compiler.frontend.checked import RangedDef
+from compiler.frontend.diagnostics import InternalError
+from compiler.frontend.types import stmt_env
+from compiler.options import Options
+from compiler.poly.lower_expr import (
+    I64,
+    ExprLowering,
+    ReadCheck,
+    bound_to_loops,
+    cast,
+    const,
+    dtype_of,
+)
+from compiler.poly.schedule import Nest, NestKind, Schedule, schedule
+
+ERROR_BUFFER = "tcc.error"
+
+
+@dataclass(frozen=True)
+class Lowered:
+    function: L.Function
+    checks: tuple[ReadCheck, ...]
+
+
+def lower(ranged: RangedDef, options: Options | None = None) -> L.Function:
+    """The loop-IR Function of `ranged` (see the module doc)."""
+    return lower_kernel(ranged, options).function
+
+
+def lower_kernel(ranged: RangedDef, options: Options | None = None) -> Lowered:
+    """The Function and its run-time bounds checks."""
+    return lower_schedule(schedule(ranged, options or Options()))
+
+
+def lower_schedule(sched: Schedule) -> Lowered:
+    checked = sched.ranged.checked
+    params = checked.size_params
+    buffers: dict[str, L.Buffer] = {}
+    for t in checked.tensors:
+        shape = tuple(bound_to_loops(e) for e in sched.extent(t.name))
+        role = L.Role.IN if t.role.value == "input" else L.Role.OUT
+        buffers[t.name] = L.Buffer(t.name, dtype_of(t.dtype), shape, role)
+    error = L.Buffer(ERROR_BUFFER, I64, (const(2, I64),), L.Role.OUT)
+    state = _State(buffers, frozenset(params), error)
+    nests = [_NestLowering(sched, nest, state).run() for nest in sched.nests]
+    all_buffers = tuple(buffers.values()) + ((error,) if state.checks else ())
+    body = nests[0] if len(nests) == 1 else L.Block(tuple(nests))
+    return Lowered(L.Function(checked.name, all_buffers, params, body), tuple(state.checks))
+
+
+@dataclass
+class _State:
+    buffers: dict[str, L.Buffer]
+    sizes: frozenset[str]
+    error: L.Buffer
+    checks: list[ReadCheck] = field(default_factory=list)
+
+    def register(self, check: ReadCheck) -> int:
+        self.checks.append(check)
+        return len(self.checks) - 1
+
+
+# ------------------------------------------------------------------ isl side
+
+
+def build_ast(nest: Nest, context: isl.Set) -> isl.AstNode:
+    """isl's AST for one nest: bands from the schedule, iterators named after them."""
+    domain = isl.UnionSet.from_set(nest.domain)
+    sched = isl.Schedule.from_domain(domain)
+    node = sched.get_root().child(0)
+    n_outer = len(nest.outer)
+    if n_outer:
+        node = node.insert_partial_schedule(_band(nest.domain, 0, n_outer)).child(0)
+    if nest.accumulate:
+        node = node.insert_mark(isl.Id("reduce")).child(0)
+    if nest.inner:
+        node = node.insert_partial_schedule(_band(nest.domain, n_outer, len(nest.inner)))
+    build = isl.AstBuild.from_context(context)
+    names = nest.outer + nest.inner
+    if names:
+        ids = isl.IdList.alloc(isl.DEFAULT_CONTEXT, len(names))
+        for name in names:
+            ids = ids.add(isl.Id(name))
+        build = build.set_iterators(ids)
+    return build.node_from_schedule(node.get_schedule())
+
+
+def _band(domain: isl.Set, first: int, n: int) -> isl.MultiUnionPwAff:
+    """The schedule `S[vars] -> [vars first .. first+n-1]`."""
+    space = domain.get_space()
+    identity = isl.Map.identity(space.map_from_set())
+    total = domain.dim(isl.dim_type.set)
+    band = identity.project_out(isl.dim_type.out, first + n, total - first - n)
+    band = band.project_out(isl.dim_type.out, 0, first).reset_tuple_id(isl.dim_type.out)
+    return isl.MultiUnionPwAff.from_union_map(isl.UnionMap.from_map(band.intersect_domain(domain)))
+
+
+_BIN = {
+    isl.ast_expr_op_type.add: L.BinOp.ADD,
+    isl.ast_expr_op_type.sub: L.BinOp.SUB,
+    isl.ast_expr_op_type.mul: L.BinOp.MUL,
+    isl.ast_expr_op_type.div: L.BinOp.DIV,  # exact division
+    isl.ast_expr_op_type.eq: L.BinOp.EQ,
+    isl.ast_expr_op_type.le: L.BinOp.LE,
+    isl.ast_expr_op_type.lt: L.BinOp.LT,
+    isl.ast_expr_op_type.ge: L.BinOp.GE,
+    isl.ast_expr_op_type.gt: L.BinOp.GT,
+    isl.ast_expr_op_type.and_: L.BinOp.AND,
+    isl.ast_expr_op_type.and_then: L.BinOp.AND,
+    isl.ast_expr_op_type.or_: L.BinOp.OR,
+    isl.ast_expr_op_type.or_else: L.BinOp.OR,
+}
+_FLOOR = (isl.ast_expr_op_type.fdiv_q, isl.ast_expr_op_type.pdiv_q)
+_MOD = (isl.ast_expr_op_type.pdiv_r, isl.ast_expr_op_type.zdiv_r)
+
+
+def ast_expr(e: isl.AstExpr) -> L.Expr:
+    """An isl AST expression (iterators and sizes are int64) as loop IR."""
+    kind = e.get_type()
+    if kind == isl.ast_expr_type.int:
+        return const(int(e.get_val().to_python()), I64)
+    if kind == isl.ast_expr_type.id:
+        return L.VarRef(e.get_id().get_name())
+    op = e.get_op_type()
+    args = [ast_expr(e.get_op_arg(k)) for k in range(e.get_op_n_arg())]
+    if op == isl.ast_expr_op_type.minus:
+        return L.Unary(L.UnaryOp.NEG, args[0])
+    if op in (isl.ast_expr_op_type.min, isl.ast_expr_op_type.max):
+        combine = L.Min if op == isl.ast_expr_op_type.min else L.Max
+        result = args[0]
+        for a in args[1:]:
+            result = combine(result, a)
+        return result
+    if op in (isl.ast_expr_op_type.select, isl.ast_expr_op_type.cond):
+        return L.Select(args[0], args[1], args[2])
+    if op in _FLOOR:
+        return L.FloorDiv(args[0], args[1])
+    if op in _MOD:
+        return L.Mod(args[0], args[1])
+    if op in _BIN:
+        return simplify(L.Bin(_BIN[op], args[0], args[1]))
+    raise InternalError(f"unexpected isl AST expression {e.to_C_str()}")
+
+
+def simplify(e: L.Expr) -> L.Expr:
+    """Fold `x - c + c`, `x + 0` and constant arithmetic (readable loop bounds)."""
+    if not (isinstance(e, L.Bin) and e.op in (L.BinOp.ADD, L.BinOp.SUB)):
+        return e
+    a, b = e.a, e.b
+    if isinstance(a, L.Const) and isinstance(b, L.Const):
+        value = int(a.value) + int(b.value) if e.op is L.BinOp.ADD else int(a.value) - int(b.value)
+        return const(value, I64)
+    if not isinstance(b, L.Const):
+        return e
+    k = int(b.value) if e.op is L.BinOp.ADD else -int(b.value)
+    if isinstance(a, L.Bin) and a.op in (L.BinOp.ADD, L.BinOp.SUB) and isinstance(a.b, L.Const):
+        k += int(a.b.value) if a.op is L.BinOp.ADD else -int(a.b.value)
+        a = a.a
+    if k == 0:
+        return a
+    return L.Bin(L.BinOp.ADD, a, const(k, I64)) if k > 0 else L.Bin(L.BinOp.SUB, a, const(-k, I64))
+
+
+def _user_args(node: isl.AstNode) -> tuple[str, list[L.Expr]]:
+    call = node.user_get_expr()
+    name = call.get_op_arg(0).get_id().get_name()
+    return name, [ast_expr(call.get_op_arg(k)) for k in range(1, call.get_op_n_arg())]
+
+
+def _first_user(node: isl.AstNode) -> isl.AstNode | None:
+    kind = node.get_type()
+    if kind == isl.ast_node_type.user:
+        return node
+    if kind == isl.ast_node_type.for_:
+        return _first_user(node.for_get_body())
+    if kind == isl.ast_node_type.if_:
+        return _first_user(node.if_get_then_node())
+    if kind == isl.ast_node_type.mark:
+        return _first_user(node.mark_get_node())
+    if kind == isl.ast_node_type.block:
+        children = node.block_get_children()
+        for k in range(children.n_ast_node()):
+            found = _first_user(children.get_at(k))
+            if found is not None:
+                return found
+    return None
+
+
+# ------------------------------------------------------------------ one nest
+
+
+class _NestLowering:
+    """Converts the isl AST of one nest to loop IR, once."""
+
+    def __init__(self, sched: Schedule, nest: Nest, state: _State) -> None:
+        self.sched = sched
+        self.nest = nest
+        self.state = state
+        self.facts = nest.facts
+        self.target = state.buffers[nest.target]
+        self.acc: str | None = None  # the register accumulator inside a `reduce` mark
+        self.buffers: Mapping[str, L.Buffer] = state.buffers
+        if nest.snapshot:
+            old = L.Buffer(f"{nest.target}.old", self.target.dtype, self.target.shape, L.Role.TEMP)
+            self.buffers = {**state.buffers, nest.target: old}
+
+    def run(self) -> L.Stmt:
+        body = self._node(build_ast(self.nest, self.sched.context), False)
+        if not self.nest.snapshot:
+            return body
+        old = self.buffers[self.nest.target]
+        return L.Alloc(old, L.Block((copy_nest(self.target, old), body)))
+
+    def _node(self, node: isl.AstNode, in_parallel: bool) -> L.Stmt:
+        kind = node.get_type()
+        if kind == isl.ast_node_type.for_:
+            return self._for(node, in_parallel)
+        if kind == isl.ast_node_type.if_:
+            then = self._node(node.if_get_then_node(), in_parallel)
+            otherwise = (
+                self._node(node.if_get_else_node(), in_parallel)
+                if node.if_has_else_node()
+                else None
+            )
+            return L.If(ast_expr(node.if_get_cond()), then, otherwise)
+        if kind == isl.ast_node_type.block:
+            children = node.block_get_children()
+            return L.Block(
+                tuple(
+                    self._node(children.get_at(k), in_parallel)
+                    for k in range(children.n_ast_node())
+                )
+            )
+        if kind == isl.ast_node_type.mark:
+            return self._reduce(node.mark_get_node(), in_parallel)
+        if kind == isl.ast_node_type.user:
+            _, args = _user_args(node)
+            return self._instance(args)
+        raise InternalError(f"unexpected isl AST node {node.to_C_str()}")
+
+    def _for(self, node: isl.AstNode, in_parallel: bool) -> L.Stmt:
+        var = node.for_get_iterator().get_id().get_name()
+        lo = ast_expr(node.for_get_init())
+        cond = node.for_get_cond()
+        if cond.get_op_type() not in (isl.ast_expr_op_type.le, isl.ast_expr_op_type.lt) or (
+            ast_expr(cond.get_op_arg(0)) != L.VarRef(var)
+        ):
+            raise InternalError(f"unexpected loop condition {cond.to_C_str()}")
+        hi = ast_expr(cond.get_op_arg(1))
+        if cond.get_op_type() == isl.ast_expr_op_type.le:
+            hi = simplify(L.Bin(L.BinOp.ADD, hi, const(1, I64)))
+        step = int(node.for_get_inc().get_val().to_python())
+        parallel = self.nest.parallel and not in_parallel and var in self.nest.outer
+        body = self._node(node.for_get_body(), in_parallel or parallel)
+        kind = L.LoopKind.PARALLEL if parallel else L.LoopKind.SERIAL
+        return L.For(var, lo, hi, step, body, kind)
+
+    # ------------------------------------------------------------ statements
+
+    def _values(self, args: list[L.Expr]) -> dict[str, L.Expr]:
+        names = self.nest.outer + self.nest.inner
+        if len(args) != len(names):
+            raise InternalError(f"user node with {len(args)} arguments for {names}")
+        return dict(zip(names, args, strict=True))
+
+    def _lowering(self, values: Mapping[str, L.Expr]) -> ExprLowering:
+        env = stmt_env(self.sched.ranged.checked, self.facts)
+        return ExprLowering(
+            values,
+            env,
+            self.buffers,
+            self.state.sizes,
+            frozenset(self.facts.lets),
+            self.nest.unproven,
+            self.state.register,
+        )
+
+    def _instance(self, args: list[L.Expr]) -> L.Stmt:
+        values = self._values(args)
+        if self.nest.kind is NestKind.INIT:
+            index = tuple(values[n] for n in self.nest.outer)
+            return L.Store(self.target, index, identity(self.facts.stmt.op, self.target.dtype))
+        low = self._lowering(values)
+        stmt = self.facts.stmt
+        lets = [(c.name, low.value(c.value)) for c in stmt.where if isinstance(c, Let)]
+        value = cast(low.value(stmt.rhs), self.target.dtype)
+        index = tuple(low.index(a) for a in stmt.lhs.args)
+        if self.acc is not None:
+            effect: L.Stmt = L.Assign(
+                self.acc, combine(stmt.op, L.VarRef(self.acc, value.dtype), value)
+            )
+        elif stmt.op is AssignOp.ASSIGN:
+            effect = L.Store(self.target, index, value)
+        else:
+            effect = L.Store(
+                self.target, index, combine(stmt.op, L.Load(self.target, index), value)
+            )
+        body = _with_checks(low.checks, effect, self.state.error)
+        for name, v in reversed(lets):
+            body = L.Let(name, v, body)
+        return body
+
+    def _reduce(self, child: isl.AstNode, in_parallel: bool) -> L.Stmt:
+        """A register accumulator around the reduction loops, stored once."""
+        user = _first_user(child)
+        if user is None:
+            raise InternalError("a reduce mark without a statement")
+        _, args = _user_args(user)
+        values = self._values(args)
+        inner = set(self.nest.inner)
+        for v in self.nest.outer:
+            if _free_names(values[v]) & inner:
+                raise InternalError(f"output index {v} depends on a reduction loop")
+        index = tuple(self._lowering(values).index(a) for a in self.facts.stmt.lhs.args)
+        acc = _fresh("acc", self._taken())
+        dtype = self.target.dtype
+        op = self.facts.stmt.op
+        init = identity(op, dtype) if op.init else L.Load(self.target, index)
+        self.acc = acc
+        try:
+            body = self._node(child, in_parallel)
+        finally:
+            self.acc = None
+        store = L.Store(self.target, index, L.VarRef(acc, dtype))
+        return L.Local(acc, dtype, init, L.Block((body, store)))
+
+    def _taken(self) -> set[str]:
+        return set(self.facts.all_vars) | set(self.facts.lets) | set(self.state.sizes)
+
+
+def _with_checks(
+    checks: list[tuple[L.Expr, int, L.Expr]], effect: L.Stmt, error: L.Buffer
+) -> L.Stmt:
+    """The error records of failed bounds checks (the first one wins), then `effect`."""
+    if not checks:
+        return effect
+    records: list[L.Stmt] = []
+    zero = const(0, I64)
+    for cond, check_id, index in checks:
+        first = L.Bin(L.BinOp.EQ, L.Load(error, (zero,)), zero)
+        record = L.Block(
+            (
+                L.Store(error, (zero,), const(check_id + 1, I64)),
+                L.Store(error, (const(1, I64),), index),
+            )
+        )
+        records.append(L.If(L.Bin(L.BinOp.AND, cond, first), record))
+    return L.Block((*records, effect))
+
+
+def combine(op: AssignOp, current: L.Expr, value: L.Expr) -> L.Expr:
+    """`current op value` for a reduction operator."""
+    base = op.base
+    if base is AssignOp.PLUS:
+        return L.Bin(L.BinOp.ADD, current, value)
+    if base is AssignOp.TIMES:
+        return L.Bin(L.BinOp.MUL, current, value)
+    if base is AssignOp.MIN:
+        return L.Min(current, value)
+    if base is AssignOp.MAX:
+        return L.Max(current, value)
+    raise InternalError(f"not a reduction: {op}")
+
+
+def identity(op: AssignOp, dtype: L.DType) -> L.Const:
+    """The identity of reduction `op` in `dtype` (as `compiler.interp.identity`)."""
+    base = op.base
+    if base in (AssignOp.PLUS, AssignOp.TIMES):
+        one = base is AssignOp.TIMES
+        if dtype.is_float:
+            return const(float(one), dtype)
+        return const(one if dtype is L.DType.BOOL else int(one), dtype)
+    if dtype.is_float:
+        return const(math.inf if base is AssignOp.MIN else -math.inf, dtype)
+    if dtype is L.DType.BOOL:
+        return const(base is AssignOp.MIN, dtype)
+    info = np.iinfo(dtype.np)
+    return const(int(info.max if base is AssignOp.MIN else info.min), dtype)
+
+
+def copy_nest(source: L.Buffer, dest: L.Buffer) -> L.Stmt:
+    """Serial loops copying `source` into `dest` (a snapshot)."""
+    names = [f"s{k}" for k in range(len(source.shape))]
+    index = tuple(L.VarRef(n) for n in names)
+    body: L.Stmt = L.Store(dest, index, L.Load(source, index))
+    for name, extent in reversed(list(zip(names, source.shape, strict=True))):
+        body = L.For(name, const(0, I64), extent, 1, body)
+    return body
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name = base
+    while name in taken:
+        name += "_"
+    return name
+
+
+def _free_names(e: L.Expr) -> set[str]:
+    names: set[str] = set()
+
+    class _Names(L.Visitor):
+        def visit_VarRef(self, node: L.VarRef) -> None:
+            names.add(node.name)
+
+    _Names().visit(e)
+    return names
+
+
+__all__ = [
+    "ERROR_BUFFER",
+    "Lowered",
+    "ast_expr",
+    "build_ast",
+    "lower",
+    "lower_kernel",
+    "lower_schedule",
+]

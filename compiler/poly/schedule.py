@@ -1,0 +1,279 @@
+"""Scheduling: the order of statement instances, as a sequence of loop nests.
+
+Requires: a `RangedDef` (every variable has a `where` range); `Options`.
+Ensures:  `schedule(ranged, options) -> Schedule`, a poly-internal object: one `Nest`
+per loop nest, in execution order, each with its isl domain and two bands:
+
+- statements run in textual order, one nest each;
+- an `op!` statement gets an `Init` nest before it over the output's whole box (the
+  operator's identity), unless the statement itself covers the whole box with a
+  register accumulator that starts at the identity and does not read its output;
+- a statement's outer band is its left-hand-side variables, its inner band the
+  reduction variables. When the left-hand side is injective in its variables (isl
+  decides: true for plain distinct variables), every output element is owned by one
+  outer iteration: the outer band is parallel and a reduction accumulates in a
+  register. A scatter (`I_grad(h + kh) += ...`) is scheduled with all loops serial
+  (`compiler/poly/gather.py` is the pass that turns scatters into gathers first);
+- a statement that reads its own output elsewhere than the element it writes reads
+  a snapshot taken before it starts (`snapshot`), as TC's semantics require.
+
+`context` holds what the sizes are known to satisfy when the code runs: every size
+>= 1, and every output extent >= 0 (a negative extent is a ShapeError at call time).
+The AST builder uses it to drop useless guards.
+
+Worked example, `C(m, n) +=! A(m, k) * B(k, n)` with ranges `0:M, 0:N, 0:K`:
+one Nest `S0[m, n, k]`, outer band `(m, n)` parallel, inner band `(k,)`,
+accumulate=True, no Init (the statement covers C's box and starts from 0).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import islpy as isl
+
+from compiler.frontend.ast import Access, Expr, Let, Var
+from compiler.frontend.checked import RangedDef, StmtFacts
+from compiler.frontend.scopes import children
+from compiler.options import Options
+from compiler.poly.build import PolyStmt, build_statements
+from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff, params_space
+
+
+class NestKind(enum.Enum):
+    INIT = "init"
+    STMT = "stmt"
+
+
+@dataclass(frozen=True)
+class Nest:
+    """One loop nest. `outer` and `inner` name the band dimensions (loop variables);
+    for an INIT nest, `outer` names the output's dimensions and `inner` is empty."""
+
+    kind: NestKind
+    index: int  # the statement's position in the def
+    facts: StmtFacts  # the ranged statement (with its where clauses)
+    domain: isl.Set  # tuple named S<k> (statement) or I<k> (init)
+    outer: tuple[str, ...]
+    inner: tuple[str, ...]
+    parallel: bool = False
+    accumulate: bool = False
+    snapshot: bool = False
+    unproven: frozenset[Access] = frozenset()  # reads that need a run-time bounds check
+
+    @property
+    def target(self) -> str:
+        return self.facts.stmt.lhs.name
+
+
+@dataclass(frozen=True)
+class Schedule:
+    ranged: RangedDef
+    nests: tuple[Nest, ...]
+    context: isl.Set  # parameter set: what the sizes satisfy at run time
+    extents: tuple[tuple[str, tuple[Expr, ...]], ...]  # every tensor's shape, TC exprs
+
+    def extent(self, tensor: str) -> tuple[Expr, ...]:
+        return dict(self.extents)[tensor]
+
+
+def schedule(ranged: RangedDef, options: Options | None = None) -> Schedule:
+    """The nests of `ranged`, in execution order (see the module doc)."""
+    del options  # no schedule knobs yet: every option is a run-time one
+    params = ranged.checked.size_params
+    extents = tensor_extents(ranged)
+    context = size_context(ranged)
+    nests: list[Nest] = []
+    for poly, facts in zip(build_statements(ranged), _ranged_facts(ranged), strict=True):
+        nests.extend(_nests_of(poly, facts, extents, params, context))
+    return Schedule(ranged, tuple(nests), context, tuple(extents.items()))
+
+
+def _ranged_facts(ranged: RangedDef) -> Iterator[StmtFacts]:
+    for stmt, facts in zip(ranged.checked.definition.stmts, ranged.checked.stmts, strict=True):
+        yield StmtFacts(stmt, facts.index_vars, facts.reduction_vars, facts.lets)
+
+
+def tensor_extents(ranged: RangedDef) -> dict[str, tuple[Expr, ...]]:
+    """Every tensor's shape as TC expressions of the sizes (outputs: declared, or the
+    upper ends of their index ranges)."""
+    result: dict[str, tuple[Expr, ...]] = {}
+    for t in ranged.checked.tensors:
+        if t.dims is not None:
+            result[t.name] = tuple(t.dims)
+        else:
+            result[t.name] = tuple(b.hi for b in ranged.bounds_of(t.name))
+    return result
+
+
+def size_context(ranged: RangedDef) -> isl.Set:
+    """Sizes >= 1 and every inferred output extent >= 0."""
+    space = params_space(ranged.checked.size_params)
+    context = space.context
+    for t in ranged.checked.outputs:
+        for bound in ranged.bounds_of(t.name):
+            try:
+                context = context & expr_to_aff(bound.hi, space).ge_set(space.const(0))
+            except NotAffine:
+                continue
+    return context.params()
+
+
+def _nests_of(
+    poly: PolyStmt,
+    facts: StmtFacts,
+    extents: dict[str, tuple[Expr, ...]],
+    params: tuple[str, ...],
+    context: isl.Set,
+) -> list[Nest]:
+    stmt = facts.stmt
+    extent = extents[stmt.lhs.name]
+    injective = _lhs_injective(poly)
+    accumulate = injective and stmt.op.is_reduction
+    self_reads = list(_self_reads(facts))
+    snapshot = bool(self_reads) and not (
+        (accumulate or (injective and not facts.reduction_vars))
+        and all(_same_element(poly, facts, r, params) for r in self_reads)
+    )
+    main = Nest(
+        NestKind.STMT,
+        poly.index,
+        facts,
+        poly.domain,
+        facts.index_vars,
+        facts.reduction_vars,
+        parallel=injective and bool(facts.index_vars),
+        accumulate=accumulate,
+        snapshot=snapshot,
+        unproven=unproven_reads(poly, facts, extents, params, context),
+    )
+    if not stmt.op.init:
+        return [main]
+    box = init_domain(poly.index, _init_names(facts, params), extent, params)
+    written = poly.write.range().intersect_params(context)
+    covered = written.is_equal(box.set_tuple_name(stmt.lhs.name).intersect_params(context))
+    if accumulate and not self_reads and covered:
+        return [main]
+    init = Nest(
+        NestKind.INIT, poly.index, facts, box, _init_names(facts, params), (), parallel=True
+    )
+    return [init, main]
+
+
+def _lhs_injective(poly: PolyStmt) -> bool:
+    """True when distinct values of the left-hand-side variables write distinct elements."""
+    n_idx, n_red = len(poly.index_vars), len(poly.reduction_vars)
+    write = poly.write.project_out(isl.dim_type.in_, n_idx, n_red)
+    return bool(write.is_injective())
+
+
+def _init_names(facts: StmtFacts, params: tuple[str, ...]) -> tuple[str, ...]:
+    """The init nest's loop variables: the left-hand side's when they are plain
+    distinct variables, else fresh `d0, d1, ...`."""
+    args = facts.stmt.lhs.args
+    names = [a.name for a in args if isinstance(a, Var)]
+    if len(names) == len(args) and len(set(names)) == len(names):
+        return tuple(names)
+    taken = set(params) | set(facts.all_vars) | set(facts.lets)
+    result = []
+    for k in range(len(args)):
+        name = f"d{k}"
+        while name in taken:
+            name += "_"
+        result.append(name)
+    return tuple(result)
+
+
+def init_domain(
+    index: int, names: tuple[str, ...], extent: tuple[Expr, ...], params: tuple[str, ...]
+) -> isl.Set:
+    """`I<index>[d...] : 0 <= d_j < extent_j` (the output's whole box)."""
+    space = StmtSpace(names, params)
+    domain = space.context
+    for name, hi in zip(names, extent, strict=True):
+        d = space.var(name)
+        domain = domain & space.const(0).le_set(d) & d.lt_set(expr_to_aff(hi, space))
+    return domain.coalesce().set_tuple_name(f"I{index}")
+
+
+def unproven_reads(
+    poly: PolyStmt,
+    facts: StmtFacts,
+    extents: dict[str, tuple[Expr, ...]],
+    params: tuple[str, ...],
+    context: isl.Set,
+) -> frozenset[Access]:
+    """The reads of the right-hand side and lets that isl cannot prove in bounds at
+    every point of the domain (data-dependent subscripts, reads that a ternary
+    guards, preconditions range inference could only warn about)."""
+    space = StmtSpace(facts.all_vars, params)
+    lets = {c.name: c.value for c in facts.stmt.where if isinstance(c, Let)}
+    domain = poly.domain.reset_tuple_id().intersect_params(context)
+    found: set[Access] = set()
+    for access in _reads(facts):
+        if not access.args or access in found:
+            continue
+        if not _in_bounds(access, extents[access.name], space, lets, domain):
+            found.add(access)
+    return frozenset(found)
+
+
+def _in_bounds(
+    access: Access, extent: tuple[Expr, ...], space: StmtSpace, lets: dict, domain: isl.Set
+) -> bool:
+    try:
+        for arg, hi in zip(access.args, extent, strict=True):
+            value = expr_to_aff(arg, space, lets)
+            bad = value.lt_set(space.const(0)) | value.ge_set(expr_to_aff(hi, space))
+            if not (bad & domain).is_empty():
+                return False
+    except NotAffine:
+        return False
+    return True
+
+
+def _reads(facts: StmtFacts, name: str | None = None) -> Iterator[Access]:
+    """The reads in the right-hand side and lets (of tensor `name` only, if given)."""
+    exprs: list[Expr] = [facts.stmt.rhs]
+    exprs += [c.value for c in facts.stmt.where if isinstance(c, Let)]
+    stack = list(exprs)
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Access) and name in (None, e.name):
+            yield e
+        stack.extend(children(e))
+
+
+def _self_reads(facts: StmtFacts) -> Iterator[Access]:
+    """The reads of the statement's own output in its right-hand side and lets."""
+    return _reads(facts, facts.stmt.lhs.name)
+
+
+def _same_element(poly: PolyStmt, facts: StmtFacts, read: Access, params: tuple[str, ...]) -> bool:
+    """True when `read` reads exactly the element the statement writes."""
+    space = StmtSpace(facts.all_vars, params)
+    lets = {c.name: c.value for c in facts.stmt.where if isinstance(c, Let)}
+    relation = isl.Map.from_domain(space.universe)
+    try:
+        for arg in read.args:
+            relation = relation.flat_range_product(
+                isl.Map.from_pw_aff(expr_to_aff(arg, space, lets))
+            )
+    except NotAffine:
+        return False
+    relation = relation.set_tuple_name(isl.dim_type.in_, poly.domain.get_tuple_name())
+    relation = relation.set_tuple_name(isl.dim_type.out, read.name)
+    return bool(relation.intersect_domain(poly.domain).is_equal(poly.write))
+
+
+__all__ = [
+    "Nest",
+    "NestKind",
+    "Schedule",
+    "init_domain",
+    "schedule",
+    "size_context",
+    "tensor_extents",
+]
