@@ -1,0 +1,265 @@
+"""Scatter -> gather: restate every affine scatter so that each output element is
+written by exactly one outer iteration.
+
+Requires: a `RangedDef` (every variable of every statement has a `where` range).
+Ensures:  `scatter_to_gather` returns a `RangedDef` (checked and ranged again) in which
+          every statement's left-hand side is distinct plain index variables, except
+          data-dependent scatters (`E_grad(idx(i), d) += ...`), which stay as they
+          are: `remaining_scatters` lists them, and a backend must run them with
+          atomics or serially. A def with nothing to rewrite is returned as is (the
+          same object). The pass is pure.
+
+Worked example (conv input gradient)::
+
+    I_grad(n, c, h + kh, w + kw) +=! O_grad(n, m, h, w) * W(m, c, kh, kw)
+        where n in 0:N, m in 0:M, h in 0:H - KH + 1, w in 0:W - KW + 1, c in 0:C,
+              kh in 0:KH, kw in 0:KW
+  ==>
+    I_grad(n, c, y, x) +=! O_grad(n, m, y - kh, x - kw) * W(m, c, kh, kw)
+        where n in 0:N, c in 0:C, y in 0:H, x in 0:W, m in 0:M,
+              kh in max(0, y - H + KH):min(KH, y + 1), kw in max(0, x - W + KW):min(KW, x + 1)
+
+How (`poly.invert` does the isl work): the statement is rescheduled with its written
+indices outermost (`[n, c, h + kh, w + kw]`), followed by inner variables that make the
+schedule injective (reduction variables first, then small ranges, avoiding strides
+that would need a divisibility guard); the outer indices get fresh names (a plain
+index variable keeps its own), the other variables become functions of the new ones,
+and every range is exact, non-rectangular where needed, from isl. What a range cannot
+say becomes a quasi-affine where-constraint (`A_grad(3 * i) += B(i)` ==>
+`A_grad(y) += B(y / 3) where y in 0:3 * N - 2, y % 3 in 0:1`). A domain that is not
+convex in the new coordinates becomes one statement per convex piece.
+
+Operators: `+=`, `*=`, `min=`, `max=` keep their meaning exactly (the gather combines
+the same contributions). `op!` initialises the whole output: the gather keeps `op!`
+when its outer iterations cover the whole output (every element is written by its own
+outer iteration); otherwise an explicit `X(y...) = identity` over the whole output
+comes first and the gather accumulates with `op` (for `+` and `*`; `min=!` / `max=!`
+keep `op!` on the first piece, which by TC's definition initialises the whole output).
+A plain `=` whose left-hand side writes an element twice is an error (TC leaves it
+undefined).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterator, Sequence
+
+import islpy as isl
+
+from compiler.frontend.ast import (
+    Access,
+    AssignOp,
+    Cast,
+    Const,
+    Exists,
+    Expr,
+    Let,
+    RangeConstraint,
+    ScalarType,
+    Stmt,
+    Var,
+    WhereClause,
+)
+from compiler.frontend.builtins import ARITY
+from compiler.frontend.check import check_def
+from compiler.frontend.checked import RangedDef, StmtFacts
+from compiler.frontend.diagnostics import InternalError, RangeError, TCError
+from compiler.frontend.printer import print_def, print_expr
+from compiler.frontend.scopes import walk
+from compiler.poly.accesses import lets_of
+from compiler.poly.build import domain_of
+from compiler.poly.invert import Piece, choose_inner, invert, schedule_of
+from compiler.poly.isl_bridge import StmtSpace, condition_of, expr_to_aff
+from compiler.poly.ranges import infer_ranges
+from compiler.poly.substitute import substitute
+
+
+class WriteKind(enum.Enum):
+    """How a statement writes its output."""
+
+    GATHER = "gather"  # distinct plain index variables: one writer per element
+    SCATTER = "scatter"  # quasi-affine subscripts: `scatter_to_gather` rewrites it
+    DATA_DEPENDENT = "data-dependent scatter"  # a subscript reads a tensor
+
+
+def write_kind(facts: StmtFacts) -> WriteKind:
+    args = facts.stmt.lhs.args
+    if any(isinstance(n, Access) for a in args for n in walk(a)):
+        return WriteKind.DATA_DEPENDENT
+    names = [a.name for a in args if isinstance(a, Var) and a.name in facts.index_vars]
+    if len(names) == len(args) and len(set(names)) == len(names):
+        return WriteKind.GATHER
+    return WriteKind.SCATTER
+
+
+def remaining_scatters(ranged: RangedDef) -> tuple[int, ...]:
+    """Indices of the statements that are still scatters: after `scatter_to_gather`,
+    only data-dependent ones, which need atomic updates or a serial loop."""
+    return tuple(
+        k for k, f in enumerate(ranged.checked.stmts) if write_kind(f) is not WriteKind.GATHER
+    )
+
+
+def scatter_to_gather(ranged: RangedDef) -> RangedDef:
+    """Rewrite every affine scatter of `ranged` as a gather (see the module doc)."""
+    checked = ranged.checked
+    if all(write_kind(f) is not WriteKind.SCATTER for f in checked.stmts):
+        return ranged
+    stmts: list[Stmt] = []
+    for stmt, facts in zip(checked.definition.stmts, checked.stmts, strict=True):
+        if write_kind(facts) is WriteKind.SCATTER:
+            stmts.extend(_gather(dataclasses.replace(facts, stmt=stmt), ranged))
+        else:
+            stmts.append(stmt)
+    definition = dataclasses.replace(checked.definition, stmts=tuple(stmts))
+    try:
+        return infer_ranges(check_def(definition))
+    except TCError as e:
+        raise InternalError(f"the gather form does not check:\n{print_def(definition)}\n{e}") from e
+
+
+# ------------------------------------------------------------ one statement
+
+
+def _gather(facts: StmtFacts, ranged: RangedDef) -> list[Stmt]:
+    stmt = facts.stmt
+    params = ranged.checked.size_params
+    space = StmtSpace(facts.all_vars, params)
+    domain = domain_of(stmt, space, "S")
+    write = _write_map(stmt, space, domain)
+    inner = choose_inner(domain, write, _candidates(facts))
+    if stmt.op is AssignOp.ASSIGN and inner:
+        raise RangeError(
+            f"`{print_expr(stmt.lhs)} = ...` writes some elements of '{stmt.lhs.name}' more "
+            "than once, and which value is kept is undefined",
+            stmt.lhs.span,
+            "use a reduction (`+=`, `max=`, ...) to combine the values",
+        )
+    outer = _outer_names(stmt, facts, ranged)
+    names = outer + tuple(facts.all_vars[p] for p in inner)
+    pieces = invert(schedule_of(write, domain, inner), facts.all_vars, names, params)
+    hi = tuple(b.hi for b in ranged.bounds_of(stmt.lhs.name))
+    op, init = stmt.op, None
+    if op.init and not (len(pieces) == 1 and _covers(write, domain, outer, hi, params)):
+        if op.base in (AssignOp.PLUS, AssignOp.TIMES):
+            init = _init_stmt(stmt, ranged, outer, hi)
+            op = op.base
+    result = [] if init is None else [init]
+    for k, piece in enumerate(pieces):
+        result.append(_piece_stmt(stmt, piece, outer, op if k == 0 else op.base))
+    return result
+
+
+def _write_map(stmt: Stmt, space: StmtSpace, domain: isl.Set) -> isl.Map:
+    """`S[vars] -> [subscripts]` on `domain` (anonymous range)."""
+    lets = lets_of(stmt)
+    write = isl.Map.from_domain(space.universe)
+    for arg in stmt.lhs.args:
+        write = write.flat_range_product(isl.Map.from_pw_aff(expr_to_aff(arg, space, lets)))
+    return write.set_tuple_name(isl.dim_type.in_, "S").intersect_domain(domain)
+
+
+def _extent_class(stmt: Stmt, var: str) -> tuple[int, int]:
+    """Smaller first: a constant extent (by value), then `0:SIZE`, then the rest."""
+    for c in stmt.where:
+        if isinstance(c, RangeConstraint) and c.expr == Var(var):
+            if isinstance(c.lo, Const) and isinstance(c.hi, Const):
+                return 0, int(c.hi.value) - int(c.lo.value)
+            if c.lo == Const(0, ScalarType.INT32) and isinstance(c.hi, Var):
+                return 1, 0
+            break
+    return 2, 0
+
+
+def _candidates(facts: StmtFacts) -> list[int]:
+    """Variable positions in order of preference as inner variables."""
+    order = facts.all_vars
+
+    def key(v: str) -> tuple[int, int, int, int]:
+        return (v not in facts.reduction_vars, *_extent_class(facts.stmt, v), order.index(v))
+
+    return [order.index(v) for v in sorted(order, key=key)]
+
+
+_POOL = ("y", "x", "z", "u", "t", "s", "r", "q", "p")
+
+
+def _outer_names(stmt: Stmt, facts: StmtFacts, ranged: RangedDef) -> tuple[str, ...]:
+    """One name per output dimension: a plain index variable keeps its name (once);
+    other dimensions get fresh names that clash with nothing in the def."""
+    taken = set(ARITY) | set(ranged.checked.size_params) | set(facts.all_vars)
+    taken |= {t.name for t in ranged.checked.tensors} | set(lets_of(stmt))
+    fresh = _fresh(taken)
+    names: list[str] = []
+    for arg in stmt.lhs.args:
+        if isinstance(arg, Var) and arg.name in facts.all_vars and arg.name not in names:
+            names.append(arg.name)
+        else:
+            names.append(next(fresh))
+    return tuple(names)
+
+
+def _fresh(taken: set[str]) -> Iterator[str]:
+    for name in _POOL:
+        if name not in taken:
+            yield name
+    k = 0
+    while True:
+        if f"y{k}" not in taken:
+            yield f"y{k}"
+        k += 1
+
+
+def _covers(
+    write: isl.Map, domain: isl.Set, outer: Sequence[str], hi: Sequence[Expr], params: Sequence[str]
+) -> bool:
+    """Whether the written elements are every element of the output `0:hi` box."""
+    space = StmtSpace(outer, params)
+    box = space.context
+    for name, end in zip(outer, hi, strict=True):
+        box = box & condition_of(Var(name), Const(0, ScalarType.INT32), end, space)
+    image = write.intersect_domain(domain).range().reset_tuple_id()
+    for k, name in enumerate(outer):
+        image = image.set_dim_name(isl.dim_type.set, k, name)
+    # only sizes for which the statement runs count (elsewhere the output is the
+    # identity everywhere, whatever the form)
+    runs = domain.params()
+    image = image.align_params(box.get_space()).intersect_params(runs)
+    return bool(image.is_equal(box.align_params(image.get_space()).intersect_params(runs)))
+
+
+def _init_stmt(stmt: Stmt, ranged: RangedDef, outer: Sequence[str], hi: Sequence[Expr]) -> Stmt:
+    """`X(y...) = identity where y in 0:hi...`, in the output's own type."""
+    dtype = ranged.checked.tensor(stmt.lhs.name).dtype
+    value = 0 if stmt.op.base is AssignOp.PLUS else 1
+    where = tuple(
+        RangeConstraint(Var(n), Const(0, ScalarType.INT32), h)
+        for n, h in zip(outer, hi, strict=True)
+    )
+    lhs = Access(stmt.lhs.name, tuple(Var(n) for n in outer))
+    value_expr = Cast(dtype, Const(value, ScalarType.INT32))
+    return Stmt(lhs, AssignOp.ASSIGN, value_expr, where, span=stmt.span)
+
+
+def _piece_stmt(stmt: Stmt, piece: Piece, outer: Sequence[str], op: AssignOp) -> Stmt:
+    values = dict(piece.values)
+    clauses: list[WhereClause] = [
+        RangeConstraint(r.expr, r.lo, r.hi) for r in (*piece.ranges, *piece.guards)
+    ]
+    for c in stmt.where:
+        if isinstance(c, Let):
+            clauses.append(Let(c.name, substitute(c.value, values)))
+        elif isinstance(c, Exists):
+            clauses.append(Exists(substitute(c.expr, values)))
+    equivalent = stmt.equivalent
+    if equivalent is not None:
+        equivalent = Access(equivalent.name, tuple(substitute(a, values) for a in equivalent.args))
+    return dataclasses.replace(
+        stmt,
+        lhs=Access(stmt.lhs.name, tuple(Var(n) for n in outer), span=stmt.lhs.span),
+        op=op,
+        rhs=substitute(stmt.rhs, values),
+        where=tuple(clauses),
+        equivalent=equivalent,
+    )

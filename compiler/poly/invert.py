@@ -1,0 +1,281 @@
+"""Index inversion with isl: reschedule a statement by the elements it writes.
+
+Part of `poly.gather` (scatter -> gather). Given a statement's iteration domain
+`D = { S[v...] }` and its quasi-affine write map `S[v...] -> X[e...]`, this module
+
+1. chooses *inner* variables (`choose_inner`): the schedule `[e..., inner...]` must be
+   injective on `D`, so every domain point gets exactly one (outer, inner) point. As in
+   NOTES.md: walk candidates (reduction variables first, then variables with small
+   ranges); keep a candidate unless the current prefix already determines it
+   (`prefix^-1 . (S -> [v])` single-valued); stop when the prefix is injective. Among
+   undetermined candidates, one whose addition needs no divisibility (no existential
+   variable in the image) wins, so `2*h + kh` keeps `h` inside and needs no guard;
+2. inverts the schedule (`invert`): the image `T = { [y..., z...] }` of `D`, split into
+   disjoint convex pieces, and per piece the original variables as quasi-affine
+   functions of `y` and `z`, every outer and inner variable's exact range as TC
+   expressions of the sizes and the *earlier* variables, and the divisibility
+   constraints the ranges cannot say (`(y - kh) % 2 in 0:1`).
+
+isl does every step; conversions back to TC go through `isl_bridge.pwaff_to_expr`
+by turning the earlier variables into parameters.
+
+Worked example: `I_grad(n, c, h + kh, w + kw) += ...` over `n, c, h, kh, w, kw, m`:
+inner variables `m, kh, kw`; with outer names `n, c, y, x` the piece says
+`h = y - kh`, `w = x - kw`, `y in 0:HO + KH - 1`,
+`kh in max(0, y - HO + 1):min(KH, y + 1)`, and no guard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import islpy as isl
+
+from compiler.frontend.ast import Binary, BinOp, Const, Expr, ScalarType, Var
+from compiler.frontend.diagnostics import InternalError
+from compiler.poly.isl_bridge import StmtSpace, aff_to_expr, condition_of, pwaff_to_expr
+from compiler.poly.substitute import simplify_mod
+
+_SET = isl.dim_type.set
+_PARAM = isl.dim_type.param
+_IN = isl.dim_type.in_
+_OUT = isl.dim_type.out
+_DIV = isl.dim_type.div
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """`expr in lo:hi` as TC expressions (a where clause)."""
+
+    expr: Expr
+    lo: Expr
+    hi: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One convex piece of the rescheduled domain.
+
+    `ranges`: one per outer, then inner variable, in schedule order; each bound uses
+    only sizes and earlier variables. `guards`: further constraints (divisibility).
+    `values`: every original variable as an expression of the new variables."""
+
+    ranges: tuple[Range, ...]
+    guards: tuple[Range, ...]
+    values: tuple[tuple[str, Expr], ...]
+
+    def value_of(self, name: str) -> Expr:
+        return dict(self.values)[name]
+
+
+# ------------------------------------------------------------ choosing inner variables
+
+
+def _project(domain: isl.Set, pos: int) -> isl.Map:
+    """`S[v...] -> [v_pos]` on `domain`."""
+    n = domain.dim(_SET)
+    ident = isl.Map.identity(domain.get_space().map_from_set())
+    proj = ident.project_out(_OUT, pos + 1, n - pos - 1).project_out(_OUT, 0, pos)
+    return proj.reset_tuple_id(_OUT).intersect_domain(domain)
+
+
+def _n_divs(s: isl.Set) -> int:
+    return sum(b.dim(_DIV) for b in s.coalesce().get_basic_sets())
+
+
+def choose_inner(domain: isl.Set, write: isl.Map, candidates: Sequence[int]) -> tuple[int, ...]:
+    """Positions of the inner variables, in loop order (see the module doc).
+
+    `write` is `S[v...] -> [e...]` (anonymous range); `candidates` are variable
+    positions in order of preference."""
+    prefix = write.intersect_domain(domain)
+    chosen: list[int] = []
+    remaining = list(candidates)
+    while not prefix.is_injective():
+        options = []
+        for rank, pos in enumerate(remaining):
+            proj = _project(domain, pos)
+            if prefix.reverse().apply_range(proj).is_single_valued():
+                continue
+            extended = prefix.flat_range_product(proj)
+            options.append((_n_divs(extended.range()), rank, pos, extended))
+        if not options:
+            raise InternalError(f"no variable makes the schedule injective: {prefix}")
+        _, _, pos, prefix = min(options, key=lambda o: (o[0], o[1]))
+        chosen.append(pos)
+        remaining.remove(pos)
+    return tuple(chosen)
+
+
+# ------------------------------------------------------------ the inverse
+
+
+def schedule_of(write: isl.Map, domain: isl.Set, inner: Sequence[int]) -> isl.Map:
+    """`S[v...] -> [e..., v_inner...]` on `domain`."""
+    sched = write.intersect_domain(domain)
+    for pos in inner:
+        sched = sched.flat_range_product(_project(domain, pos))
+    return sched
+
+
+def invert(
+    schedule: isl.Map,
+    var_names: Sequence[str],
+    new_names: Sequence[str],
+    params: Sequence[str],
+) -> tuple[Piece, ...]:
+    """The pieces of the schedule's image, each with its ranges, guards and the
+    original variables (`var_names`, the domain's dims) as functions of the new ones
+    (`new_names`, the schedule's output dims)."""
+    image = _named(schedule.range(), new_names)
+    inverse = schedule.reverse()
+    for k, name in enumerate(new_names):
+        inverse = inverse.set_dim_name(_IN, k, name)
+    context = StmtSpace((), params).context.params()
+    pieces = []
+    for bset in image.coalesce().make_disjoint().get_basic_sets():
+        piece = isl.Set.from_basic_set(bset)
+        pieces.append(_piece(piece, inverse.intersect_domain(piece), var_names, params, context))
+    if not pieces:
+        raise InternalError("the statement's domain is empty for every size")
+    return tuple(pieces)
+
+
+def _named(s: isl.Set, names: Sequence[str]) -> isl.Set:
+    s = s.reset_tuple_id()
+    for k, name in enumerate(names):
+        s = s.set_dim_name(_SET, k, name)
+    return s
+
+
+def _piece(
+    piece: isl.Set,
+    inverse: isl.Map,
+    var_names: Sequence[str],
+    params: Sequence[str],
+    context: isl.Set,
+) -> Piece:
+    names = [piece.get_dim_name(_SET, k) for k in range(piece.dim(_SET))]
+    ranges = tuple(_range_of(piece, k, names, params, context) for k in range(len(names)))
+    guards = _guards(piece, ranges, names, params, context)
+    function = isl.PwMultiAff.from_map(inverse)
+    whole = _as_params(piece, len(names)).params() & context
+    values = []
+    for k, var in enumerate(var_names):
+        pw = function.get_pw_aff(k)
+        values.append((var, _pwaff_expr(pw, len(names), names, params, whole)))
+    return Piece(ranges, guards, tuple(values))
+
+
+def _as_params(s: isl.Set | isl.PwAff, n: int) -> isl.Set | isl.PwAff:
+    """Turn the first `n` set (input) dims into parameters, keeping their names."""
+    kind = _IN if isinstance(s, isl.PwAff) else _SET
+    return s.move_dims(_PARAM, s.dim(_PARAM), kind, 0, n)
+
+
+def _expr_params(names: Sequence[str], params: Sequence[str], n: int) -> list[str]:
+    """Parameter order for printing: the earlier variables first (`y - kh`), sizes after."""
+    return list(names[:n]) + list(params)
+
+
+def _to_expr(pw: isl.PwAff, names: Sequence[str], context: isl.Set) -> Expr:
+    """A PwAff over parameters `names` as TC, exact on `context`.
+
+    The gist by `context` may leave a rational form that is an integer only there
+    (`y0 / 3` where 3 divides y0); its floor is equal on `context` and TC can write it,
+    so the conversion sees the floored function and a context without those facts."""
+    pw = pw.gist_params(context).coalesce().floor()
+    return _nicer(pwaff_to_expr(pw, names, isl.Set.universe(context.get_space())))
+
+
+def _pwaff_expr(
+    pw: isl.PwAff, n: int, names: Sequence[str], params: Sequence[str], context: isl.Set
+) -> Expr:
+    return _to_expr(_as_params(pw, n), _expr_params(names, params, n), context)
+
+
+def _range_of(
+    piece: isl.Set, k: int, names: Sequence[str], params: Sequence[str], context: isl.Set
+) -> Range:
+    """The exact range of dim `k` of `piece` given the dims before it."""
+    n = piece.dim(_SET)
+    line = _as_params(piece.project_out(_SET, k + 1, n - k - 1), k)
+    where = line.params() & context
+    order = _expr_params(names, params, k)
+    lo = _to_expr(line.dim_min(0), order, where)
+    hi = _to_expr(line.dim_max(0) + 1, order, where)
+    return Range(Var(names[k]), lo, hi)
+
+
+def _guards(
+    piece: isl.Set,
+    ranges: Sequence[Range],
+    names: Sequence[str],
+    params: Sequence[str],
+    context: isl.Set,
+) -> tuple[Range, ...]:
+    """Constraints of `piece` that its ranges do not imply (divisibility, mostly)."""
+    space = StmtSpace(names, params)
+    box = space.context
+    for r in ranges:
+        box = box & condition_of(r.expr, r.lo, r.hi, space)
+    piece = piece.align_params(box.get_space()) & space.context
+    if (box.intersect_params(context) - piece).is_empty():
+        return ()
+    rest = piece.gist(box).coalesce()
+    bsets = rest.get_basic_sets()
+    if len(bsets) != 1:
+        raise InternalError(f"a convex piece has a non-convex remainder: {rest}")
+    guards = []
+    for c in bsets[0].get_constraints():
+        guards.append(_constraint_range(c, names, params))
+    return tuple(guards)
+
+
+def _constraint_range(c: isl.Constraint, names: Sequence[str], params: Sequence[str]) -> Range:
+    """`aff == 0` as `aff in 0:1`, or `f % d in 0:1` when aff is +-(f - d * floor(f / d));
+    `aff >= 0` as `aff in 0:aff + 1`."""
+    order = _expr_params(names, params, len(names))
+
+    def expr_of(aff: isl.Aff) -> Expr:
+        ((_, moved),) = _as_params(isl.PwAff.from_aff(aff), len(names)).get_pieces()
+        return _nicer(aff_to_expr(moved, order))
+
+    aff = c.get_aff()
+    zero, one = _int(0), _int(1)
+    if c.is_equality():
+        mod = _as_modulo(aff)
+        if mod is not None:
+            f, d = mod
+            return Range(Binary(BinOp.MOD, expr_of(f), _int(d)), zero, one)
+        return Range(expr_of(aff), zero, one)
+    expr = expr_of(aff)
+    return Range(expr, zero, Binary(BinOp.ADD, expr, one))
+
+
+def _as_modulo(aff: isl.Aff) -> tuple[isl.Aff, int] | None:
+    """(f, d) when `aff` is `f mod d` or its negation, with f affine (no divs)."""
+    for k in range(aff.dim(_DIV)):
+        q = aff.get_div(k)
+        d = q.get_denominator_val()
+        f = q.scale_val(d)
+        if any(not f.get_coefficient_val(_DIV, j).is_zero() for j in range(f.dim(_DIV))):
+            continue
+        modulo = f.mod_val(d)
+        if aff.plain_is_equal(modulo) or aff.neg().plain_is_equal(modulo):
+            return f, int(d.to_python())
+    return None
+
+
+def _int(v: int) -> Const:
+    return Const(v, ScalarType.INT32)
+
+
+def _nicer(e: Expr) -> Expr:
+    """`f - d * (f / d)` -> `f % d`, bottom-up (isl writes a modulo that way)."""
+    return simplify_mod(e)
+
+
+def var_values(piece: Piece) -> Mapping[str, Expr]:
+    return dict(piece.values)
