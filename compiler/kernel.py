@@ -26,6 +26,7 @@ Only the reference evaluator (`target="interp"`) exists so far; `options` and
 
 from __future__ import annotations
 
+import functools
 import numbers
 import warnings
 from collections.abc import Mapping, Sequence
@@ -85,7 +86,10 @@ class Kernel:
         self.source = source
         self.target = target
         text = source if constants is None else substitute(source, constants)
+        self.text, self.constants, self.backward = text, constants, backward
         definition = parse(text).get(name)
+        if backward is not None:
+            parse(text).get(backward)  # a missing backward def is an error now
         self.ranged: RangedDef = _infer_ranges(check_def(definition))
         self.name = self.ranged.name
         checked = self.ranged.checked
@@ -97,6 +101,28 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"<Kernel {self.name} target={self.target!r}>"
+
+    # Gradients (compiler.backward): derived by compiler.autodiff, or backward=.
+    @property
+    def grad_source(self) -> str:
+        """The gradient def as TC text (the backward= def when one was given)."""
+        from compiler.backward import gradient_source
+
+        return gradient_source(self)
+
+    @functools.cached_property
+    def grad(self) -> Kernel:
+        """The gradient def, compiled for the same target."""
+        from compiler.backward import gradient_kernel
+
+        return gradient_kernel(self)
+
+    def vjp(self, *arrays: Any, grad_outputs: Sequence[Any]) -> tuple[np.ndarray | None, ...]:
+        """One gradient per input (None for an integer input), given one output
+        gradient per output: the vector-Jacobian product."""
+        from compiler.backward import vjp
+
+        return vjp(self, arrays, grad_outputs)
 
     def output_shapes(self, *arrays: Any) -> dict[str, tuple[int, ...]]:
         """The shape of every output for these inputs, by name."""
@@ -208,9 +234,10 @@ def _check_target(target: str, options: object, backward: object) -> None:
             hint="use target='interp' (the NumPy reference evaluator)",
         )
     as_options(options)
-    if backward is not None:
+    if backward is not None and not isinstance(backward, str):
         raise OptionsError(
-            "backward= is not supported yet", hint="leave backward=None; gradients come later"
+            f"backward= names a def of the same source, got {type(backward).__name__}",
+            hint='pass backward="name_of_the_backward_def"',
         )
 
 

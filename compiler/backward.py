@@ -1,0 +1,174 @@
+"""Gradients of kernels: the gradient TC, the compiled gradient kernel, and vjp.
+
+    grad(source, name=None, *, constants=None, wrt=None, form="gather") -> str
+    gradient_source(kernel)                       -> str      (Kernel.grad_source)
+    gradient_kernel(kernel)                       -> Kernel   (Kernel.grad)
+    vjp(kernel, arrays, grad_outputs)             -> tuple    (Kernel.vjp)
+
+The gradient def comes from `compiler.autodiff.grad_def` (scatter form), then, where
+the scatter -> gather pass `compiler.poly.gather.scatter_to_gather` exists, is
+rewritten to gather form (`form="scatter"` keeps the raw form). A kernel defined
+with `backward="name"` uses that def of the same source instead, with TC's training
+convention: its parameters are the forward inputs, then (optionally) the forward
+outputs, then one gradient per forward output; its outputs are the gradients of the
+forward inputs, in order (fewer outputs: the remaining inputs get None).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from compiler.autodiff import grad_def
+from compiler.frontend.check import check_def
+from compiler.frontend.checked import RangedDef
+from compiler.frontend.diagnostics import OptionsError, ShapeError, TCError
+from compiler.frontend.parser import parse
+from compiler.frontend.printer import print_def
+
+if TYPE_CHECKING:
+    from compiler.kernel import Kernel
+
+
+class GradForm(enum.Enum):
+    """The form of a printed gradient def."""
+
+    SCATTER = "scatter"  # straight from autodiff: `I_grad(h + kh) += ...`
+    GATHER = "gather"  # after poly.gather, where that pass exists
+
+
+def grad(
+    source: str,
+    name: str | None = None,
+    *,
+    constants: Mapping[str, object] | None = None,
+    wrt: Iterable[str] | None = None,
+    form: str = "gather",
+) -> str:
+    """The gradient def of def `name` of `source`, as TC text."""
+    from compiler.kernel import substitute
+    from compiler.poly.ranges import infer_ranges
+
+    text = source if constants is None else substitute(source, constants)
+    ranged = infer_ranges(check_def(parse(text).get(name)))
+    return gradient_text(ranged, wrt=wrt, form=_form(form))
+
+
+def _form(form: str) -> GradForm:
+    try:
+        return GradForm(form)
+    except ValueError:
+        raise OptionsError(
+            f"unknown gradient form '{form}'; expected 'scatter' or 'gather'"
+        ) from None
+
+
+def gradient_text(
+    ranged: RangedDef, *, wrt: Iterable[str] | None = None, form: GradForm = GradForm.GATHER
+) -> str:
+    """Differentiate, print, and (gather form) rewrite scatters into gathers."""
+    text = print_def(grad_def(ranged, wrt=wrt)) + "\n"
+    if form is GradForm.SCATTER:
+        return text
+    gather = _gather_pass()
+    if gather is None:
+        return text
+    from compiler.poly.ranges import infer_ranges
+
+    rewritten = gather(infer_ranges(check_def(parse(text, "<gradient>").get())))
+    return print_def(rewritten.checked.definition) + "\n"
+
+
+def _gather_pass() -> Any:
+    """`scatter_to_gather`, or None while compiler.poly.gather does not provide it."""
+    try:
+        from compiler.poly import gather
+    except ImportError:
+        return None
+    return getattr(gather, "scatter_to_gather", None)
+
+
+# ----------------------------------------------------------------- kernels
+
+
+def gradient_source(kernel: Kernel) -> str:
+    """The gradient def of a kernel: the user's backward def, or the derived one."""
+    if kernel.backward is not None:
+        return print_def(parse(kernel.text).get(kernel.backward)) + "\n"
+    return gradient_text(kernel.ranged)
+
+
+def gradient_kernel(kernel: Kernel) -> Kernel:
+    """The gradient def compiled for the kernel's target."""
+    from compiler.kernel import Kernel
+
+    if kernel.backward is not None:
+        return Kernel(kernel.text, kernel.backward, target=kernel.target)
+    return Kernel(gradient_source(kernel), target=kernel.target)
+
+
+def vjp(kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[Any]) -> tuple[Any, ...]:
+    """One gradient per input of `kernel` (None for an integer input): the
+    vector-Jacobian product with `grad_outputs`, one array per output."""
+    outputs = kernel.ranged.checked.outputs
+    inputs = kernel.ranged.checked.inputs
+    if isinstance(grad_outputs, np.ndarray) or len(grad_outputs) != len(outputs):
+        names = ", ".join(t.name for t in outputs)
+        raise ShapeError(
+            f"grad_outputs= needs one array per output of def '{kernel.name}' ({names})",
+            hint="pass grad_outputs=(dO, ...) as a tuple, in output order",
+        )
+    shapes = kernel.output_shapes(*arrays)
+    for info, g in zip(outputs, grad_outputs, strict=True):
+        shape = tuple(np.shape(g))
+        if shape != shapes[info.name]:
+            raise ShapeError(
+                f"grad_outputs for '{info.name}' has shape {shape}, expected "
+                f"{shapes[info.name]} (the shape of the output)",
+                info.span,
+            )
+    backward = kernel.grad
+    params = [t.name for t in backward.ranged.checked.inputs]
+    values = _backward_arguments(kernel, arrays, grad_outputs, params)
+    results = dict(
+        zip((t.name for t in backward.ranged.checked.outputs), backward(*values), strict=True)
+    )
+    if kernel.backward is not None:
+        ordered = list(results.values())
+        return tuple(
+            ordered[i] if i < len(ordered) and t.dtype.is_float else None
+            for i, t in enumerate(inputs)
+        )
+    return tuple(results.get(f"{t.name}_grad") for t in inputs)
+
+
+def _backward_arguments(
+    kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[Any], params: list[str]
+) -> list[Any]:
+    checked = kernel.ranged.checked
+    n_in, n_out = len(checked.inputs), len(checked.outputs)
+    needs_outputs = kernel.backward is None and any(t.name in params for t in checked.outputs)
+    if kernel.backward is not None:
+        if len(params) == n_in + n_out:
+            needs_outputs = False
+        elif len(params) == n_in + 2 * n_out:
+            needs_outputs = True
+        else:
+            raise TCError(
+                f"backward def '{kernel.backward}' has {len(params)} parameter(s); expected "
+                f"the {n_in} input(s) of '{kernel.name}', optionally its {n_out} output(s), "
+                f"then {n_out} output gradient(s)"
+            )
+    forward = kernel(*arrays) if needs_outputs else ()
+    if kernel.backward is not None:
+        return [*arrays, *forward, *grad_outputs]
+    by_name: dict[str, Any] = {t.name: a for t, a in zip(checked.inputs, arrays, strict=True)}
+    by_name |= {t.name: o for t, o in zip(checked.outputs, forward, strict=False)}
+    by_name |= {f"{t.name}_grad": g for t, g in zip(checked.outputs, grad_outputs, strict=True)}
+    return [by_name[p] for p in params]
+
+
+__all__ = ["GradForm", "grad", "gradient_kernel", "gradient_source", "gradient_text", "vjp"]
