@@ -183,10 +183,9 @@ def test_template_source_without_constants_is_plain_tc() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
-        ({"target": "llvm"}, "target 'llvm' is not available yet"),
         ({"target": "cuda"}, "target 'cuda' is not available yet"),
         ({"target": "tpu"}, "unknown target 'tpu'"),
-        ({"options": object()}, "options= is not supported yet"),
+        ({"options": object()}, "options= must be a compiler.options.Options"),
         ({"backward": "mm_grad"}, "backward= is not supported yet"),
     ],
 )
