@@ -33,6 +33,8 @@ __all__ = [
     "ShapeError",
     "TCError",
     "define",
+    "grad",
+    "gradcheck",
     "infer_shapes",
 ]
 __version__ = "0.1.0"
@@ -50,3 +52,16 @@ def infer_shapes(source: str, name: str | None, input_shapes: Any) -> dict[str, 
     from compiler.shapes import infer_shapes as _infer_shapes
 
     return _infer_shapes(source, name, input_shapes)
+
+
+def grad(source: str, name: str | None = None, **kwargs: Any) -> str:
+    """The gradient def of def `name` as TC text (see `compiler.backward.grad`);
+    `form="scatter"` gives autodiff's raw scatter form."""
+    from compiler.backward import grad as _grad
+
+    return _grad(source, name, **kwargs)
+
+
+# Imported eagerly: a lazy import of the submodule `compiler.gradcheck` would
+# replace this package attribute with the module.
+from compiler.gradcheck import gradcheck  # noqa: E402
