@@ -1,7 +1,8 @@
 """The compiler's table of contents: every pass, in order, in one place.
 
     text --parse--> Module --select--> Def --check--> CheckedDef --ranges--> RangedDef
-         (later: --grad--> --gather--> --schedule--> --astgen--> loop IR --codegen-->)
+         --gather--> RangedDef
+         (later: --grad--> before gather, --schedule--> --astgen--> loop IR --codegen-->)
 
 Each pass is a plain function of one argument (its input IR) returning a new IR
 object; `run` calls any prefix of the list and lets a caller observe every
@@ -13,6 +14,9 @@ Ordering:
   as `Access`, index vs reduction variables sorted out).
 - `ranges` before everything else: later passes (autodiff, the interpreter, isl
   statement building) read the explicit `where` ranges it writes back.
+- `gather` after `ranges` (and after autodiff, which produces the scatters it
+  rewrites), before scheduling: it reads the explicit ranges, and everything after it
+  may assume one writer per output element except in `gather.remaining_scatters`.
 """
 
 from __future__ import annotations
@@ -51,12 +55,20 @@ def _ranges(checked: Any) -> Any:
     return infer_ranges(checked)
 
 
+def _gather(ranged: Any) -> Any:
+    from compiler.poly.gather import scatter_to_gather
+
+    return scatter_to_gather(ranged)
+
+
 # The pass list. `select` is filled in by `run` (it needs the entry-point name).
 PASSES: tuple[Pass, ...] = (
     Pass("parse", _parse, "source text -> Module (lexer + recursive-descent parser)"),
     Pass("select", lambda module: module, "Module -> the entry-point Def"),
     Pass("check", _check, "Def -> CheckedDef (names, types, reductions, builtins)"),
     Pass("ranges", _ranges, "CheckedDef -> RangedDef (TC range inference with isl)"),
+    # Ordering: gather after ranges (see the module doc).
+    Pass("gather", _gather, "RangedDef -> RangedDef (affine scatters rewritten as gathers)"),
 )
 PASS_NAMES: tuple[str, ...] = tuple(p.name for p in PASSES)
 
