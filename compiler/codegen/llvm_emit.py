@@ -122,7 +122,7 @@ class FunctionEmitter:
 
     def _declare(self, b: Buffer, ptr: ir.Value) -> None:
         dims = [self.expr(d) for d in b.shape]
-        strides = [ir.Constant(I64, 1)]
+        strides = [ir.Constant(I64, 1)] if dims else []  # a 0-d buffer has no strides
         for d in reversed(dims[1:]):
             strides.insert(0, self.builder.mul(strides[0], d))
         self.buffers[b.name] = _BufferRef(ptr, b, strides)
