@@ -15,7 +15,8 @@ per loop nest, in execution order, each with its isl domain and two bands:
   register. A scatter (`I_grad(h + kh) += ...`) is scheduled with all loops serial
   (`compiler/poly/gather.py` is the pass that turns scatters into gathers first);
 - a statement that reads its own output elsewhere than the element it writes reads
-  a snapshot taken before it starts (`snapshot`), as TC's semantics require.
+  a snapshot taken before it starts (`snapshot`), as TC's semantics require; such a
+  statement runs serially (the copy is made inside its nest).
 
 `context` holds what the sizes are known to satisfy when the code runs: every size
 >= 1, and every output extent >= 0 (a negative extent is a ShapeError at call time).
@@ -144,7 +145,9 @@ def _nests_of(
         poly.domain,
         facts.index_vars,
         facts.reduction_vars,
-        parallel=injective and bool(facts.index_vars),
+        # A snapshot is taken inside the nest, so each thread would copy an output
+        # that other threads may already be writing: such a statement runs serially.
+        parallel=injective and bool(facts.index_vars) and not snapshot,
         accumulate=accumulate,
         snapshot=snapshot,
         unproven=unproven_reads(poly, facts, extents, params, context),
