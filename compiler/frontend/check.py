@@ -15,6 +15,8 @@ names (scopes.py), expression types (exprcheck.py), and per statement here:
 - its subscripts are index variables or [tcc] quasi-affine expressions of them
   (`I_grad(n, c, h + kh)`, `A_grad(i / 2)`: `/` and `%` by a positive integer
   literal), never tensor reads or products of variables;
+- [tcc] a `+=` / `+=!` may also scatter through integer tensor reads
+  (`E_grad(idx(i), d) += ...`, the gradient of an indirect read);
 - its rank matches the declaration, and every earlier write of the same output;
 - a statement with reduction variables uses a reduction operator (`+=`, `+=!`, ...);
 - a declared output's dtype is not narrowed without a cast (`promote(rhs, T) == T`);
@@ -64,6 +66,7 @@ from compiler.frontend.scopes import (
     read_signature,
     suggest,
     var_uses,
+    walk,
     where_exprs,
 )
 from compiler.frontend.types import is_narrowing
@@ -133,6 +136,9 @@ def _check_stmt(stmt: Stmt, state: DefState, report: Reporter) -> StmtFacts:
     checker = ExprChecker(state, scope, report)
     _check_where(stmt, checker, scope, report)
     rhs_type = checker.check(stmt.rhs)
+    for arg in stmt.lhs.args:
+        if _indirect_scatter_add(stmt, arg, state, scope):
+            checker.expect_integral(arg, checker.check(arg), "a left-hand side index")
     if stmt.equivalent is not None:
         for arg in stmt.equivalent.args:
             checker.check(arg)
@@ -181,6 +187,8 @@ def _temporary_hint(name: str, state: DefState) -> str:
 def _check_lhs_indices(stmt: Stmt, state: DefState, scope: StmtScope, report: Reporter) -> None:
     """LHS subscripts: index variables, sizes and integers, combined affinely."""
     for arg in stmt.lhs.args:
+        if _indirect_scatter_add(stmt, arg, state, scope):
+            continue
         problem = _non_affine(arg, state, scope)
         if problem is not None:
             node, what = problem
@@ -217,6 +225,25 @@ def _non_affine(expr: Expr, state: DefState, scope: StmtScope) -> tuple[Expr, st
         # [tcc] quasi-affine: floor division and modulo by a constant (isl's floor, mod)
         return _non_affine(expr.lhs, state, scope)
     return expr, "a non-affine expression"
+
+
+def _indirect_scatter_add(stmt: Stmt, arg: Expr, state: DefState, scope: StmtScope) -> bool:
+    """[tcc] A `+=` / `+=!` may scatter through tensor reads (`E_grad(idx(i), d) += ...`,
+    what the gradient of an indirect read is): a subscript that is affine once each
+    tensor read is taken as an opaque term. The reads are type-checked with the rhs."""
+    if stmt.op.base is not AssignOp.PLUS or not any(isinstance(e, Access) for e in walk(arg)):
+        return False
+    return _non_affine(_reads_as_vars(arg), state, scope) is None
+
+
+def _reads_as_vars(expr: Expr) -> Expr:
+    if isinstance(expr, Access):
+        return Var("__read__", span=expr.span)
+    if isinstance(expr, Unary):
+        return dataclasses.replace(expr, operand=_reads_as_vars(expr.operand))
+    if isinstance(expr, Binary):
+        return dataclasses.replace(expr, lhs=_reads_as_vars(expr.lhs), rhs=_reads_as_vars(expr.rhs))
+    return expr
 
 
 def _positive_int(expr: Expr) -> bool:
