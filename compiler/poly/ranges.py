@@ -53,7 +53,17 @@ from collections.abc import Sequence
 
 import islpy as isl
 
-from compiler.frontend.ast import Access, Const, Expr, RangeConstraint, ScalarType, Stmt, Var
+from compiler.frontend.ast import (
+    Access,
+    Binary,
+    BinOp,
+    Const,
+    Expr,
+    RangeConstraint,
+    ScalarType,
+    Stmt,
+    Var,
+)
 from compiler.frontend.checked import Bound, CheckedDef, RangedDef, Role, StmtFacts
 from compiler.frontend.diagnostics import Diagnostic, RangeError, Severity
 from compiler.frontend.printer import print_expr
@@ -441,8 +451,30 @@ class _StmtInference:
 
     def _image(self, arg: Expr, domain: isl.Set) -> isl.Set:
         """The values the subscript `arg` takes on `domain` (a 1-d parameter set)."""
+        if any(isinstance(e, Access) for e in walk(arg)):
+            return self._indirect_image(arg, domain)
         pw = self._aff(arg, "the left-hand side subscript").intersect_domain(domain)
         return isl.Map.from_pw_aff(pw).range().coalesce()
+
+    def _indirect_image(self, arg: Expr, domain: isl.Set) -> isl.Set:
+        """[tcc] A data-dependent scatter-add subscript (`E_grad(idx(i), d) += ...`) may
+        write anywhere in the output's declared extent: {0, extent - 1} bounds it."""
+        lhs = self.stmt.lhs
+        dims = self.state.checked.tensor(lhs.name).dims
+        if dims is None:
+            raise self._error(
+                f"output '{lhs.name}' is written at a data-dependent index `{print_expr(arg)}`,"
+                " so its shape cannot be inferred",
+                arg.span,
+                f"declare the shape of '{lhs.name}' in the def's outputs",
+            )
+        extent = dims[list(lhs.args).index(arg)]
+        ends = (Const(0, ScalarType.INT32), Binary(BinOp.SUB, extent, Const(1, ScalarType.INT32)))
+        images = [
+            isl.Map.from_pw_aff(expr_to_aff(e, self.space).intersect_domain(domain)).range()
+            for e in ends
+        ]
+        return (images[0] | images[1]).coalesce()
 
     def _lhs_bound(self, arg: Expr, image: isl.Set) -> Bound:
         if isinstance(arg, Var) and arg.name in self.bounds:
