@@ -7,9 +7,11 @@ Part of `poly.gather` (scatter -> gather). Given a statement's iteration domain
    injective on `D`, so every domain point gets exactly one (outer, inner) point. As in
    NOTES.md: walk candidates (reduction variables first, then variables with small
    ranges); keep a candidate unless the current prefix already determines it
-   (`prefix^-1 . (S -> [v])` single-valued); stop when the prefix is injective. Among
-   undetermined candidates, one whose addition needs no divisibility (no existential
-   variable in the image) wins, so `2*h + kh` keeps `h` inside and needs no guard;
+   (`prefix^-1 . (S -> [v])` single-valued); stop when the prefix is injective. At
+   each step the candidate whose addition leaves the fewest existential variables
+   (divisibility facts) in the image wins, ties going to the order of preference, so
+   `2*h + kh` keeps `h` inside (`kh = y - 2*h`) and needs no guard. The chosen
+   variables then nest in the order of preference;
 2. inverts the schedule (`invert`): the image `T = { [y..., z...] }` of `D`, split into
    disjoint convex pieces, and per piece the original variables as quasi-affine
    functions of `y` and `z`, every outer and inner variable's exact range as TC
@@ -105,7 +107,8 @@ def choose_inner(domain: isl.Set, write: isl.Map, candidates: Sequence[int]) -> 
         _, _, pos, prefix = min(options, key=lambda o: (o[0], o[1]))
         chosen.append(pos)
         remaining.remove(pos)
-    return tuple(chosen)
+    # the set decides injectivity and guards; loops follow the order of preference
+    return tuple(sorted(chosen, key=list(candidates).index))
 
 
 # ------------------------------------------------------------ the inverse
@@ -262,8 +265,9 @@ def _as_modulo(aff: isl.Aff) -> tuple[isl.Aff, int] | None:
         f = q.scale_val(d)
         if any(not f.get_coefficient_val(_DIV, j).is_zero() for j in range(f.dim(_DIV))):
             continue
-        modulo = f.mod_val(d)
-        if aff.plain_is_equal(modulo) or aff.neg().plain_is_equal(modulo):
+        modulo = isl.PwAff.from_aff(f.mod_val(d))
+        whole = isl.PwAff.from_aff(aff)
+        if whole.is_equal(modulo) or whole.neg().is_equal(modulo):
             return f, int(d.to_python())
     return None
 
