@@ -234,6 +234,11 @@ class _StmtInference:
             return None
         if info.role is Role.INPUT and info.dims is not None:
             return tuple((Const(0, ScalarType.INT32), d) for d in info.dims)
+        if self.stmt.op.is_reduction and access == self.stmt.lhs and info.dims is not None:
+            # [tcc] a reduction into an output with a declared shape reads its own element
+            # anywhere in that shape (what earlier statements did not write is zero), not
+            # only where the latest statement wrote (gradient defs accumulate that way)
+            return tuple((Const(0, ScalarType.INT32), d) for d in info.dims)
         known = self.state.known.get(access.name)
         return tuple((b.lo, b.hi) for b in known) if known is not None else None
 
