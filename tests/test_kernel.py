@@ -186,7 +186,7 @@ def test_template_source_without_constants_is_plain_tc() -> None:
         ({"target": "cuda"}, "target 'cuda' is not available yet"),
         ({"target": "tpu"}, "unknown target 'tpu'"),
         ({"options": object()}, "options= must be a compiler.options.Options"),
-        ({"backward": "mm_grad"}, "backward= is not supported yet"),
+        ({"backward": 3}, "backward= names a def of the same source"),
     ],
 )
 def test_unsupported_define_arguments(kwargs: dict[str, object], words: str) -> None:
