@@ -227,7 +227,8 @@ class _Reverse:
         self._need_reads(value, index)
         for cond, taken in reversed(guards):
             value = al.select(cond, value, None) if taken else al.select(cond, None, value)  # type: ignore[assignment]
-        where = stmt.where + (self._guard_ranges(tensor, read) if guards else ())
+        extra = self._guard_ranges(tensor, read) if guards else ()
+        where = stmt.where + tuple(c for c in extra if c not in stmt.where)
         self._emit(Access(grad, read.args), value, where)
 
     def _origin(self, name: str, index: int) -> tuple[str, int]:
