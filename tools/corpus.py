@@ -118,12 +118,23 @@ def _interp(work: Work) -> Work:
     return replace(work, warnings=work.warnings + notes)
 
 
+def _llvm(work: Work) -> Work:
+    from tools.corpus_interp import SKIPPED_CATEGORIES
+    from tools.corpus_llvm import run_llvm
+
+    entry = work.entry or {}
+    if entry.get("category") in SKIPPED_CATEGORIES or "inputs" not in entry:
+        return work
+    return replace(work, warnings=work.warnings + run_llvm(work.text, entry))
+
+
 STAGES: tuple[Stage, ...] = (
     Stage("parse", _parse),
     Stage("check", _check),
     Stage("roundtrip", _roundtrip),
     Stage("ranges", _ranges),
     Stage("interp", _interp),
+    Stage("llvm", _llvm),  # after interp: compares with it on the same inputs
 )
 
 # Where a negative entry's `expected_error` says the original TC failed.
