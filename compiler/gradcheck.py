@@ -88,7 +88,7 @@ def _compare(
     raise GradcheckError(
         f"gradcheck failed for input '{name}' of def '{kernel}': {bad} of {error.size} "
         f"element(s) differ; worst at index {tuple(int(i) for i in worst)}: analytic "
-        f"{got[worst]!r}, numeric {want[worst]!r} (atol={atol}, rtol={rtol})"
+        f"{float(got[worst])!r}, numeric {float(want[worst])!r} (atol={atol}, rtol={rtol})"
     )
 
 
