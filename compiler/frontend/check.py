@@ -237,7 +237,10 @@ def _indirect_scatter_add(stmt: Stmt, arg: Expr, state: DefState, scope: StmtSco
 
 
 def _reads_as_vars(expr: Expr) -> Expr:
-    if isinstance(expr, Access):
+    """Each maximal non-affine part that reads a tensor (`idx(i)`, `int32(A(i))`)
+    becomes one opaque variable."""
+    affine_node = isinstance(expr, (Unary, Binary)) and not isinstance(expr, Access)
+    if not affine_node and any(isinstance(e, Access) for e in walk(expr)):
         return Var("__read__", span=expr.span)
     if isinstance(expr, Unary):
         return dataclasses.replace(expr, operand=_reads_as_vars(expr.operand))
