@@ -48,7 +48,12 @@ def gradcheck(
     inputs = [_to64(a, t.dtype) for a, t in zip(arrays, k64.ranged.checked.inputs, strict=True)]
     outputs = k64(*inputs)
     rng = np.random.default_rng(seed)
-    cot = tuple(rng.standard_normal(np.shape(o)) for o in outputs)
+    cot = tuple(
+        rng.standard_normal(np.shape(o)).astype(o.dtype)
+        if np.issubdtype(o.dtype, np.floating)
+        else np.zeros(np.shape(o), dtype=o.dtype)  # no gradient flows through integers
+        for o in outputs
+    )
     analytic = k64.vjp(*inputs, grad_outputs=cot)
     for pos, info in enumerate(k64.ranged.checked.inputs):
         if not info.dtype.is_float:

@@ -100,6 +100,7 @@ class _Reverse:
         self.needed: set[tuple[str, int]] = set()
         self.active = self._activity()
         self.tmp_count = 0
+        self.pending_copy: dict[str, str] = {}
 
     # ------------------------------------------------------------------ driver
 
@@ -164,6 +165,11 @@ class _Reverse:
         if adjoint is None or (target, k) not in self.active:
             return
         stmt = self.v.versioned_reads(forward, index)
+        if adjoint in self.pending_copy:
+            # Added after the other contributions: the last write of the accumulator
+            # then covers its whole shape, so range inference bounds its reads by it.
+            idx, where = full_box(self.v, target)
+            self._emit(Access(adjoint, idx), Access(self.pending_copy.pop(adjoint), idx), where)
         seed_access = Access(adjoint, stmt.lhs.args)
         self.types[adjoint] = self.v.dtype(target)
         seed = self._seed(stmt, target, k, seed_access)
@@ -258,13 +264,10 @@ class _Reverse:
                 self._declare(existing, tensor)
             self.adjoint[(tensor, version)] = existing
             return existing
-        if existing == f"{tensor}_grad":  # the caller's adjoint is immutable: copy it
-            existing = f"{tensor}_grad_acc"
+        if existing == f"{tensor}_grad":  # the caller's adjoint is immutable: accumulate
+            existing = f"{tensor}_grad_acc"  # into a copy, added last (see _statement)
             self._declare(existing, tensor)
-            idx, where = full_box(self.v, tensor)
-            copy = Access(f"{tensor}_grad", idx)
-            self.stmts.append(Stmt(Access(existing, idx), AssignOp.ASSIGN, copy, where))
-            self.started.add(existing)
+            self.pending_copy[existing] = f"{tensor}_grad"
             self.adjoint[(tensor, version)] = existing
         return existing
 
@@ -278,6 +281,7 @@ class _Reverse:
             value_type = expr_type(value, self._env(where))
             if promote(value_type, target_type) is not target_type:
                 value = Cast(target_type, value)
+        lhs, where = _constant_subscripts_as_vars(lhs, where)
         op = AssignOp.PLUS if lhs.name in self.started else AssignOp.PLUS_INIT
         self.started.add(lhs.name)
         self.stmts.append(Stmt(lhs, op, value, where))
@@ -347,6 +351,23 @@ class _Reverse:
         )
         kept = al.select(written, None, Access(adjoint, idx)) if written else Access(adjoint, idx)
         self._emit(Access(grad, idx), kept or Access(adjoint, idx), where)
+
+
+def _constant_subscripts_as_vars(lhs: Access, where: tuple) -> tuple[Access, tuple]:
+    """`b_grad(0) += ...` -> `b_grad(z0) += ... where z0 in 0:1`: TC's left-hand
+    sides take index expressions, not bare integers."""
+    args, extra = [], []
+    for k, arg in enumerate(lhs.args):
+        if isinstance(arg, Const):
+            var = Var(f"z{k}")
+            one = Const(arg.value + 1, ScalarType.INT32)
+            extra.append(RangeConstraint(var, Const(arg.value, ScalarType.INT32), one))
+            args.append(var)
+        else:
+            args.append(arg)
+    if not extra:
+        return lhs, where
+    return Access(lhs.name, tuple(args)), (*where, *extra)
 
 
 class _IndexDefault(dict):
