@@ -142,7 +142,9 @@ def _promote_def(d: ast.Def) -> ast.Def:
 
 
 def _promote_casts(e: ast.Expr) -> ast.Expr:
-    """Float casts -> float64 casts, everywhere in `e`."""
+    """Float casts and float literals -> float64, everywhere in `e`."""
+    if isinstance(e, ast.Const) and e.dtype.is_float:
+        return dataclasses.replace(e, dtype=ScalarType.FLOAT64)  # float literals: double too
     if isinstance(e, Cast):
         inner = _promote_casts(e.operand)
         return dataclasses.replace(e, dtype=_f64(e.dtype), operand=inner)
