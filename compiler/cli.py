@@ -307,6 +307,34 @@ def _concrete(lo: Expr, hi: Expr, sizes: dict[str, int] | None) -> str:
         return ""
 
 
+# ---------------------------------------------------------------- tcc compile
+
+
+def _add_compile_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE", help="TC source file ('-': stdin)")
+    parser.add_argument("--entry", metavar="NAME", help="the def (default: the only one)")
+    parser.add_argument(
+        "--grad", action="store_true", help="print the gradient def (reverse-mode AD) as TC"
+    )
+    parser.add_argument(
+        "--form",
+        choices=("gather", "scatter"),
+        default="gather",
+        help="with --grad: the gradient after scatter -> gather (default) or as AD emits it",
+    )
+
+
+def _run_compile(args: argparse.Namespace) -> int:
+    from compiler.backward import grad
+    from compiler.frontend.diagnostics import OptionsError
+
+    if not args.grad:
+        raise OptionsError("tcc compile: say what to print", hint="pass --grad")
+    text, _ = read_source(args.file)
+    print(grad(text, args.entry, form=args.form), end="")
+    return 0
+
+
 # -------------------------------------------------------------- tcc gradcheck
 
 
@@ -354,6 +382,7 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command("fmt", "print TC files in canonical form", _add_fmt_args, _run_fmt),
     Command("infer", "print inferred ranges and output shapes", _add_infer_args, _run_infer),
+    Command("compile", "print the gradient TC of a def (--grad)", _add_compile_args, _run_compile),
     Command(
         "gradcheck",
         "check a def's gradient against finite differences (float64, random inputs)",

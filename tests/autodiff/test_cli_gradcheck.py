@@ -37,3 +37,10 @@ def test_gradcheck_missing_shape_is_a_user_error() -> None:
     r = tcc("gradcheck", "examples/matmul.tc", "--shape", "A=2,3")
     assert r.returncode == 1
     assert "no shape given for input 'B'" in r.stderr
+
+
+def test_compile_grad_prints_the_gradient_tc() -> None:
+    r = tcc("compile", "examples/matmul.tc", "--grad", "--form", "scatter")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("def matmul_grad(")
+    assert "A_grad(m, k) +=! C_grad(m, n) * B(k, n)" in r.stdout
