@@ -1,8 +1,9 @@
 """The compiler's table of contents: every pass, in order, in one place.
 
     text --parse--> Module --select--> Def --check--> CheckedDef --ranges--> RangedDef
-         --gather--> RangedDef
-         (later: --grad--> before gather, --schedule--> --astgen--> loop IR --codegen-->)
+         --gather--> RangedDef --schedule--> Schedule --lower--> loops.Function
+         --codegen--> CompiledFunction
+         (later: --grad--> before gather)
 
 Each pass is a plain function of one argument (its input IR) returning a new IR
 object; `run` calls any prefix of the list and lets a caller observe every
@@ -17,6 +18,9 @@ Ordering:
 - `gather` after `ranges` (and after autodiff, which produces the scatters it
   rewrites), before scheduling: it reads the explicit ranges, and everything after it
   may assume one writer per output element except in `gather.remaining_scatters`.
+- `schedule` after `gather`: it marks a statement's outer loops parallel only where
+  its left-hand side is injective, so the fewer scatters remain, the more runs parallel.
+- `lower` after `schedule`: isl builds the loops from the schedule's bands and marks.
 """
 
 from __future__ import annotations
@@ -61,6 +65,24 @@ def _gather(ranged: Any) -> Any:
     return scatter_to_gather(ranged)
 
 
+def _schedule(ranged: Any) -> Any:
+    from compiler.poly.schedule import schedule
+
+    return schedule(ranged)
+
+
+def _lower(sched: Any) -> Any:
+    from compiler.poly.astgen import lower_schedule
+
+    return lower_schedule(sched).function
+
+
+def _codegen(function: Any) -> Any:
+    from compiler.codegen.runtime import compile_function
+
+    return compile_function(function)
+
+
 # The pass list. `select` is filled in by `run` (it needs the entry-point name).
 PASSES: tuple[Pass, ...] = (
     Pass("parse", _parse, "source text -> Module (lexer + recursive-descent parser)"),
@@ -69,6 +91,10 @@ PASSES: tuple[Pass, ...] = (
     Pass("ranges", _ranges, "CheckedDef -> RangedDef (TC range inference with isl)"),
     # Ordering: gather after ranges (see the module doc).
     Pass("gather", _gather, "RangedDef -> RangedDef (affine scatters rewritten as gathers)"),
+    # Ordering: schedule after gather, lower after schedule (see the module doc).
+    Pass("schedule", _schedule, "RangedDef -> Schedule (nests, bands, parallel marks)"),
+    Pass("lower", _lower, "Schedule -> loops.Function (isl AST build -> loop IR)"),
+    Pass("codegen", _codegen, "loops.Function -> CompiledFunction (LLVM IR, O3, JIT)"),
 )
 PASS_NAMES: tuple[str, ...] = tuple(p.name for p in PASSES)
 
