@@ -374,6 +374,36 @@ def _run_gradcheck(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_compile_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE", help="TC source file ('-': stdin)")
+    parser.add_argument("--entry", metavar="NAME", help="the def (default: the only one)")
+    parser.add_argument(
+        "--emit",
+        choices=("loops", "llvm"),
+        default="loops",
+        help="what to print: the loop nests (default) or the optimised LLVM IR",
+    )
+
+
+def _run_compile(args: argparse.Namespace) -> int:
+    from compiler.frontend.check import check_def
+    from compiler.loops import print_function
+    from compiler.poly.ranges import infer_ranges
+
+    module, _ = load_module(args.file)
+    ranged = infer_ranges(check_def(module.get(args.entry)))
+    print_diagnostics(ranged.checked.warnings + ranged.warnings)
+    if args.emit == "loops":
+        from compiler.poly.astgen import lower
+
+        print(print_function(lower(ranged)))
+    else:
+        from compiler.native import compile_native
+
+        print(compile_native(ranged).compiled.ir(), end="")
+    return 0
+
+
 # ------------------------------------------------------------------ the table
 
 COMMANDS: tuple[Command, ...] = (
