@@ -93,7 +93,7 @@ class ExprLowering:
     buffers: Mapping[str, L.Buffer]
     sizes: frozenset[str]
     lets: frozenset[str]
-    unproven: frozenset[Access]
+    unproven: frozenset[tuple[Access, int]]
     register: Callable[[ReadCheck], int]
     checks: list[tuple[L.Expr, int, L.Expr]] = field(default_factory=list)
 
@@ -189,10 +189,10 @@ class ExprLowering:
         buffer = self.buffers[e.name]
         index = tuple(self.index(arg, path) for arg in e.args)
         load = L.Load(buffer, index)
-        if e not in self.unproven:
-            return load
         inside: L.Expr | None = None
         for dim, (i, extent) in enumerate(zip(index, buffer.shape, strict=True)):
+            if (e, dim) not in self.unproven:
+                continue
             ok = L.Bin(
                 L.BinOp.AND,
                 L.Bin(L.BinOp.GE, i, const(0, I64)),
@@ -201,7 +201,8 @@ class ExprLowering:
             bad = L.Unary(L.UnaryOp.NOT, ok)
             self.checks.append((conj(path, bad), self.register(ReadCheck(e, dim)), i))
             inside = conj(inside, ok)
-        assert inside is not None
+        if inside is None:
+            return load
         zero = const(False if buffer.dtype is L.DType.BOOL else 0, buffer.dtype)
         return L.Select(inside, load, zero)
 

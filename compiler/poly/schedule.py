@@ -62,7 +62,7 @@ class Nest:
     parallel: bool = False
     accumulate: bool = False
     snapshot: bool = False
-    unproven: frozenset[Access] = frozenset()  # reads that need a run-time bounds check
+    unproven: frozenset[tuple[Access, int]] = frozenset()  # (read, dim) to check at run time
 
     @property
     def target(self) -> str:
@@ -207,34 +207,28 @@ def unproven_reads(
     extents: dict[str, tuple[Expr, ...]],
     params: tuple[str, ...],
     context: isl.Set,
-) -> frozenset[Access]:
-    """The reads of the right-hand side and lets that isl cannot prove in bounds at
-    every point of the domain (data-dependent subscripts, reads that a ternary
-    guards, preconditions range inference could only warn about)."""
+) -> frozenset[tuple[Access, int]]:
+    """(read, dimension) pairs of the right-hand side and lets that isl cannot prove in
+    bounds at every point of the domain (data-dependent subscripts, reads that a
+    ternary guards, preconditions range inference could only warn about)."""
     space = StmtSpace(facts.all_vars, params)
     lets = {c.name: c.value for c in facts.stmt.where if isinstance(c, Let)}
     domain = poly.domain.reset_tuple_id().intersect_params(context)
-    found: set[Access] = set()
+    found: set[tuple[Access, int]] = set()
     for access in _reads(facts):
-        if not access.args or access in found:
-            continue
-        if not _in_bounds(access, extents[access.name], space, lets, domain):
-            found.add(access)
+        for dim, (arg, hi) in enumerate(zip(access.args, extents[access.name], strict=True)):
+            if not _in_bounds(arg, hi, space, lets, domain):
+                found.add((access, dim))
     return frozenset(found)
 
 
-def _in_bounds(
-    access: Access, extent: tuple[Expr, ...], space: StmtSpace, lets: dict, domain: isl.Set
-) -> bool:
+def _in_bounds(arg: Expr, hi: Expr, space: StmtSpace, lets: dict, domain: isl.Set) -> bool:
     try:
-        for arg, hi in zip(access.args, extent, strict=True):
-            value = expr_to_aff(arg, space, lets)
-            bad = value.lt_set(space.const(0)) | value.ge_set(expr_to_aff(hi, space))
-            if not (bad & domain).is_empty():
-                return False
+        value = expr_to_aff(arg, space, lets)
+        bad = value.lt_set(space.const(0)) | value.ge_set(expr_to_aff(hi, space))
     except NotAffine:
         return False
-    return True
+    return bool((bad & domain).is_empty())
 
 
 def _reads(facts: StmtFacts, name: str | None = None) -> Iterator[Access]:
