@@ -322,16 +322,49 @@ def _add_compile_args(parser: argparse.ArgumentParser) -> None:
         default="gather",
         help="with --grad: the gradient after scatter -> gather (default) or as AD emits it",
     )
+    parser.add_argument(
+        "--emit",
+        choices=("loops", "llvm"),
+        help="print the loop nests or the optimised LLVM IR (of the gradient, with --grad)",
+    )
 
 
 def _run_compile(args: argparse.Namespace) -> int:
     from compiler.backward import grad
     from compiler.frontend.diagnostics import OptionsError
 
-    if not args.grad:
-        raise OptionsError("tcc compile: say what to print", hint="pass --grad")
-    text, _ = read_source(args.file)
-    print(grad(text, args.entry, form=args.form), end="")
+    if not args.grad and args.emit is None:
+        raise OptionsError(
+            "tcc compile: say what to print", hint="pass --emit loops|llvm or --grad"
+        )
+    text, filename = read_source(args.file)
+    entry = args.entry
+    if args.grad:
+        text = grad(text, args.entry, form=args.form)
+        filename = f"{filename} (gradient)"
+        entry = None
+        if args.emit is None:
+            print(text, end="")
+            return 0
+    return _emit(text, filename, entry, args.emit)
+
+
+def _emit(text: str, filename: str, entry: str | None, emit: str) -> int:
+    from compiler.frontend.check import check_def
+    from compiler.frontend.parser import parse
+    from compiler.loops import print_function
+    from compiler.poly.ranges import infer_ranges
+
+    ranged = infer_ranges(check_def(parse(text, filename).get(entry)))
+    print_diagnostics(ranged.checked.warnings + ranged.warnings)
+    if emit == "loops":
+        from compiler.poly.astgen import lower
+
+        print(print_function(lower(ranged)))
+    else:
+        from compiler.native import compile_native
+
+        print(compile_native(ranged).compiled.ir(), end="")
     return 0
 
 
@@ -374,36 +407,6 @@ def _run_gradcheck(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_compile_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", metavar="FILE", help="TC source file ('-': stdin)")
-    parser.add_argument("--entry", metavar="NAME", help="the def (default: the only one)")
-    parser.add_argument(
-        "--emit",
-        choices=("loops", "llvm"),
-        default="loops",
-        help="what to print: the loop nests (default) or the optimised LLVM IR",
-    )
-
-
-def _run_compile(args: argparse.Namespace) -> int:
-    from compiler.frontend.check import check_def
-    from compiler.loops import print_function
-    from compiler.poly.ranges import infer_ranges
-
-    module, _ = load_module(args.file)
-    ranged = infer_ranges(check_def(module.get(args.entry)))
-    print_diagnostics(ranged.checked.warnings + ranged.warnings)
-    if args.emit == "loops":
-        from compiler.poly.astgen import lower
-
-        print(print_function(lower(ranged)))
-    else:
-        from compiler.native import compile_native
-
-        print(compile_native(ranged).compiled.ir(), end="")
-    return 0
-
-
 # ------------------------------------------------------------------ the table
 
 COMMANDS: tuple[Command, ...] = (
@@ -412,7 +415,12 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command("fmt", "print TC files in canonical form", _add_fmt_args, _run_fmt),
     Command("infer", "print inferred ranges and output shapes", _add_infer_args, _run_infer),
-    Command("compile", "print the gradient TC of a def (--grad)", _add_compile_args, _run_compile),
+    Command(
+        "compile",
+        "print a def's loop nests or LLVM IR (--emit), or its gradient TC (--grad)",
+        _add_compile_args,
+        _run_compile,
+    ),
     Command(
         "gradcheck",
         "check a def's gradient against finite differences (float64, random inputs)",
