@@ -163,3 +163,19 @@ def test_loop_ir_interpreter_agrees(case: str) -> None:
     loops.run_function(f, {**inputs, **outs}, sizes)
     for w, t in zip(ref(*args), ranged.checked.outputs, strict=True):
         np.testing.assert_allclose(outs[t.name], w, rtol=1e-5, atol=1e-6)
+
+
+def test_tcc_compile_emits_loops_and_llvm() -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+
+    def tcc(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "compiler", "compile", "examples/matmul.tc", *args]
+        return subprocess.run(cmd, cwd=root, capture_output=True, text=True, check=False)
+
+    loops_out = tcc("--emit", "loops")
+    assert loops_out.returncode == 0 and "parallel for (m = 0; m < M; m += 1)" in loops_out.stdout
+    llvm_out = tcc("--emit", "llvm")
+    assert llvm_out.returncode == 0 and "define void @" in llvm_out.stdout
