@@ -1,0 +1,236 @@
+"""PyTorch layers from TC defs: forward on tensors, backward through autograd.
+
+    import compiler.torch as tct
+    conv = tct.define(src, "conv2d", training=True)          # target="llvm"
+    (O,) = conv(I, W1, B)                                      # tensors in, a tuple out
+    O.sum().backward()                                         # I.grad, W1.grad, B.grad
+
+    conv = tct.define(src, "conv2d", training=True, backward="conv2d_grad")
+    layer = tct.Layer(src, "conv2d", params={"W1": (4, 3, 3, 3), "B": (4,)})  # nn.Module
+
+`define` compiles the def once (`compiler.kernel.Kernel`) and returns a `TCLayer`.
+Calling it converts each tensor without copying (`compiler.torch_convert`), runs
+the kernel and returns one tensor per output sharing the kernel's result memory.
+
+With `training=True`, when autograd is recording and some input requires grad, the
+call goes through a `torch.autograd.Function`: the forward saves its inputs and
+outputs; the backward (`compiler.torch_grad`) runs the AD-derived gradient kernel for
+exactly the inputs whose `ctx.needs_input_grad` is set, or the user's `backward=` def
+(TC's convention: forward inputs, optionally forward outputs, then output gradients;
+outputs: the input gradients in order). `reorder_function` maps the list of output
+gradient tensors before they reach a `backward=` def (for layers with temporary
+outputs whose gradients the backward def does not take), as in TC's Python API; it
+may be given to `define` or to each call. Integer inputs get no gradient; integer
+outputs are marked non-differentiable. The backward is not itself differentiable
+(`once_differentiable`: `create_graph=True` through a TC layer raises).
+
+Under `torch.no_grad()` / `torch.inference_mode()`, or when no input requires grad,
+the kernel runs directly and the outputs have no `grad_fn`. torch.compile and
+TorchScript are not supported. Without PyTorch, importing this module is an
+ImportError that says `pip install torch==2.13.0`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+try:
+    import torch
+except ImportError as err:  # pragma: no cover - exercised by a test that hides torch
+    raise ImportError(
+        "compiler.torch needs PyTorch, which is not installed: pip install torch==2.13.0 "
+        "(or pip install -e '.[torch]')"
+    ) from err
+
+from torch.autograd.function import once_differentiable
+
+from compiler.frontend.diagnostics import OptionsError
+from compiler.kernel import Kernel
+from compiler.options import as_options
+from compiler.torch_convert import array_to_tensor, tensor_to_array, torch_dtype
+from compiler.torch_grad import GradientRunner
+
+ReorderFunction = Callable[[list[torch.Tensor]], Sequence[torch.Tensor]]
+
+
+def define(
+    source: str,
+    name: str | None = None,
+    *,
+    training: bool = False,
+    backward: str | None = None,
+    constants: Mapping[str, object] | None = None,
+    options: object = None,
+    target: str = "llvm",
+    reorder_function: ReorderFunction | None = None,
+) -> TCLayer:
+    """Compile def `name` (or the only def) of `source` into a layer on tensors."""
+    return TCLayer(
+        source,
+        name,
+        training=training,
+        backward=backward,
+        constants=constants,
+        options=options,
+        target=target,
+        reorder_function=reorder_function,
+    )
+
+
+class TCLayer:
+    """A compiled TC def called on PyTorch tensors (see the module doc)."""
+
+    def __init__(
+        self,
+        source: str,
+        name: str | None = None,
+        *,
+        training: bool = False,
+        backward: str | None = None,
+        constants: Mapping[str, object] | None = None,
+        options: object = None,
+        target: str = "llvm",
+        reorder_function: ReorderFunction | None = None,
+    ) -> None:
+        if backward is not None and not training:
+            raise OptionsError(
+                "backward= needs training=True (it is the backward of a training layer)",
+                hint="pass training=True",
+            )
+        _check_reorder(reorder_function, backward)
+        self.options = as_options(options)
+        self.kernel = Kernel(
+            source,
+            name,
+            constants=constants,
+            target=target,
+            options=self.options,
+            backward=backward,
+        )
+        self.name = self.kernel.name
+        self.training = training
+        self.reorder_function = reorder_function
+        self.gradients = GradientRunner(self.kernel, self.options)
+        if backward is not None and reorder_function is None:
+            self.gradients.check_user_signature(len(self.kernel.ranged.checked.outputs))
+
+    def __repr__(self) -> str:
+        mode = "training" if self.training else "inference"
+        return f"<TCLayer {self.name} target={self.kernel.target!r} {mode}>"
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The def's input names, in parameter order."""
+        return tuple(t.name for t in self.kernel.ranged.checked.inputs)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The def's output names, in declaration order."""
+        return tuple(t.name for t in self.kernel.ranged.checked.outputs)
+
+    def __call__(
+        self, *tensors: Any, reorder_function: ReorderFunction | None = None
+    ) -> tuple[torch.Tensor, ...]:
+        """One tensor per output. `reorder_function` overrides define's for this call."""
+        reorder = reorder_function or self.reorder_function
+        _check_reorder(reorder, self.kernel.backward)
+        if self.training and torch.is_grad_enabled() and _any_requires_grad(tensors):
+            args = [self._as_tensor(i, t) for i, t in enumerate(tensors)]
+            return tuple(_TCFunction.apply(self, reorder, *args))
+        return self.run(tensors)
+
+    def run(self, tensors: Sequence[Any]) -> tuple[torch.Tensor, ...]:
+        """The forward kernel on tensors, outside autograd."""
+        infos = self.kernel.ranged.checked.inputs
+        if len(tensors) != len(infos):
+            self.kernel(*tensors)  # the kernel's own error names every parameter
+        arrays = [tensor_to_array(t, v) for t, v in zip(infos, tensors, strict=True)]
+        return tuple(array_to_tensor(a) for a in self.kernel(*arrays))
+
+    def _as_tensor(self, position: int, value: Any) -> torch.Tensor:
+        """Python numbers (0-d inputs) as tensors, so autograd can save them."""
+        if isinstance(value, torch.Tensor) or position >= len(self.inputs):
+            return value
+        info = self.kernel.ranged.checked.inputs[position]
+        array = tensor_to_array(info, value)
+        return torch.as_tensor(array, dtype=torch_dtype(info.dtype))
+
+
+def _any_requires_grad(values: Sequence[Any]) -> bool:
+    return any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
+
+
+def _check_reorder(reorder: object, backward: str | None) -> None:
+    if reorder is None:
+        return
+    if not callable(reorder):
+        raise OptionsError(
+            f"reorder_function= must be callable, got {type(reorder).__name__}",
+            hint="pass a function from the list of output gradients to the list the "
+            "backward def takes",
+        )
+    if backward is None:
+        raise OptionsError(
+            "reorder_function= applies to a user-supplied backward= def; the derived "
+            "gradient takes one gradient per output",
+            hint='pass backward="name_of_the_backward_def", or drop reorder_function=',
+        )
+
+
+class _TCFunction(torch.autograd.Function):
+    """Forward: the TC kernel. Backward: `GradientRunner` on the needed inputs."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, layer: TCLayer, reorder: ReorderFunction | None, *tensors: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        outputs = layer.run(tensors)
+        ctx.layer, ctx.reorder = layer, reorder
+        ctx.n_inputs = len(tensors)
+        ctx.save_for_backward(*tensors, *outputs)
+        infos = layer.kernel.ranged.checked.outputs
+        ctx.mark_non_differentiable(
+            *(o for o, t in zip(outputs, infos, strict=True) if not t.dtype.is_float)
+        )
+        return outputs
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, *grad_outputs: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        layer: TCLayer = ctx.layer
+        saved = ctx.saved_tensors
+        inputs, outputs = saved[: ctx.n_inputs], saved[ctx.n_inputs :]
+        in_infos = layer.kernel.ranged.checked.inputs
+        out_infos = layer.kernel.ranged.checked.outputs
+        grads = [
+            g if t.dtype.is_float else torch.zeros_like(o)
+            for g, t, o in zip(grad_outputs, out_infos, outputs, strict=True)
+        ]
+        if ctx.reorder is not None:
+            grads = list(ctx.reorder(list(grads)))
+        grad_arrays = [_grad_array(g, i) for i, g in enumerate(grads)]
+        results = layer.gradients.input_gradients(
+            [tensor_to_array(t, v) for t, v in zip(in_infos, inputs, strict=True)],
+            [tensor_to_array(t, v, "output") for t, v in zip(out_infos, outputs, strict=True)],
+            grad_arrays,
+            ctx.needs_input_grad[2:],
+        )
+        return (None, None, *(None if r is None else array_to_tensor(r) for r in results))
+
+
+def _grad_array(grad: Any, position: int) -> Any:
+    """An output gradient as a contiguous CPU array (autograd may hand us expanded views)."""
+    if not isinstance(grad, torch.Tensor):
+        raise OptionsError(
+            f"reorder_function returned a {type(grad).__name__} at position {position}; "
+            f"expected a tensor"
+        )
+    return grad.detach().contiguous().numpy()
+
+
+__all__ = ["TCLayer", "define"]
+
+from compiler.torch_module import Layer  # noqa: E402  (the nn.Module wrapper)
+
+__all__ += ["Layer"]

@@ -1,0 +1,164 @@
+"""The backward pass of a TC training layer, on NumPy arrays: only the gradients asked for.
+
+    runner = GradientRunner(kernel, options)
+    runner.input_gradients(inputs, outputs, grad_outputs, needed)  -> one array or None per input
+
+Two sources of gradients, as in TC's training layers:
+
+- derived (no `backward=`): `compiler.backward.gradient_text(ranged, wrt=needed)`
+  differentiates with respect to the inputs autograd needs only, so an input whose
+  gradient is not needed costs neither compilation nor run time. One gradient kernel
+  is compiled per distinct set of needed inputs and cached on the runner.
+  Its parameters are matched by name (`I`, `O`, `O_grad`); the saved forward outputs
+  are passed, never recomputed.
+- user-supplied (`backward="name"`, a def of the same source): its parameters are the
+  forward inputs, optionally the forward outputs, then the output gradients (after
+  `reorder_function`, if any, so there may be fewer than outputs); its outputs are the
+  gradients of the forward inputs in order (fewer outputs: the rest get None). It
+  always computes every gradient it declares; the unneeded ones are dropped.
+
+Integer inputs never get a gradient (None). A gradient whose shape or dtype differs
+from its input's is a ShapeError naming the backward def.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from compiler.backward import gradient_text
+from compiler.frontend.diagnostics import InternalError, ShapeError, TCError
+from compiler.kernel import Kernel
+from compiler.options import Options
+
+
+class GradientRunner:
+    """Computes input gradients of one forward kernel (see the module doc)."""
+
+    def __init__(self, kernel: Kernel, options: Options) -> None:
+        self.kernel = kernel
+        self.options = options
+        self._derived: dict[tuple[str, ...], Kernel] = {}
+        self._user: Kernel | None = None
+
+    # ------------------------------------------------------------ user backward
+
+    def user_kernel(self) -> Kernel:
+        """The compiled `backward=` def (compiled on first use)."""
+        if self._user is None:
+            k = self.kernel
+            self._user = Kernel(k.text, k.backward, target=k.target, options=self.options)
+        return self._user
+
+    def check_user_signature(self, n_grads: int) -> None:
+        """A TCError unless the backward def takes inputs, [outputs,] n_grads gradients."""
+        checked = self.kernel.ranged.checked
+        n_in, n_out = len(checked.inputs), len(checked.outputs)
+        n_params = len(self.user_kernel().ranged.checked.inputs)
+        if n_params not in (n_in + n_grads, n_in + n_out + n_grads):
+            raise TCError(
+                f"backward def '{self.kernel.backward}' has {n_params} parameter(s); expected "
+                f"the {n_in} input(s) of '{self.kernel.name}', optionally its {n_out} "
+                f"output(s), then {n_grads} output gradient(s)",
+                self.user_kernel().ranged.checked.definition.span,
+                hint="with temporary outputs, pass reorder_function= to choose the gradients "
+                "the backward def takes",
+            )
+
+    # -------------------------------------------------------------- gradients
+
+    def input_gradients(
+        self,
+        inputs: Sequence[Any],
+        outputs: Sequence[np.ndarray],
+        grad_outputs: Sequence[np.ndarray],
+        needed: Sequence[bool],
+    ) -> tuple[np.ndarray | None, ...]:
+        """One gradient per forward input: an array where `needed` and the input is
+        a float tensor, else None."""
+        infos = self.kernel.ranged.checked.inputs
+        wanted = tuple(
+            t.name for t, need in zip(infos, needed, strict=True) if need and t.dtype.is_float
+        )
+        if not wanted:
+            return (None,) * len(infos)
+        if self.kernel.backward is not None:
+            grads = self._user_gradients(inputs, outputs, grad_outputs)
+        else:
+            grads = self._derived_gradients(wanted, inputs, outputs, grad_outputs)
+        return tuple(grads[i] if t.name in wanted else None for i, t in enumerate(infos))
+
+    def _derived_kernel(self, wanted: tuple[str, ...]) -> Kernel:
+        if wanted not in self._derived:
+            text = gradient_text(self.kernel.ranged, wrt=wanted)
+            self._derived[wanted] = Kernel(text, target=self.kernel.target, options=self.options)
+        return self._derived[wanted]
+
+    def _derived_gradients(
+        self,
+        wanted: tuple[str, ...],
+        inputs: Sequence[Any],
+        outputs: Sequence[np.ndarray],
+        grad_outputs: Sequence[np.ndarray],
+    ) -> list[np.ndarray | None]:
+        checked = self.kernel.ranged.checked
+        backward = self._derived_kernel(wanted)
+        by_name: dict[str, Any] = dict(zip((t.name for t in checked.inputs), inputs, strict=True))
+        by_name |= dict(zip((t.name for t in checked.outputs), outputs, strict=True))
+        by_name |= {f"{t.name}_grad": g for t, g in zip(checked.outputs, grad_outputs, strict=True)}
+        params = [t.name for t in backward.ranged.checked.inputs]
+        missing = [p for p in params if p not in by_name]
+        if missing:
+            raise InternalError(f"gradient def of '{checked.name}' takes unknown {missing}")
+        results = dict(
+            zip(
+                (t.name for t in backward.ranged.checked.outputs),
+                backward(*(by_name[p] for p in params)),
+                strict=True,
+            )
+        )
+        return [results.get(f"{t.name}_grad") for t in checked.inputs]
+
+    def _user_gradients(
+        self,
+        inputs: Sequence[Any],
+        outputs: Sequence[np.ndarray],
+        grad_outputs: Sequence[np.ndarray],
+    ) -> list[np.ndarray | None]:
+        self.check_user_signature(len(grad_outputs))
+        backward = self.user_kernel()
+        n_params = len(backward.ranged.checked.inputs)
+        with_outputs = n_params != len(inputs) + len(grad_outputs)
+        args = [*inputs, *(outputs if with_outputs else ()), *grad_outputs]
+        results = list(backward(*args))
+        infos = self.kernel.ranged.checked.inputs
+        grads: list[np.ndarray | None] = []
+        for i, info in enumerate(infos):
+            if i >= len(results) or not info.dtype.is_float:
+                grads.append(None)
+                continue
+            self._check_gradient(i, results[i], np.shape(inputs[i]))
+            grads.append(results[i])
+        return grads
+
+    def _check_gradient(self, position: int, grad: np.ndarray, shape: tuple[int, ...]) -> None:
+        info = self.kernel.ranged.checked.inputs[position]
+        out = self.user_kernel().ranged.checked.outputs[position]
+        if tuple(grad.shape) != tuple(shape):
+            raise ShapeError(
+                f"backward def '{self.kernel.backward}' output '{out.name}' (the gradient of "
+                f"input '{info.name}') has shape {tuple(grad.shape)}, expected {tuple(shape)}",
+                out.span,
+            )
+        if out.dtype is not info.dtype:
+            raise ShapeError(
+                f"backward def '{self.kernel.backward}' output '{out.name}' is "
+                f"{out.dtype.value}, but input '{info.name}' is {info.dtype.value}",
+                out.span,
+                hint="declare the gradient with the input's type",
+            )
+
+
+__all__ = ["GradientRunner"]
