@@ -112,8 +112,11 @@ class TCLayer:
         self.training = training
         self.reorder_function = reorder_function
         self.gradients = GradientRunner(self.kernel, self.options)
-        if backward is not None and reorder_function is None:
-            self.gradients.check_user_signature(len(self.kernel.ranged.checked.outputs))
+        if backward is not None:
+            n_out = len(self.kernel.ranged.checked.outputs)
+            # reorder_function may also come with each call: any count 1..n_out may fit.
+            counts = range(1, n_out + 1) if reorder_function is None else (None,)
+            self.gradients.check_user_signature(*counts)
 
     def __repr__(self) -> str:
         mode = "training" if self.training else "inference"

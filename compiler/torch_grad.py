@@ -52,16 +52,19 @@ class GradientRunner:
             self._user = Kernel(k.text, k.backward, target=k.target, options=self.options)
         return self._user
 
-    def check_user_signature(self, n_grads: int) -> None:
-        """A TCError unless the backward def takes inputs, [outputs,] n_grads gradients."""
+    def check_user_signature(self, *counts: int | None) -> None:
+        """A TCError unless the backward def takes the inputs, optionally the outputs,
+        then n output gradients for some n in `counts` (None: any number)."""
         checked = self.kernel.ranged.checked
         n_in, n_out = len(checked.inputs), len(checked.outputs)
         n_params = len(self.user_kernel().ranged.checked.inputs)
-        if n_params not in (n_in + n_grads, n_in + n_out + n_grads):
+        fits = [n is None or n_params in (n_in + n, n_in + n_out + n) for n in counts]
+        if not any(fits):
+            wanted = " or ".join(str(n) for n in counts)
             raise TCError(
                 f"backward def '{self.kernel.backward}' has {n_params} parameter(s); expected "
                 f"the {n_in} input(s) of '{self.kernel.name}', optionally its {n_out} "
-                f"output(s), then {n_grads} output gradient(s)",
+                f"output(s), then {wanted} output gradient(s)",
                 self.user_kernel().ranged.checked.definition.span,
                 hint="with temporary outputs, pass reorder_function= to choose the gradients "
                 "the backward def takes",
