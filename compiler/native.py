@@ -51,7 +51,7 @@ from compiler.loops import (
     eval_size_expr,
 )
 from compiler.options import Options
-from compiler.poly.astgen import ERROR_BUFFER, Lowered, lower_kernel
+from compiler.poly.astgen import ERROR_BUFFER, Lowered, lower_native
 
 PHASE = "tcc.phase"
 
@@ -111,9 +111,10 @@ class NativeProgram:
 
 
 def compile_native(ranged: RangedDef, options: Options | None = None) -> NativeProgram:
-    """Lower `ranged` and JIT-compile it (see the module doc)."""
+    """Lower `ranged` (scatters as gathers first: `poly.astgen.lower_native`) and
+    JIT-compile it (see the module doc)."""
     options = options or Options()
-    lowered = lower_kernel(ranged, options)
+    lowered = lower_native(ranged, options)
     f = lowered.function
     phases = f.body.stmts if isinstance(f.body, Block) else (f.body,)
     if len(phases) > 1:

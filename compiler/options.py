@@ -1,7 +1,27 @@
 """Compilation options: one frozen dataclass, validated when it is made.
 
-    Options()                 all defaults: threads=None (all cores)
-    Options(threads=2)        split the outermost parallel loop across 2 threads
+    Options()                           all defaults: the CPU model chooses the schedule
+    Options(threads=2)                  split the outermost parallel loop across 2 threads
+    Options(innermost=None)             the literal order: output variables, then the
+                                        reduction, accumulated in a register
+    Options(innermost="n", unroll=4, block=4)   what the model picks for matmul
+
+CPU schedule fields (the native targets read them; `poly.schedule` applies them, see
+`compiler/poly/cpu_model.py` for what "auto" means):
+
+- `innermost`: `"auto"` (default) lets the model choose, per reduction statement, a
+  left-hand-side variable to run innermost, *below* the reduction loops, accumulating
+  into the output in memory (so LLVM vectorises the unit-stride dimension); `None`
+  keeps the literal order (left-hand-side variables, then the reduction loops with a
+  register accumulator); a variable name asks for that variable in every statement
+  where it is a left-hand-side variable and the move is legal.
+- `unroll`: unroll-and-jam factor of the innermost reduction loop into the innermost
+  loop (1: none); None lets the model choose. Only for statements scheduled with an
+  innermost variable.
+- `block`: register blocking: unroll-and-jam factor of the output loop just above the
+  reduction loops (1: none); None lets the model choose. Same condition.
+- `threads`: the number of threads the outermost parallel loop of each statement is
+  split across at call time; None means one per core.
 
 A leaf module (imports only the diagnostics), so every layer may read it. Options
 travel as a value; environment variables are read only by the CLI (STYLE.md rule 16).
@@ -13,16 +33,18 @@ from dataclasses import dataclass
 
 from compiler.frontend.diagnostics import OptionsError
 
+AUTO = "auto"
+MAX_FACTOR = 16
+
 
 @dataclass(frozen=True, slots=True)
 class Options:
-    """How to compile and run a def on a native target.
-
-    `threads`: the number of threads the outermost parallel loop of each statement is
-    split across at call time; None means one per core.
-    """
+    """How to compile and run a def on a native target (see the module doc)."""
 
     threads: int | None = None
+    innermost: str | None = AUTO
+    unroll: int | None = None
+    block: int | None = None
 
     def __post_init__(self) -> None:
         t = self.threads
@@ -31,6 +53,26 @@ class Options:
                 f"Options.threads must be a positive int or None, got {t!r}",
                 hint="Options(threads=None) uses every core",
             )
+        if self.innermost is not None and (
+            not isinstance(self.innermost, str) or not self.innermost.isidentifier()
+        ):
+            raise OptionsError(
+                f"Options.innermost must be 'auto', None or an index variable's name, "
+                f"got {self.innermost!r}",
+                hint="Options(innermost='auto') lets the CPU model choose",
+            )
+        for field in ("unroll", "block"):
+            _check_factor(field, getattr(self, field))
+
+
+def _check_factor(field: str, value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_FACTOR:
+        raise OptionsError(
+            f"Options.{field} must be None or an int in 1..{MAX_FACTOR}, got {value!r}",
+            hint=f"Options({field}=1) turns it off; None lets the model choose",
+        )
 
 
 def as_options(value: object) -> Options:
@@ -45,4 +87,4 @@ def as_options(value: object) -> Options:
     )
 
 
-__all__ = ["Options", "as_options"]
+__all__ = ["AUTO", "MAX_FACTOR", "Options", "as_options"]

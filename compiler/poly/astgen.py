@@ -30,6 +30,7 @@ Worked example, matmul `C(m, n) +=! A(m, k) * B(k, n)`:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,8 +42,11 @@ from compiler import loops as L
 from compiler.frontend.ast import AssignOp, Let
 from compiler.frontend.checked import RangedDef
 from compiler.frontend.diagnostics import InternalError
+from compiler.frontend.printer import print_stmt
 from compiler.frontend.types import stmt_env
 from compiler.options import Options
+from compiler.poly.gather import remaining_scatters, scatter_to_gather
+from compiler.poly.jam import unroll_and_jam
 from compiler.poly.lower_expr import (
     I64,
     ExprLowering,
@@ -61,6 +65,7 @@ ERROR_BUFFER = "tcc.error"
 class Lowered:
     function: L.Function
     checks: tuple[ReadCheck, ...]
+    notes: tuple[str, ...] = ()  # what a reader of the loops should know (serial scatters)
 
 
 def lower(ranged: RangedDef, options: Options | None = None) -> L.Function:
@@ -71,6 +76,20 @@ def lower(ranged: RangedDef, options: Options | None = None) -> L.Function:
 def lower_kernel(ranged: RangedDef, options: Options | None = None) -> Lowered:
     """The Function and its run-time bounds checks."""
     return lower_schedule(schedule(ranged, options or Options()))
+
+
+def lower_native(ranged: RangedDef, options: Options | None = None) -> Lowered:
+    """What the CPU runs: `poly.gather.scatter_to_gather` first, so that gradients'
+    scatters run as parallel gathers, then `lower_kernel`. The data-dependent scatters
+    that remain run serially; `Lowered.notes` names them."""
+    gathered = scatter_to_gather(ranged)
+    lowered = lower_kernel(gathered, options)
+    stmts = gathered.checked.definition.stmts
+    notes = tuple(
+        f"statement {k} ({print_stmt(stmts[k]).strip()}): serial: data-dependent scatter"
+        for k in remaining_scatters(gathered)
+    )
+    return dataclasses.replace(lowered, notes=notes)
 
 
 def lower_schedule(sched: Schedule) -> Lowered:
@@ -109,15 +128,16 @@ def build_ast(nest: Nest, context: isl.Set) -> isl.AstNode:
     domain = isl.UnionSet.from_set(nest.domain)
     sched = isl.Schedule.from_domain(domain)
     node = sched.get_root().child(0)
-    n_outer = len(nest.outer)
-    if n_outer:
-        node = node.insert_partial_schedule(_band(nest.domain, 0, n_outer)).child(0)
+    if nest.outer:
+        node = node.insert_partial_schedule(_band(nest.domain, nest.outer)).child(0)
     if nest.accumulate:
         node = node.insert_mark(isl.Id("reduce")).child(0)
     if nest.inner:
-        node = node.insert_partial_schedule(_band(nest.domain, n_outer, len(nest.inner)))
+        node = node.insert_partial_schedule(_band(nest.domain, nest.inner)).child(0)
+    if nest.innermost:
+        node = node.insert_partial_schedule(_band(nest.domain, nest.innermost))
     build = isl.AstBuild.from_context(context)
-    names = nest.outer + nest.inner
+    names = nest.bands
     if names:
         ids = isl.IdList.alloc(isl.DEFAULT_CONTEXT, len(names))
         for name in names:
@@ -126,14 +146,22 @@ def build_ast(nest: Nest, context: isl.Set) -> isl.AstNode:
     return build.node_from_schedule(node.get_schedule())
 
 
-def _band(domain: isl.Set, first: int, n: int) -> isl.MultiUnionPwAff:
-    """The schedule `S[vars] -> [vars first .. first+n-1]`."""
+def _band(domain: isl.Set, names: tuple[str, ...]) -> isl.MultiUnionPwAff:
+    """The schedule `S[vars] -> [names...]` (domain dimensions, in the given order)."""
     space = domain.get_space()
-    identity = isl.Map.identity(space.map_from_set())
-    total = domain.dim(isl.dim_type.set)
-    band = identity.project_out(isl.dim_type.out, first + n, total - first - n)
-    band = band.project_out(isl.dim_type.out, 0, first).reset_tuple_id(isl.dim_type.out)
-    return isl.MultiUnionPwAff.from_union_map(isl.UnionMap.from_map(band.intersect_domain(domain)))
+    identity = isl.MultiAff.identity(space.map_from_set())
+    affs = [identity.get_at(domain.find_dim_by_name(isl.dim_type.set, n)) for n in names]
+    target = isl.Space.set_alloc(space.get_ctx(), 0, len(names)).align_params(space)
+    band = isl.MultiAff.from_aff_list(space.map_from_domain_and_range(target), _aff_list(affs))
+    band_map = isl.Map.from_multi_aff(band).intersect_domain(domain)
+    return isl.MultiUnionPwAff.from_union_map(isl.UnionMap.from_map(band_map))
+
+
+def _aff_list(affs: list[isl.Aff]) -> isl.AffList:
+    result = isl.AffList.alloc(isl.DEFAULT_CONTEXT, len(affs))
+    for a in affs:
+        result = result.add(a)
+    return result
 
 
 _BIN = {
@@ -247,6 +275,9 @@ class _NestLowering:
 
     def run(self) -> L.Stmt:
         body = self._node(build_ast(self.nest, self.sched.context), False)
+        if not self.nest.unproven:  # jams would change which failed check comes first
+            for var, factor in self.nest.jams:
+                body = unroll_and_jam(body, var, factor)
         if not self.nest.snapshot:
             return body
         old = self.buffers[self.nest.target]
@@ -299,7 +330,7 @@ class _NestLowering:
     # ------------------------------------------------------------ statements
 
     def _values(self, args: list[L.Expr]) -> dict[str, L.Expr]:
-        names = self.nest.outer + self.nest.inner
+        names = self.nest.dims
         if len(args) != len(names):
             raise InternalError(f"user node with {len(args)} arguments for {names}")
         return dict(zip(names, args, strict=True))
@@ -454,5 +485,6 @@ __all__ = [
     "build_ast",
     "lower",
     "lower_kernel",
+    "lower_native",
     "lower_schedule",
 ]

@@ -40,6 +40,7 @@ from compiler.frontend.checked import RangedDef, StmtFacts
 from compiler.frontend.scopes import children
 from compiler.options import Options
 from compiler.poly.build import PolyStmt, build_statements
+from compiler.poly.cpu_model import choose_order
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff, params_space
 
 
@@ -63,6 +64,18 @@ class Nest:
     accumulate: bool = False
     snapshot: bool = False
     unproven: frozenset[tuple[Access, int]] = frozenset()  # (read, dim) to check at run time
+    innermost: tuple[str, ...] = ()  # a band below `inner` (memory accumulation)
+    jams: tuple[tuple[str, int], ...] = ()  # unroll-and-jam (loop variable, factor)
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        """The domain's dimensions, in the order isl's user nodes pass them."""
+        n = self.domain.dim(isl.dim_type.set)
+        return tuple(self.domain.get_dim_name(isl.dim_type.set, k) for k in range(n))
+
+    @property
+    def bands(self) -> tuple[str, ...]:
+        return self.outer + self.inner + self.innermost
 
     @property
     def target(self) -> str:
@@ -82,13 +95,13 @@ class Schedule:
 
 def schedule(ranged: RangedDef, options: Options | None = None) -> Schedule:
     """The nests of `ranged`, in execution order (see the module doc)."""
-    del options  # no schedule knobs yet: every option is a run-time one
+    options = options or Options()
     params = ranged.checked.size_params
     extents = tensor_extents(ranged)
     context = size_context(ranged)
     nests: list[Nest] = []
     for poly, facts in zip(build_statements(ranged), _ranged_facts(ranged), strict=True):
-        nests.extend(_nests_of(poly, facts, extents, params, context))
+        nests.extend(_nests_of(poly, facts, extents, params, context, options))
     return Schedule(ranged, tuple(nests), context, tuple(extents.items()))
 
 
@@ -128,12 +141,14 @@ def _nests_of(
     extents: dict[str, tuple[Expr, ...]],
     params: tuple[str, ...],
     context: isl.Set,
+    options: Options,
 ) -> list[Nest]:
     stmt = facts.stmt
     extent = extents[stmt.lhs.name]
     injective = _lhs_injective(poly)
-    accumulate = injective and stmt.op.is_reduction
     self_reads = list(_self_reads(facts))
+    order = choose_order(facts, params, options, injective=injective, self_reads=bool(self_reads))
+    accumulate = injective and stmt.op.is_reduction and order.register
     snapshot = bool(self_reads) and not (
         (accumulate or (injective and not facts.reduction_vars))
         and all(_same_element(poly, facts, r, params) for r in self_reads)
@@ -143,14 +158,16 @@ def _nests_of(
         poly.index,
         facts,
         poly.domain,
-        facts.index_vars,
-        facts.reduction_vars,
+        order.outer,
+        order.inner,
         # A snapshot is taken inside the nest, so each thread would copy an output
         # that other threads may already be writing: such a statement runs serially.
-        parallel=injective and bool(facts.index_vars) and not snapshot,
+        parallel=injective and bool(order.outer) and not snapshot,
         accumulate=accumulate,
         snapshot=snapshot,
         unproven=unproven_reads(poly, facts, extents, params, context),
+        innermost=order.innermost,
+        jams=order.jams,
     )
     if not stmt.op.init:
         return [main]

@@ -10,6 +10,7 @@ import pytest
 from compiler import loops as L
 from compiler.frontend.check import check_def
 from compiler.frontend.parser import parse
+from compiler.options import Options
 from compiler.poly.astgen import ERROR_BUFFER, lower, lower_kernel
 from compiler.poly.ranges import infer_ranges
 
@@ -28,8 +29,11 @@ GOLDEN = {
 }
 
 
-def _lower(src: str) -> L.Function:
-    return lower(infer_ranges(check_def(parse(src).get())))
+LITERAL = Options(innermost=None)
+
+
+def _lower(src: str, options: Options | None = None) -> L.Function:
+    return lower(infer_ranges(check_def(parse(src).get())), options)
 
 
 @pytest.mark.parametrize("name", sorted(GOLDEN))
@@ -37,6 +41,13 @@ def test_golden_loop_nest(name: str, golden) -> None:  # noqa: ANN001
     f = _lower(GOLDEN[name])
     L.verify(f)
     golden.check(f"lowering/{name}.txt", L.print_function(f) + "\n")
+
+
+@pytest.mark.parametrize("name", ["matmul", "conv2d_bias"])
+def test_golden_literal_order(name: str, golden) -> None:  # noqa: ANN001
+    f = _lower(GOLDEN[name], LITERAL)
+    L.verify(f)
+    golden.check(f"lowering/{name}_literal.txt", L.print_function(f) + "\n")
 
 
 def _loops(s: L.Stmt) -> list[L.For]:
@@ -52,7 +63,7 @@ def _loops(s: L.Stmt) -> list[L.For]:
 
 
 def test_outer_loop_is_parallel_and_reduction_is_in_a_register() -> None:
-    f = _lower(GOLDEN["matmul"])
+    f = _lower(GOLDEN["matmul"], LITERAL)
     assert isinstance(f.body, L.For) and f.body.kind is L.LoopKind.PARALLEL
     assert [lp.kind for lp in _loops(f.body)[1:]] == [L.LoopKind.SERIAL] * 2
     inner = f.body.body

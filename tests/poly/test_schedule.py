@@ -11,13 +11,19 @@ from compiler.options import Options
 from compiler.poly.ranges import infer_ranges
 from compiler.poly.schedule import NestKind, Schedule, schedule
 
+MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
+CONV = (
+    "def conv(float(N,C,H,W) I, float(M,C,KH,KW) W1) -> (O) "
+    "{ O(n,m,h,w) +=! I(n,c,h + kh,w + kw) * W1(m,c,kh,kw) }"
+)
 
-def _schedule(src: str) -> Schedule:
-    return schedule(infer_ranges(check_def(parse(src).get())), Options())
+
+def _schedule(src: str, options: Options | None = None) -> Schedule:
+    return schedule(infer_ranges(check_def(parse(src).get())), options or Options())
 
 
 def test_matmul_is_one_parallel_accumulating_nest_without_init() -> None:
-    s = _schedule("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }")
+    s = _schedule(MATMUL, Options(innermost=None))
     (nest,) = s.nests
     assert (nest.kind, nest.outer, nest.inner) == (NestKind.STMT, ("m", "n"), ("k",))
     assert nest.parallel and nest.accumulate and not nest.snapshot
@@ -64,3 +70,42 @@ def test_context_has_sizes_at_least_one_and_nonnegative_extents() -> None:
     s = _schedule("def f(float(H) I, float(K) W) -> (O) { O(h) +=! I(h + k) * W(k) }")
     expected = isl.Set("[H, K] -> { : H >= 1 and K >= 1 and H - K + 1 >= 0 }")
     assert s.context.is_equal(expected)
+
+
+def test_model_puts_the_unit_stride_output_variable_below_the_reduction() -> None:
+    init, nest = _schedule(MATMUL).nests
+    assert init.kind is NestKind.INIT and init.parallel
+    assert (nest.outer, nest.inner, nest.innermost) == (("m",), ("k",), ("n",))
+    assert nest.parallel and not nest.accumulate
+    assert nest.jams == (("m", 4), ("k", 4))
+
+
+def test_model_blocks_the_output_channel_of_a_convolution() -> None:
+    _, nest = _schedule(CONV).nests
+    assert (nest.outer, nest.inner, nest.innermost) == (("n", "h", "m"), ("c", "kh", "kw"), ("w",))
+    assert nest.jams == (("m", 4), ("kw", 4))
+
+
+def test_model_keeps_a_long_unit_stride_reduction_in_a_register() -> None:
+    weight_grad = (
+        "def f(float(N,C,H,W) I, float(N,M,HO,WO) G) -> (WG) "
+        "{ WG(m,c,kh,kw) +=! G(n,m,h,w) * I(n,c,h + kh,w + kw) "
+        "where kh in 0:3, kw in 0:3, h in 0:H - 2, w in 0:W - 2 }"
+    )
+    rows = "def f(float(N,D) X) -> (s) { s(n) +=! X(n,d) }"
+    for src in (weight_grad, rows):
+        nest = _schedule(src).nests[-1]
+        assert nest.accumulate and nest.innermost == () and nest.jams == ()
+
+
+def test_explicit_options_override_the_model() -> None:
+    _, nest = _schedule(MATMUL, Options(innermost="n", unroll=1, block=2)).nests
+    assert nest.innermost == ("n",) and nest.jams == (("m", 2),)
+    (nest,) = _schedule(MATMUL, Options(innermost="zz")).nests
+    assert nest.accumulate and nest.innermost == ()
+
+
+def test_self_reads_keep_the_register_form() -> None:
+    src = "def f(float(N,K) A) -> (O) { O(i,j) = A(i,j)  O(i,j) +=! O(i,j) * A(i,k) }"
+    nest = _schedule(src).nests[-1]
+    assert nest.innermost == ()

@@ -1,0 +1,254 @@
+"""The CPU schedule model: the loop order of one statement, and what to unroll-and-jam.
+
+Requires: a statement's `PolyStmt` and `StmtFacts` (ranged: every variable has a
+`where` range), whether its left-hand side is injective and whether it reads its own
+output, and `Options`.
+Ensures:  `choose_order(...) -> LoopOrder`: the outer band (parallel when injective),
+the inner band (reduction variables, in order), an optional innermost band, whether
+the reduction accumulates in a register, and the unroll-and-jam steps
+(`compiler/poly/jam.py` applies them to the lowered loops).
+
+Two shapes of a reduction nest:
+
+- register (the literal order): left-hand-side variables, then the reduction loops
+  around a register accumulator, stored once. Best when the innermost reduction is
+  long and unit-stride in its reads: LLVM vectorises the register reduction, which it
+  may reassociate because `codegen.llvm` puts fast-math flags on accumulator updates.
+- memory: one left-hand-side variable `j` moves *below* the reduction loops and the
+  statement accumulates into the output element in memory (an init nest sets the
+  identity first). Each element still receives its contributions in the same order
+  (the reduction loops keep their order, only `j` moved), so no reassociation is
+  needed and results are exactly those of the literal order's sequential sum; the `j`
+  loop has no dependence at all, so LLVM vectorises it without fast-math.
+
+The "auto" model picks memory form with `j` = the last left-hand-side subscript when:
+the statement is a reduction (`+=`, `*=`, `min=`, `max=`, with or without `!`) with
+reduction variables, the left-hand side is injective, it does not read its own output
+(a read would see partial sums), another left-hand-side variable stays outside (the
+parallel loop), `j` is not short, every read that uses `j` uses it only in its last
+subscript with coefficient 1 (unit stride) and some read does; and the innermost
+reduction variable is short or not unit stride in every read that uses it (otherwise
+the register reduction already vectorises well). "Short" is a constant extent up to
+16, or an extent that is one size parameter that some range of the statement
+subtracts (`kw in 0:KW` next to `w in 0:W - KW + 1`: a window).
+
+In memory form the model also unroll-and-jams: the innermost reduction loop by
+`UNROLL` into the `j` loop (each output vector is loaded and stored once per `UNROLL`
+contributions), and register-blocks the left-hand-side variable that the most reads
+using `j` do not use (matmul's `m`, the output channel of a convolution): it moves
+just above the reduction loops and is unrolled by `BLOCK` and jammed down to the `j`
+loop, so those reads are loaded once for `BLOCK` output rows. Both are legal: distinct
+values of a left-hand-side variable write distinct elements, and jamming a reduction
+loop keeps the order of the contributions to each element.
+
+Worked example, matmul `C(m, n) +=! A(m, k) * B(k, n)`: memory form, outer `(m,)`,
+inner `(k,)`, innermost `(n,)`, jams `(("m", 4), ("k", 4))`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import islpy as isl
+
+from compiler.frontend.ast import Access, Binary, BinOp, Const, Expr, Let, RangeConstraint, Var
+from compiler.frontend.checked import StmtFacts
+from compiler.frontend.scopes import children
+from compiler.options import AUTO, Options
+from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff
+
+UNROLL = 4  # unroll-and-jam factor of the innermost reduction loop
+BLOCK = 4  # register-blocking factor of an output loop
+SHORT = 16  # a constant extent up to this is short
+
+
+@dataclass(frozen=True)
+class LoopOrder:
+    outer: tuple[str, ...]
+    inner: tuple[str, ...]
+    innermost: tuple[str, ...] = ()
+    register: bool = True  # accumulate in a register (only for reductions)
+    jams: tuple[tuple[str, int], ...] = ()  # (loop variable, factor), outermost first
+
+
+def literal_order(facts: StmtFacts) -> LoopOrder:
+    return LoopOrder(facts.index_vars, facts.reduction_vars)
+
+
+def choose_order(
+    facts: StmtFacts,
+    params: tuple[str, ...],
+    options: Options,
+    *,
+    injective: bool,
+    self_reads: bool,
+) -> LoopOrder:
+    """The loop order of one statement (see the module doc)."""
+    literal = literal_order(facts)
+    if options.innermost is None or not _memory_legal(facts, injective, self_reads):
+        return literal
+    space = StmtSpace(facts.all_vars, params)
+    lets = {c.name: c.value for c in facts.stmt.where if isinstance(c, Let)}
+    reads = list(_reads(facts))
+    if options.innermost == AUTO:
+        j = _auto_innermost(facts, space, lets, reads)
+    else:
+        j = options.innermost if options.innermost in _lhs_vars(facts) else None
+    if j is None:
+        return literal
+    others = tuple(v for v in facts.index_vars if v != j)
+    block_var = _block_var(others, j, reads, space, lets)
+    jams: list[tuple[str, int]] = []
+    block = BLOCK if options.block is None else options.block
+    if block_var is not None and block > 1:
+        others = (*(v for v in others if v != block_var), block_var)
+        jams.append((block_var, block))
+    unroll = UNROLL if options.unroll is None else options.unroll
+    if unroll > 1:
+        jams.append((facts.reduction_vars[-1], unroll))
+    return LoopOrder(others, facts.reduction_vars, (j,), register=False, jams=tuple(jams))
+
+
+def _memory_legal(facts: StmtFacts, injective: bool, self_reads: bool) -> bool:
+    return (
+        facts.stmt.op.is_reduction
+        and bool(facts.reduction_vars)
+        and injective
+        and not self_reads
+        and len(facts.index_vars) >= 2
+    )
+
+
+def _lhs_vars(facts: StmtFacts) -> list[str]:
+    return [
+        a.name for a in facts.stmt.lhs.args if isinstance(a, Var) and a.name in facts.index_vars
+    ]
+
+
+def _auto_innermost(
+    facts: StmtFacts, space: StmtSpace, lets: dict[str, Expr], reads: list[Access]
+) -> str | None:
+    last = facts.stmt.lhs.args[-1]
+    if not (isinstance(last, Var) and last.name in facts.index_vars):
+        return None
+    j = last.name
+    if _short(facts, j) or _unit_stride_reads(j, reads, space, lets) is None:
+        return None
+    r = facts.reduction_vars[-1]
+    if not _short(facts, r) and _unit_stride_reads(r, reads, space, lets):
+        return None  # a long unit-stride reduction: the register reduction vectorises
+    return j
+
+
+def _unit_stride_reads(
+    v: str, reads: list[Access], space: StmtSpace, lets: dict[str, Expr]
+) -> int | None:
+    """How many reads use `v` only in their last subscript with coefficient 1; None
+    when some read uses it elsewhere (or not affinely)."""
+    count = 0
+    pos = space.pos(v)
+    for read in reads:
+        uses = [k for k, a in enumerate(read.args) if _mentions(a, v, lets)]
+        if not uses:
+            continue
+        if uses != [len(read.args) - 1]:
+            return None
+        try:
+            rest = expr_to_aff(read.args[-1], space, lets) - space.var(v)
+        except NotAffine:
+            return None
+        if rest.involves_dims(isl.dim_type.in_, pos, 1):
+            return None
+        count += 1
+    return count or None
+
+
+def _block_var(
+    others: tuple[str, ...], j: str, reads: list[Access], space: StmtSpace, lets: dict[str, Expr]
+) -> str | None:
+    """The output variable that the most reads using `j` do not use (ties: the last)."""
+    using_j = [r for r in reads if any(_mentions(a, j, lets) for a in r.args)]
+    best, best_count = None, 0
+    for v in others:
+        count = sum(1 for r in using_j if not any(_mentions(a, v, lets) for a in r.args))
+        if count >= best_count and count > 0:
+            best, best_count = v, count
+    return best
+
+
+def _short(facts: StmtFacts, v: str) -> bool:
+    """A constant extent up to SHORT, or one size parameter that a range subtracts."""
+    ranges = [c for c in facts.stmt.where if isinstance(c, RangeConstraint)]
+    mine = [c for c in ranges if isinstance(c.expr, Var) and c.expr.name == v]
+    if not mine:
+        return False
+    extent = _linear(Binary(BinOp.SUB, mine[0].hi, mine[0].lo))
+    if extent is None:
+        return False
+    terms = {n: k for n, k in extent.items() if n and k}
+    if not terms:
+        return 0 < extent.get("", 0) <= SHORT
+    if len(terms) != 1 or next(iter(terms.values())) != 1:
+        return False
+    size = next(iter(terms))
+    for c in ranges:
+        for bound in (c.lo, c.hi):
+            coeffs = _linear(bound)
+            if coeffs is not None and coeffs.get(size, 0) < 0:
+                return True
+    return False
+
+
+def _linear(e: Expr) -> dict[str, int] | None:
+    """Integer coefficients of a linear TC expression (key "" is the constant)."""
+    if isinstance(e, Const) and isinstance(e.value, int):
+        return {"": e.value}
+    if isinstance(e, Var):
+        return {e.name: 1}
+    if isinstance(e, Binary) and e.op in (BinOp.ADD, BinOp.SUB):
+        a, b = _linear(e.lhs), _linear(e.rhs)
+        if a is None or b is None:
+            return None
+        sign = 1 if e.op is BinOp.ADD else -1
+        out = dict(a)
+        for n, k in b.items():
+            out[n] = out.get(n, 0) + sign * k
+        return out
+    if isinstance(e, Binary) and e.op is BinOp.MUL:
+        a, b = _linear(e.lhs), _linear(e.rhs)
+        if a is None or b is None:
+            return None
+        if set(a) == {""}:
+            a, b = b, a
+        if set(b) != {""}:
+            return None
+        return {n: k * b[""] for n, k in a.items()}
+    return None
+
+
+def _mentions(e: Expr, v: str, lets: dict[str, Expr]) -> bool:
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Var):
+            if x.name == v:
+                return True
+            if x.name in lets:
+                stack.append(lets[x.name])
+        stack.extend(children(x))
+    return False
+
+
+def _reads(facts: StmtFacts) -> Iterator[Access]:
+    exprs: list[Expr] = [facts.stmt.rhs]
+    exprs += [c.value for c in facts.stmt.where if isinstance(c, Let)]
+    stack = list(exprs)
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Access):
+            yield e
+        stack.extend(children(e))
+
+
+__all__ = ["BLOCK", "SHORT", "UNROLL", "LoopOrder", "choose_order", "literal_order"]
