@@ -358,9 +358,12 @@ def _emit(text: str, filename: str, entry: str | None, emit: str) -> int:
     ranged = infer_ranges(check_def(parse(text, filename).get(entry)))
     print_diagnostics(ranged.checked.warnings + ranged.warnings)
     if emit == "loops":
-        from compiler.poly.astgen import lower
+        from compiler.poly.astgen import lower_native
 
-        print(print_function(lower(ranged)))
+        lowered = lower_native(ranged)
+        for note in lowered.notes:
+            print(f"// {note}")
+        print(print_function(lowered.function))
     else:
         from compiler.native import compile_native
 
