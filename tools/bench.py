@@ -78,6 +78,66 @@ def _conv_case(name: str, n: int, c: int, hw: int, m: int, k: int) -> Case:
     )
 
 
+IGRAD = (
+    "def conv_igrad(float(N, M, HO, WO) G, float(M, C, KH, KW) W1) -> (IG) {\n"
+    "    IG(n, c, h + kh, w + kw) +=! G(n, m, h, w) * W1(m, c, kh, kw)\n}"
+)
+WGRAD = (
+    "def conv_wgrad(float(N, C, H, W) I, float(N, M, HO, WO) G) -> (WG) {\n"
+    "    WG(m, c, kh, kw) +=! G(n, m, h, w) * I(n, c, h + kh, w + kw)\n}"
+)
+
+
+def _igrad_numpy(g: Any, w: Any) -> Any:
+    import numpy as np
+
+    kh, kw = w.shape[2], w.shape[3]
+    gp = np.pad(g, ((0, 0), (0, 0), (kh - 1, kh - 1), (kw - 1, kw - 1)))
+    win = np.lib.stride_tricks.sliding_window_view(gp, (kh, kw), axis=(2, 3))
+    return np.einsum("nmhwij,mcij->nchw", win, w[:, :, ::-1, ::-1], optimize=True)
+
+
+def _igrad_torch(g: Any, w: Any) -> Any:
+    import torch
+
+    n, _, ho, wo = g.shape
+    size = (n, w.shape[1], ho + w.shape[2] - 1, wo + w.shape[3] - 1)
+    return torch.nn.grad.conv2d_input(size, w, g)
+
+
+def _wgrad_numpy(i: Any, g: Any) -> Any:
+    import numpy as np
+
+    win = np.lib.stride_tricks.sliding_window_view(i, g.shape[2:], axis=(2, 3))
+    return np.einsum("ncklhw,nmhw->mckl", win, g, optimize=True)
+
+
+def _wgrad_torch(i: Any, g: Any) -> Any:
+    import torch
+
+    kh, kw = i.shape[2] - g.shape[2] + 1, i.shape[3] - g.shape[3] + 1
+    return torch.nn.grad.conv2d_weight(i, (g.shape[1], i.shape[1], kh, kw), g)
+
+
+def _grad_cases() -> tuple[Case, ...]:
+    def igrad_in(rng: Any, s: dict[str, int]) -> tuple[Any, ...]:
+        ho = s["H"] - s["K"] + 1
+        return _f32(rng, s["N"], s["M"], ho, ho), _f32(rng, s["M"], s["C"], s["K"], s["K"])
+
+    def wgrad_in(rng: Any, s: dict[str, int]) -> tuple[Any, ...]:
+        ho = s["H"] - s["K"] + 1
+        return _f32(rng, s["N"], s["C"], s["H"], s["H"]), _f32(rng, s["N"], s["M"], ho, ho)
+
+    sizes = {"N": 32, "C": 4, "H": 56, "M": 16, "K": 3}
+    small = {"N": 2, "C": 2, "H": 6, "M": 3, "K": 3}
+    return (
+        Case("conv2d input grad N32 C4 56^2 M16 3x3", IGRAD, sizes, small, igrad_in,
+             _igrad_numpy, _igrad_torch),
+        Case("conv2d weight grad N32 C4 56^2 M16 3x3", WGRAD, sizes, small, wgrad_in,
+             _wgrad_numpy, _wgrad_torch),
+    )  # fmt: skip
+
+
 def _softmax_numpy(x: Any) -> Any:
     e = x - x.max(axis=1, keepdims=True)
     e = __import__("numpy").exp(e)
@@ -210,6 +270,7 @@ def _cases() -> tuple[Case, ...]:
             lambda a, b: np.exp(a) @ b,
             lambda a, b: a.exp() @ b,
         ),
+        *_grad_cases(),
     )
 
 
