@@ -173,8 +173,10 @@ def _piece(
 
 def _as_params(s: isl.Set | isl.PwAff, n: int) -> isl.Set | isl.PwAff:
     """Turn the first `n` set (input) dims into parameters, keeping their names."""
-    kind = _IN if isinstance(s, isl.PwAff) else _SET
-    return s.move_dims(_PARAM, s.dim(_PARAM), kind, 0, n)
+    if isinstance(s, isl.PwAff):
+        moved = s.move_dims(_PARAM, s.dim(_PARAM), _IN, 0, n)
+        return moved.project_domain_on_params() if moved.dim(_IN) == 0 else moved
+    return s.move_dims(_PARAM, s.dim(_PARAM), _SET, 0, n)
 
 
 def _expr_params(names: Sequence[str], params: Sequence[str], n: int) -> list[str]:
@@ -188,8 +190,9 @@ def _to_expr(pw: isl.PwAff, names: Sequence[str], context: isl.Set) -> Expr:
     The gist by `context` may leave a rational form that is an integer only there
     (`y0 / 3` where 3 divides y0); its floor is equal on `context` and TC can write it,
     so the conversion sees the floored function and a context without those facts."""
-    pw = pw.gist_params(context).coalesce().floor()
-    return _nicer(pwaff_to_expr(pw, names, isl.Set.universe(context.get_space())))
+    pw = pw.gist_params(context.align_params(pw.get_space())).coalesce().floor()
+    universe = isl.Set.universe(pw.domain().params().get_space())
+    return _nicer(pwaff_to_expr(pw, names, universe))
 
 
 def _pwaff_expr(
