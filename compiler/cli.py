@@ -412,6 +412,29 @@ def _run_gradcheck(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------ the table
 
+
+def _add_cache_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "action",
+        choices=("info", "clear"),
+        help="info: the directory, its number of entries and their size; clear: remove them",
+    )
+
+
+def _run_cache(args: argparse.Namespace) -> int:
+    from compiler.codegen.cache import CompileCache, default_cache_dir
+
+    cache = CompileCache(default_cache_dir(os.environ))
+    if args.action == "clear":
+        print(f"removed {cache.clear()} file(s) from {cache.directory}")
+        return 0
+    info = cache.info()
+    print(f"directory: {info.directory}")
+    print(f"entries: {info.entries}")
+    print(f"size: {info.size_bytes} bytes ({info.size_bytes / 2**20:.1f} MiB)")
+    return 0
+
+
 COMMANDS: tuple[Command, ...] = (
     Command(
         "check", "parse and check TC files; print errors and warnings", _add_check_args, _run_check
@@ -429,6 +452,12 @@ COMMANDS: tuple[Command, ...] = (
         "check a def's gradient against finite differences (float64, random inputs)",
         _add_gradcheck_args,
         _run_gradcheck,
+    ),
+    Command(
+        "cache",
+        "show (info) or empty (clear) the compile cache ($XDG_CACHE_HOME/tcc or ~/.cache/tcc)",
+        _add_cache_args,
+        _run_cache,
     ),
 )
 

@@ -62,10 +62,21 @@ def define(
     target: str = "interp",
     options: object = None,
     backward: object = None,
+    cache: object = True,
 ) -> Kernel:
-    """Compile def `name` (or the only def) of `source` for `target`."""
+    """Compile def `name` (or the only def) of `source` for `target`.
+
+    `cache` (native targets): True reuses code compiled before, in this process and on
+    disk under `compiler.codegen.cache.default_cache_dir()`; a directory caches there;
+    None caches in memory only; False compiles afresh."""
     return Kernel(
-        source, name, constants=constants, target=target, options=options, backward=backward
+        source,
+        name,
+        constants=constants,
+        target=target,
+        options=options,
+        backward=backward,
+        cache=cache,
     )
 
 
@@ -81,23 +92,30 @@ class Kernel:
         target: str = "interp",
         options: object = None,
         backward: object = None,
+        cache: object = True,
     ) -> None:
         _check_target(target, options, backward)
+        self.cache = _resolve_cache(cache)
         self.source = source
         self.target = target
         text = source if constants is None else substitute(source, constants)
         self.text, self.constants, self.backward = text, constants, backward
-        definition = parse(text).get(name)
         if backward is not None:
             parse(text).get(backward)  # a missing backward def is an error now
-        self.ranged: RangedDef = _infer_ranges(check_def(definition))
+        self.ranged: RangedDef = (
+            _ranged(text, name)
+            if name is None or isinstance(name, str)
+            else _infer_ranges(check_def(parse(text).get(name)))
+        )
         self.name = self.ranged.name
         checked = self.ranged.checked
         self._inputs = checked.inputs
         self._outputs = checked.outputs
         self._accumulating = _accumulating_outputs(checked.stmts)
         self.options = as_options(options)
-        self._native = _compile_native(self.ranged, self.options) if target == "llvm" else None
+        self._native = (
+            _compile_native(self.ranged, self.options, self.cache) if target == "llvm" else None
+        )
 
     def __repr__(self) -> str:
         return f"<Kernel {self.name} target={self.target!r}>"
@@ -305,10 +323,23 @@ def _placeholder(field: str, constants: Mapping[str, object], span: Span) -> str
         raise TCError(f"cannot format constant '{key}' with spec '{spec}': {err}", span) from None
 
 
-def _compile_native(ranged: RangedDef, options: Options) -> Any:
+def _compile_native(ranged: RangedDef, options: Options, cache: Any) -> Any:
     from compiler.native import compile_native
 
-    return compile_native(ranged, options)
+    return compile_native(ranged, options, cache=cache)
+
+
+def _resolve_cache(value: object) -> Any:
+    from compiler.codegen.cache import resolve_cache
+
+    return resolve_cache(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _ranged(text: str, name: str | None) -> RangedDef:
+    """Parse, check and infer ranges (pure, so remembered: a second define of the same
+    text skips isl; errors are raised again each time, lru_cache keeps no exceptions)."""
+    return _infer_ranges(check_def(parse(text).get(name)))
 
 
 def _infer_ranges(checked: Any) -> RangedDef:

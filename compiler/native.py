@@ -20,12 +20,24 @@ ShapeError the reference evaluator raises, naming the tensor, dimension and inde
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import json
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from compiler.codegen.cache import (
+    CacheFormatError,
+    CompileCache,
+    cache_key,
+    compile_to_object,
+    environment_key,
+    function_from_json,
+    load_object,
+)
 from compiler.codegen.runtime import (
     INT64_MAX,
     INT64_MIN,
@@ -33,8 +45,10 @@ from compiler.codegen.runtime import (
     compile_function,
     run_chunks,
 )
+from compiler.frontend.ast import Access
 from compiler.frontend.checked import RangedDef
-from compiler.frontend.diagnostics import ShapeError
+from compiler.frontend.diagnostics import InternalError, ShapeError
+from compiler.frontend.printer import print_def, print_expr
 from compiler.loops import (
     Bin,
     BinOp,
@@ -49,9 +63,11 @@ from compiler.loops import (
     check_arguments,
     chunk_loops,
     eval_size_expr,
+    verify,
 )
 from compiler.options import Options
-from compiler.poly.astgen import ERROR_BUFFER, Lowered, lower_native
+from compiler.poly.astgen import ERROR_BUFFER, Lowered, lower_kernel
+from compiler.poly.lower_expr import ReadCheck
 
 PHASE = "tcc.phase"
 
@@ -110,19 +126,139 @@ class NativeProgram:
         )
 
 
-def compile_native(ranged: RangedDef, options: Options | None = None) -> NativeProgram:
-    """Lower `ranged` (scatters as gathers first: `poly.astgen.lower_native`) and
-    JIT-compile it (see the module doc)."""
+def compile_native(
+    ranged: RangedDef, options: Options | None = None, *, cache: CompileCache | None = None
+) -> NativeProgram:
+    """Lower `ranged` and JIT-compile it (see the module doc); with a `cache`
+    (`compiler.codegen.cache`), reuse the code compiled for an equal def."""
     options = options or Options()
-    lowered = lower_native(ranged, options)
-    f = lowered.function
+    if cache is not None:
+        return _cached_program(ranged, options, cache)
+    lowered = lower_kernel(ranged, options)
+    f, phases = _phased(lowered.function)
+    return NativeProgram(lowered, f, phases, compile_function(f), options)
+
+
+def _phased(f: Function) -> tuple[Function, tuple[Stmt, ...]]:
+    """`f` with one PHASE guard per top-level nest (when there are several), and the nests."""
     phases = f.body.stmts if isinstance(f.body, Block) else (f.body,)
     if len(phases) > 1:
         guarded = tuple(
             If(Bin(BinOp.EQ, VarRef(PHASE), Const(p, DType.INT64)), s) for p, s in enumerate(phases)
         )
         f = Function(f.name, f.buffers, (*f.size_params, PHASE), Block(guarded))
-    return NativeProgram(lowered, f, tuple(phases), compile_function(f), options)
+    return f, tuple(phases)
+
+
+# ------------------------------------------------------------ the compile cache
+# An entry holds the phased Function, its code, and the run-time checks as
+# (number of the Access in a walk of the ranged def, dimension): spans come from the
+# def at hand, so sources that differ only in layout share the entry.
+
+
+@dataclass(frozen=True)
+class _Cached:
+    function: Function
+    compiled: CompiledFunction
+    checks: tuple[tuple[int, int], ...]
+    notes: tuple[str, ...] = ()
+
+
+def program_key(ranged: RangedDef, options: Options) -> dict[str, str]:
+    """Everything that decides the code of `ranged` (see `compiler.codegen.cache`)."""
+    from compiler import __version__
+
+    checked = ranged.checked
+    bounds = [
+        [n, [[print_expr(b.lo), print_expr(b.hi)] for b in bs]] for n, bs in ranged.output_bounds
+    ]
+    opts = {f.name: repr(getattr(options, f.name)) for f in dataclasses.fields(options)}
+    return {
+        "source": print_def(checked.definition),
+        "entry": ranged.name,
+        "dtypes": json.dumps([[t.name, t.dtype.value] for t in checked.tensors]),
+        "output_bounds": json.dumps(bounds),
+        "target": "llvm",
+        "options": json.dumps(opts, sort_keys=True),
+        "tcc": __version__,
+        **environment_key(),
+    }
+
+
+def _cached_program(ranged: RangedDef, options: Options, cache: CompileCache) -> NativeProgram:
+    key = cache_key(program_key(ranged, options))
+    with cache.lock(key):
+        entry = cache.get(key)
+        if not isinstance(entry, _Cached):
+            entry = _load(cache, key) or _build(ranged, options, cache, key)
+            if entry is None:  # a check that cannot be named by position: no caching
+                return compile_native(ranged, options)
+            cache.put(key, entry)
+    accesses = _accesses(ranged.checked.definition)
+    if any(not 0 <= i < len(accesses) for i, _ in entry.checks):
+        return compile_native(ranged, options)
+    checks = tuple(ReadCheck(accesses[i], dim) for i, dim in entry.checks)
+    f = entry.function
+    unphased = f
+    if PHASE in f.size_params:
+        phases = tuple(s.then for s in f.body.stmts)  # type: ignore[attr-defined]
+        unphased = Function(f.name, f.buffers, f.size_params[:-1], Block(phases))
+    _, phases = _phased(unphased)
+    lowered = Lowered(unphased, checks)
+    if entry.notes:
+        lowered = dataclasses.replace(lowered, notes=entry.notes)
+    return NativeProgram(lowered, f, phases, entry.compiled, options)
+
+
+def _build(ranged: RangedDef, options: Options, cache: CompileCache, key: str) -> _Cached | None:
+    lowered = lower_kernel(ranged, options)
+    accesses = _accesses(ranged.checked.definition)
+    checks = []
+    for check in lowered.checks:  # the read itself, else the one at its span, else an equal one
+        found = [i for i, a in enumerate(accesses) if a is check.access]
+        found = found or [i for i, a in enumerate(accesses) if a.span == check.access.span]
+        found = found or [i for i, a in enumerate(accesses) if a == check.access]
+        if not found:
+            return None
+        checks.append((found[0], check.dim))
+    notes = tuple(getattr(lowered, "notes", ()))
+    f, _ = _phased(lowered.function)
+    compiled, stored = compile_to_object(f)
+    metadata = {**stored.metadata, "checks": checks, "notes": list(notes)}
+    cache.write(key, dataclasses.replace(stored, metadata=metadata))
+    return _Cached(f, compiled, tuple(checks), notes)
+
+
+def _load(cache: CompileCache, key: str) -> _Cached | None:
+    stored = cache.read(key)
+    if stored is None:
+        return None
+    try:
+        f = function_from_json(stored.metadata["function"])
+        verify(f)
+        checks = tuple((int(i), int(d)) for i, d in stored.metadata["checks"])
+        notes = tuple(str(n) for n in stored.metadata.get("notes", ()))
+        compiled = load_object(f, stored.object_code, stored.ir_text)
+    except (CacheFormatError, InternalError, KeyError, TypeError, ValueError, RuntimeError) as err:
+        logging.getLogger("compiler.cache").debug("compile cache: entry %s unusable: %s", key, err)
+        return None
+    return _Cached(f, compiled, checks, notes)
+
+
+def _accesses(node: object) -> list[Access]:
+    """Every Access in `node`, in a fixed walk order (equal defs give equal lists)."""
+    found: list[Access] = []
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Access):
+            found.append(item)
+        if isinstance(item, tuple):
+            stack.extend(reversed(item))
+        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
+            fields = [getattr(item, f.name) for f in dataclasses.fields(item) if f.name != "span"]
+            stack.extend(reversed(fields))
+    return found
 
 
 def _cfunc(compiled: CompiledFunction) -> ctypes._CFuncPtr:
@@ -154,4 +290,4 @@ def _chunks(
     return list(zip(bounds[:-1], bounds[1:], strict=True))
 
 
-__all__ = ["PHASE", "NativeProgram", "compile_native"]
+__all__ = ["PHASE", "NativeProgram", "compile_native", "program_key"]

@@ -36,6 +36,7 @@ _CACHE: dict[str, CompiledFunction] = {}
 _CACHE_LOCK = threading.Lock()
 _POOL: list[ThreadPoolExecutor] = []
 _POOL_LOCK = threading.Lock()
+_WORKER = threading.local()  # .active is True in the pool's threads
 
 
 def compile_function(f: Function) -> CompiledFunction:
@@ -51,9 +52,10 @@ def compile_function(f: Function) -> CompiledFunction:
 class CompiledFunction:
     """Machine code for a loop-IR Function, callable on NumPy arrays."""
 
-    def __init__(self, f: Function, code: JitCode) -> None:
+    def __init__(self, f: Function, code: JitCode, *, ir_text: str | None = None) -> None:
         self.function = f
         self.code = code  # holds the MCJIT engine: the address is valid while it lives
+        self._ir_text = ir_text  # code loaded from an object file has no module to print
         nargs = len(f.buffers) + len(f.size_params) + 2
         argtypes = [ctypes.c_void_p] * len(f.buffers) + [ctypes.c_int64] * (nargs - len(f.buffers))
         self._cfunc = ctypes.CFUNCTYPE(None, *argtypes)(code.address)
@@ -91,13 +93,17 @@ class CompiledFunction:
 
     def ir(self) -> str:
         """The optimised LLVM IR this function was compiled from."""
-        return str(self.code.module)
+        return self._ir_text if self._ir_text is not None else str(self.code.module)
 
 
 def run_chunks(call: Callable[[int, int], None], chunks: Sequence[tuple[int, int]]) -> None:
-    """Run `call` on every chunk: the first here, the others on the pool; re-raise errors."""
-    if len(chunks) == 1:
-        call(*chunks[0])
+    """Run `call` on every chunk: the first here, the others on the pool; re-raise errors.
+
+    A call from a pool worker (a kernel called inside another's chunk) runs its chunks
+    here, one after the other: waiting on the pool from the pool could deadlock."""
+    if len(chunks) == 1 or getattr(_WORKER, "active", False):
+        for lo, hi in chunks:
+            call(lo, hi)
         return
     pool = _pool(len(chunks) - 1)
     futures: list[Future[None]] = [pool.submit(call, lo, hi) for lo, hi in chunks[1:]]
@@ -123,12 +129,20 @@ def _thread_count(threads: int | None) -> int:
 
 
 def _pool(workers: int) -> ThreadPoolExecutor:
-    """A shared pool with at least `workers` threads (grown by replacing it)."""
+    """A shared pool with at least `workers` threads (grown by replacing it).
+
+    A replaced pool is not shut down: another caller may still be submitting to it.
+    Its idle threads exit once it is garbage (ThreadPoolExecutor's weakref)."""
     with _POOL_LOCK:
         if not _POOL or _POOL[0]._max_workers < workers:
-            old = _POOL[:1]
             size = max(workers, os.cpu_count() or 1)
-            _POOL[:] = [ThreadPoolExecutor(max_workers=size, thread_name_prefix="tcc")]
-            for pool in old:
-                pool.shutdown(wait=False)
+            _POOL[:] = [
+                ThreadPoolExecutor(
+                    max_workers=size, thread_name_prefix="tcc", initializer=_mark_worker
+                )
+            ]
         return _POOL[0]
+
+
+def _mark_worker() -> None:
+    _WORKER.active = True

@@ -1,0 +1,452 @@
+"""The compile cache: native code by key, in memory and on disk.
+
+    cache = CompileCache()                         # default dir: $XDG_CACHE_HOME/tcc or ~/.cache/tcc
+    cache = CompileCache(tmp_path)                 # a directory of one's own (tests)
+    cache = CompileCache(None)                     # in memory only
+    key = cache_key({"source": text, ..., **environment_key()})
+    value = cache.get(key)                         # this process's object, or None
+    entry = cache.read(key)                        # a StoredEntry from disk, or None
+    cache.write(key, entry); cache.put(key, value)
+
+The key is the SHA-256 of the JSON of its components (strings by name), so every
+component that changes the generated code (source, entry, dtypes, target, options,
+compiler version and source digest, llvmlite/LLVM/islpy versions, host CPU name
+and features: `environment_key`) gives a different entry. What is stored on disk
+is what a warm load needs to skip isl, lowering and LLVM: the native object code
+(`target_machine.emit_object`, loaded with `ExecutionEngine.add_object_file`: 2-6 ms
+where re-JITting the optimised IR took 50-170 ms), the optimised IR text (zlib) for
+`CompiledFunction.ir()`, and JSON metadata (the loop-IR Function, by
+`function_to_json`). Nothing is ever unpickled.
+
+One entry is one file `<key>.tcc`:
+
+    b"TCC-CACHE 1\\n"                                   magic and SCHEMA_VERSION
+    {"key": ..., "sha256": ..., "sizes": [m, o, i]}\\n  header (JSON, one line)
+    metadata JSON (m bytes) | object code (o bytes) | zlib IR (i bytes)
+
+Writes go to a temporary file in the same directory, are fsync'ed and moved in
+place with `os.replace`, so readers (and other processes writing the same key) see
+either nothing or a whole entry. A file that is truncated, corrupt (checksum), of
+another schema or key, or unreadable is a miss (a debug log) and is rebuilt; a
+directory that cannot be written gives one `CacheWarning`, then the cache keeps
+working in memory only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import threading
+import warnings
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any
+
+import llvmlite
+import llvmlite.binding as llvm
+
+from compiler.codegen import llvm as backend
+from compiler.codegen.llvm import JitCode
+from compiler.codegen.llvm_emit import symbol
+from compiler.codegen.runtime import CompiledFunction
+from compiler.frontend.diagnostics import InternalError, OptionsError
+from compiler.loops import ir as L
+
+SCHEMA_VERSION = 1
+MAGIC = b"TCC-CACHE %d\n" % SCHEMA_VERSION
+SUFFIX = ".tcc"
+log = logging.getLogger("compiler.cache")
+
+
+class CacheWarning(UserWarning):
+    """The on-disk compile cache cannot be used (the in-memory cache still works)."""
+
+
+class CacheFormatError(ValueError):
+    """A cache entry that does not decode: treated as a miss and rebuilt."""
+
+
+def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """`$XDG_CACHE_HOME/tcc`, else `~/.cache/tcc` (read when called)."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CACHE_HOME", "")
+    return (Path(base) if os.path.isabs(base) else Path.home() / ".cache") / "tcc"
+
+
+def environment_key() -> dict[str, str]:
+    """The key components that belong to this installation and machine."""
+    return dict(_environment())
+
+
+@cache
+def _environment() -> dict[str, str]:
+    return {
+        "compiler": _compiler_digest(),
+        "islpy": _version("islpy"),
+        "llvmlite": llvmlite.__version__,
+        "llvm": ".".join(map(str, llvm.llvm_version_info)),
+        "triple": llvm.get_process_triple(),
+        "cpu": llvm.get_host_cpu_name(),
+        "cpu_features": llvm.get_host_cpu_features().flatten(),
+    }
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib_metadata.version(dist)
+    except importlib_metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _compiler_digest() -> str:
+    """SHA-256 of the compiler's own sources: an edit (not only a release) is a new key."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def cache_key(components: Mapping[str, str]) -> str:
+    """The entry name of `components` (hex SHA-256 of their canonical JSON)."""
+    text = json.dumps(dict(components), sort_keys=True, ensure_ascii=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class StoredEntry:
+    """What is kept on disk: JSON metadata, native object code, optimised IR text."""
+
+    metadata: Mapping[str, Any]
+    object_code: bytes
+    ir_text: str
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    directory: Path | None
+    entries: int
+    size_bytes: int
+
+
+class CompileCache:
+    """Compiled code by key: this process's objects in memory, entries on disk.
+
+    `directory=None` keeps everything in memory. The memory half holds whatever the
+    caller puts there (e.g. a compiled program); `lock(key)` lets concurrent callers
+    compile a key once.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
+        self.directory = None if directory is None else Path(directory)
+        self._memory: dict[str, object] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+        self._disk_ok = self.directory is not None
+
+    def __repr__(self) -> str:
+        return f"CompileCache({str(self.directory) if self.directory else None!r})"
+
+    # ------------------------------------------------------------ memory
+
+    def get(self, key: str) -> object | None:
+        with self._lock:
+            return self._memory.get(key)
+
+    def put(self, key: str, value: object) -> None:
+        with self._lock:
+            self._memory[key] = value
+
+    def lock(self, key: str) -> threading.Lock:
+        """A lock for compiling `key` (one per key, never freed while the cache lives)."""
+        with self._lock:
+            return self._locks.setdefault(key, threading.Lock())
+
+    # -------------------------------------------------------------- disk
+
+    @property
+    def on_disk(self) -> bool:
+        """Whether entries are read from and written to the directory."""
+        return self._disk_ok
+
+    def path(self, key: str) -> Path:
+        if self.directory is None:
+            raise InternalError("an in-memory CompileCache has no paths")
+        return self.directory / f"{key}{SUFFIX}"
+
+    def read(self, key: str) -> StoredEntry | None:
+        """The entry for `key` from disk; None if absent, unreadable or invalid."""
+        if not self._disk_ok:
+            return None
+        path = self.path(key)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            log.debug("compile cache: cannot read %s: %s", path, err)
+            return None
+        try:
+            return decode_entry(data, key)
+        except CacheFormatError as err:
+            log.debug("compile cache: invalid entry %s (%s); rebuilding", path, err)
+            return None
+
+    def write(self, key: str, entry: StoredEntry) -> None:
+        """Store `entry` atomically; an unwritable directory disables the disk (one warning)."""
+        if not self._disk_ok:
+            return
+        assert self.directory is not None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            _write_atomically(self.path(key), encode_entry(entry, key))
+        except OSError as err:
+            self._disk_ok = False
+            warnings.warn(
+                f"tcc compile cache: cannot write to {self.directory} ({err}); "
+                "caching in memory only",
+                CacheWarning,
+                stacklevel=2,
+            )
+
+    def info(self) -> CacheInfo:
+        """The directory, the number of entries in it and their total size."""
+        files = self._files()
+        return CacheInfo(self.directory, len(files), sum(_size(f) for f in files))
+
+    def clear(self) -> int:
+        """Remove every entry (and this process's memory half); returns how many files."""
+        with self._lock:
+            self._memory.clear()
+        removed = 0
+        for f in self._files(temporaries=True):
+            try:
+                f.unlink()
+                removed += 1
+            except FileNotFoundError:
+                pass
+        return removed
+
+    def _files(self, temporaries: bool = False) -> list[Path]:
+        if self.directory is None or not self.directory.is_dir():
+            return []
+        found = sorted(self.directory.glob(f"*{SUFFIX}"))
+        if temporaries:
+            found += sorted(self.directory.glob(".*.tmp"))
+        return found
+
+
+_SHARED: dict[Path | None, CompileCache] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_cache(directory: str | os.PathLike[str] | None) -> CompileCache:
+    """This process's CompileCache for `directory` (one per directory, so its memory
+    half is shared by every kernel that uses the directory)."""
+    path = None if directory is None else Path(directory).expanduser().absolute()
+    with _SHARED_LOCK:
+        found = _SHARED.get(path)
+        if found is None:
+            found = _SHARED[path] = CompileCache(path)
+        return found
+
+
+def resolve_cache(value: object) -> CompileCache | None:
+    """`define(cache=...)`: True the default directory (computed now), False no cache,
+    None memory only, a path that directory, or a CompileCache itself."""
+    if isinstance(value, CompileCache):
+        return value
+    if value is True:
+        try:
+            return shared_cache(default_cache_dir())
+        except RuntimeError:  # no home directory: memory only
+            return shared_cache(None)
+    if value is False:
+        return None
+    if value is None or isinstance(value, (str, os.PathLike)):
+        return shared_cache(value)
+    raise OptionsError(
+        f"cache= must be True, False, None, a directory or a CompileCache, "
+        f"got {type(value).__name__}",
+        hint="cache=False compiles without caching; cache=None caches in memory only",
+    )
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem[:16]}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+# ------------------------------------------------------------------ entry format
+
+
+def encode_entry(entry: StoredEntry, key: str) -> bytes:
+    meta = json.dumps(entry.metadata, sort_keys=True, allow_nan=True).encode()
+    ir_z = zlib.compress(entry.ir_text.encode(), 1)
+    body = meta + entry.object_code + ir_z
+    header = {
+        "key": key,
+        "sha256": hashlib.sha256(body).hexdigest(),
+        "sizes": [len(meta), len(entry.object_code), len(ir_z)],
+    }
+    return MAGIC + json.dumps(header).encode() + b"\n" + body
+
+
+def decode_entry(data: bytes, key: str) -> StoredEntry:
+    """The entry in `data`; CacheFormatError unless it is whole, valid and for `key`."""
+    if not data.startswith(MAGIC):
+        raise CacheFormatError("not an entry of this schema version")
+    end = data.find(b"\n", len(MAGIC))
+    try:
+        header = json.loads(data[len(MAGIC) : end]) if end > 0 else None
+        m, o, i = header["sizes"]
+        body = data[end + 1 :]
+        if header["key"] != key or len(body) != m + o + i:
+            raise CacheFormatError("wrong key or length")
+        if hashlib.sha256(body).hexdigest() != header["sha256"]:
+            raise CacheFormatError("checksum mismatch")
+        meta = json.loads(body[:m])
+        ir_text = zlib.decompress(body[m + o :]).decode()
+    except (TypeError, KeyError, ValueError, zlib.error, UnicodeDecodeError) as err:
+        if isinstance(err, CacheFormatError):
+            raise
+        raise CacheFormatError(f"malformed: {err}") from None
+    if not isinstance(meta, dict):
+        raise CacheFormatError("metadata is not an object")
+    return StoredEntry(meta, body[m : m + o], ir_text)
+
+
+# ------------------------------------------------------------- loop IR as JSON
+
+_NODES: dict[str, type[L.Node]] = {
+    cls.__name__: cls
+    for cls in vars(L).values()
+    if isinstance(cls, type) and issubclass(cls, L.Node) and dataclasses.is_dataclass(cls)
+}
+_ENUMS: dict[str, type[enum.Enum]] = {
+    cls.__name__: cls for cls in (L.DType, L.LoopKind, L.Role, L.BinOp, L.UnaryOp)
+}
+
+
+def function_to_json(f: L.Function) -> Any:
+    """`f` as JSON data: nodes `{"@": class, field: ...}`, enums `{"#": enum, "v": value}`."""
+    return _encode(f)
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, L.Node):
+        fields = dataclasses.fields(value)  # type: ignore[arg-type]
+        return {
+            "@": type(value).__name__,
+            **{f.name: _encode(getattr(value, f.name)) for f in fields},
+        }
+    if isinstance(value, enum.Enum):
+        return {"#": type(value).__name__, "v": value.value}
+    if isinstance(value, tuple):
+        return [_encode(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise InternalError(f"compile cache: cannot encode {type(value).__name__}")
+
+
+def function_from_json(data: Any) -> L.Function:
+    """The Function `function_to_json` encoded; CacheFormatError on anything else."""
+    try:
+        f = _decode(data)
+    except (KeyError, TypeError, ValueError, InternalError) as err:
+        raise CacheFormatError(f"bad loop IR: {err}") from None
+    if not isinstance(f, L.Function):
+        raise CacheFormatError("metadata holds no Function")
+    return f
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_decode(v) for v in value)
+    if isinstance(value, dict):
+        if "#" in value:
+            return _ENUMS[value["#"]](value["v"])
+        cls = _NODES[value["@"]]
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        if set(value) != names | {"@"}:
+            raise ValueError(f"fields of {cls.__name__}")
+        return cls(**{k: _decode(v) for k, v in value.items() if k != "@"})
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise ValueError(f"unexpected {type(value).__name__}")
+
+
+# ------------------------------------------------------------- object code
+
+
+def compile_to_object(f: L.Function) -> tuple[CompiledFunction, StoredEntry]:
+    """JIT-compile `f` through an object file; returns the code and what to store
+    (metadata `{"function": ...}`; callers may add to it)."""
+    ref = backend.optimise(backend.build_module(f))
+    with backend._LLVM_LOCK:
+        data = bytes(backend._new_target_machine().emit_object(ref))
+    ir_text = str(ref)
+    entry = StoredEntry({"function": function_to_json(f)}, data, ir_text)
+    return load_object(f, data, ir_text), entry
+
+
+def load_object(f: L.Function, data: bytes, ir_text: str) -> CompiledFunction:
+    """`f`'s code from the object file `data` (an MCJIT engine of its own)."""
+    with backend._LLVM_LOCK:
+        backend.target_machine()  # initialises LLVM and the math symbols once
+        empty = llvm.parse_assembly("")
+        engine = llvm.create_mcjit_compiler(empty, backend._new_target_machine())
+        engine.add_object_file(llvm.ObjectFileRef.from_data(data))
+        engine.finalize_object()
+        address = engine.get_function_address(symbol(f))
+    if not address:
+        raise CacheFormatError(f"object code has no symbol {symbol(f)}")
+    return CompiledFunction(f, JitCode(engine, empty, address, symbol(f)), ir_text=ir_text)
+
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "CacheFormatError",
+    "CacheInfo",
+    "CacheWarning",
+    "CompileCache",
+    "StoredEntry",
+    "cache_key",
+    "compile_to_object",
+    "decode_entry",
+    "default_cache_dir",
+    "encode_entry",
+    "environment_key",
+    "function_from_json",
+    "function_to_json",
+    "load_object",
+    "resolve_cache",
+    "shared_cache",
+]
