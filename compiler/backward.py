@@ -106,8 +106,12 @@ def gradient_kernel(kernel: Kernel) -> Kernel:
     from compiler.kernel import Kernel
 
     if kernel.backward is not None:
-        return Kernel(kernel.text, kernel.backward, target=kernel.target)
-    return Kernel(gradient_source(kernel), target=kernel.target)
+        return Kernel(
+            kernel.text, kernel.backward, target=kernel.target, cache=getattr(kernel, "cache", True)
+        )
+    return Kernel(
+        gradient_source(kernel), target=kernel.target, cache=getattr(kernel, "cache", True)
+    )
 
 
 def vjp(kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[Any]) -> tuple[Any, ...]:
