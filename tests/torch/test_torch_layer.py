@@ -262,3 +262,11 @@ def test_other_devices_are_refused(conv_ad: tct.TCLayer) -> None:
 def test_wrong_argument_count_is_a_shape_error(conv_ad: tct.TCLayer) -> None:
     with pytest.raises(ShapeError, match="takes 2 input"):
         conv_ad(torch.zeros(1, 1, 3, 3))
+
+
+def test_second_derivatives_are_refused_not_wrong(conv_ad: tct.TCLayer) -> None:
+    inputs = _conv_inputs()
+    (out,) = conv_ad(*inputs)
+    (g,) = torch.autograd.grad((out * out).sum(), inputs[0], create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        g.sum().backward()
