@@ -63,7 +63,6 @@ from compiler.loops import (
     check_arguments,
     chunk_loops,
     eval_size_expr,
-    verify,
 )
 from compiler.options import Options
 from compiler.poly.astgen import ERROR_BUFFER, Lowered, lower_kernel
@@ -235,7 +234,6 @@ def _load(cache: CompileCache, key: str) -> _Cached | None:
         return None
     try:
         f = function_from_json(stored.metadata["function"])
-        verify(f)
         checks = tuple((int(i), int(d)) for i, d in stored.metadata["checks"])
         notes = tuple(str(n) for n in stored.metadata.get("notes", ()))
         compiled = load_object(f, stored.object_code, stored.ir_text)

@@ -108,11 +108,13 @@ def _version(dist: str) -> str:
 
 
 def _compiler_digest() -> str:
-    """SHA-256 of the compiler's own sources: an edit (not only a release) is a new key."""
+    """SHA-256 of the compiler's sources' names, sizes and modification times (what
+    Python's own .pyc check reads): an edit, not only a release, is a new key."""
     root = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
-        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+        st = path.stat()
+        digest.update(f"{path.relative_to(root)}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
     return digest.hexdigest()
 
 
@@ -344,63 +346,101 @@ def decode_entry(data: bytes, key: str) -> StoredEntry:
 
 
 # ------------------------------------------------------------- loop IR as JSON
+# {"nodes": [row, ...], "root": i}: each distinct node once (buffers recur in every
+# Load and Store), children before parents; a row is [class, field, ...] with nodes
+# as row numbers, enums as their values and tuples as lists.
 
 _NODES: dict[str, type[L.Node]] = {
     cls.__name__: cls
     for cls in vars(L).values()
     if isinstance(cls, type) and issubclass(cls, L.Node) and dataclasses.is_dataclass(cls)
 }
-_ENUMS: dict[str, type[enum.Enum]] = {
-    cls.__name__: cls for cls in (L.DType, L.LoopKind, L.Role, L.BinOp, L.UnaryOp)
+_FIELDS: dict[type, tuple[str, ...]] = {
+    cls: tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+    for cls in _NODES.values()
+}
+_PLAIN = frozenset({"name", "var", "fn", "step", "size_params"})  # and Const.value
+_ENUM_OF: dict[str, type[enum.Enum]] = {
+    "dtype": L.DType,
+    "kind": L.LoopKind,
+    "role": L.Role,
+    "op": L.BinOp,
 }
 
 
 def function_to_json(f: L.Function) -> Any:
-    """`f` as JSON data: nodes `{"@": class, field: ...}`, enums `{"#": enum, "v": value}`."""
-    return _encode(f)
+    """`f` as JSON data (see above); `function_from_json` inverts it exactly."""
+    rows: list[list[Any]] = []
+    by_row: dict[tuple[Any, ...], int] = {}  # exact: Const(1) and Const(1.0) stay apart
+    by_id: dict[int, tuple[L.Node, int]] = {}
+
+    def node(n: L.Node) -> int:
+        seen = by_id.get(id(n))
+        if seen is not None:
+            return seen[1]
+        cls = type(n)
+        row: list[Any] = [cls.__name__, *(field(cls, k, getattr(n, k)) for k in _FIELDS[cls])]
+        key = tuple(tuple(x) if isinstance(x, list) else x for x in row)
+        if cls is L.Const:
+            key += (type(n.value).__name__,)  # type: ignore[attr-defined]
+        found = by_row.get(key)
+        if found is None:
+            found = by_row[key] = len(rows)
+            rows.append(row)
+        by_id[id(n)] = (n, found)
+        return found
+
+    def field(cls: type, name: str, value: Any) -> Any:
+        if _plain(cls, name):
+            return list(value) if isinstance(value, tuple) else value
+        if isinstance(value, enum.Enum):
+            return value.value
+        if isinstance(value, tuple):
+            return [node(v) for v in value]
+        return None if value is None else node(value)
+
+    root = node(f)
+    return {"nodes": rows, "root": root}
 
 
-def _encode(value: Any) -> Any:
-    if isinstance(value, L.Node):
-        fields = dataclasses.fields(value)  # type: ignore[arg-type]
-        return {
-            "@": type(value).__name__,
-            **{f.name: _encode(getattr(value, f.name)) for f in fields},
-        }
-    if isinstance(value, enum.Enum):
-        return {"#": type(value).__name__, "v": value.value}
-    if isinstance(value, tuple):
-        return [_encode(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    raise InternalError(f"compile cache: cannot encode {type(value).__name__}")
+def _plain(cls: type, name: str) -> bool:
+    return name in _PLAIN if name != "value" else cls is L.Const
 
 
 def function_from_json(data: Any) -> L.Function:
     """The Function `function_to_json` encoded; CacheFormatError on anything else."""
     try:
-        f = _decode(data)
-    except (KeyError, TypeError, ValueError, InternalError) as err:
-        raise CacheFormatError(f"bad loop IR: {err}") from None
+        objs: list[L.Node] = []
+        for row in data["nodes"]:
+            cls = _NODES[row[0]]
+            names = _FIELDS[cls]
+            if len(row) != len(names) + 1:
+                raise ValueError(f"fields of {row[0]}")
+            objs.append(
+                cls(*(_field(cls, n, v, objs) for n, v in zip(names, row[1:], strict=True)))
+            )
+        f = objs[data["root"]]
+    except (KeyError, IndexError, TypeError, ValueError, InternalError) as err:
+        raise CacheFormatError(f"bad loop IR: {err!r}") from None
     if not isinstance(f, L.Function):
         raise CacheFormatError("metadata holds no Function")
     return f
 
 
-def _decode(value: Any) -> Any:
+def _field(cls: type, name: str, value: Any, objs: list[L.Node]) -> Any:
+    if _plain(cls, name):
+        return tuple(value) if isinstance(value, list) else value
+    if name in _ENUM_OF:
+        return (L.UnaryOp if cls is L.Unary else _ENUM_OF[name])(value)
     if isinstance(value, list):
-        return tuple(_decode(v) for v in value)
-    if isinstance(value, dict):
-        if "#" in value:
-            return _ENUMS[value["#"]](value["v"])
-        cls = _NODES[value["@"]]
-        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        if set(value) != names | {"@"}:
-            raise ValueError(f"fields of {cls.__name__}")
-        return cls(**{k: _decode(v) for k, v in value.items() if k != "@"})
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    raise ValueError(f"unexpected {type(value).__name__}")
+        return tuple(_node(objs, v) for v in value)
+    return None if value is None else _node(objs, value)
+
+
+def _node(objs: list[L.Node], i: Any) -> L.Node:
+    if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < len(objs):
+        raise ValueError(f"bad node reference {i!r}")
+    return objs[i]
 
 
 # ------------------------------------------------------------- object code

@@ -261,11 +261,33 @@ def test_loop_ir_round_trips_through_json(tmp_path: Path) -> None:
         f = k._native.function
         data = json.loads(json.dumps(C.function_to_json(f)))
         assert C.function_from_json(data) == f
-    with pytest.raises(C.CacheFormatError):
-        C.function_from_json({"@": "Const", "value": 1, "dtype": {"#": "Nope", "v": 1}})
-    with pytest.raises(C.CacheFormatError):
-        C.function_from_json({"@": "Const", "value": 1, "dtype": {"#": "DType", "v": "int64"}})
+    assert len(json.dumps(data)) < 20_000  # each buffer once, not in every Load
+    bad_rows = {
+        "unknown class": [["Popen", "x"]],
+        "bad enum": [["Const", 1, "int65"]],
+        "bad reference": [["VarRef", "i", "int64"], ["Unary", "-", 7]],
+        "too few fields": [["Const", 1]],
+        "not a Function": [["Const", 1, "int64"]],
+    }
+    for rows in bad_rows.values():
+        with pytest.raises(C.CacheFormatError):
+            C.function_from_json({"nodes": rows, "root": len(rows) - 1})
     assert C.function_from_json(C.function_to_json(f)).buffers[0].dtype is DType.FLOAT32
+
+
+def test_equal_constants_of_different_python_types_stay_apart() -> None:
+    from compiler.loops import Bin, BinOp, Block, Buffer, Const, Function, Role, Store
+
+    out = Buffer("O", DType.FLOAT64, (Const(2, DType.INT64),), Role.OUT)
+    one_int, one_float = Const(1, DType.FLOAT64), Const(1.0, DType.FLOAT64)
+    body = Block(
+        (
+            Store(out, (Const(0, DType.INT64),), Bin(BinOp.ADD, one_int, one_int)),
+            Store(out, (Const(1, DType.INT64),), Bin(BinOp.ADD, one_float, one_float)),
+        )
+    )
+    f = Function("f", (out,), (), body)
+    assert repr(C.function_from_json(C.function_to_json(f))) == repr(f)
 
 
 # --------------------------------------------------------------- atomic writes

@@ -1,0 +1,98 @@
+"""Compile latency with the compile cache: cold, warm on disk, warm in memory.
+
+    python -m tools.bench_cache [--runs 5]
+
+For matmul, conv2d and the conv2d gradient (`Kernel.grad`), the median over `--runs`
+of the time `compiler.define(..., target="llvm")` takes (for the gradient: the time
+of `k.grad` on a freshly defined `k`):
+
+- cold: a new process with an empty cache directory;
+- warm disk: a new process whose cache directory holds the entry;
+- warm memory: the same process, defining the same source again.
+
+Each new process imports tcc's modules and initialises LLVM before the clock starts
+(one-time costs of any first compile, cached or not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = ("matmul", "conv2d", "conv2d_grad")
+
+_CHILD = """
+import json, sys, time
+import compiler, compiler.native, compiler.backward, compiler.autodiff
+from compiler.codegen.llvm import target_machine
+target_machine()
+compiler.define("def f(float(N) A) -> (B) { B(i) = A(i) }")  # imports of the front end
+case, directory, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
+src = open("examples/" + case.removesuffix("_grad") + ".tc").read()
+
+def once():
+    if case.endswith("_grad"):
+        k = compiler.define(src, target="llvm", cache=directory)
+        t0 = time.perf_counter()
+        k.grad
+    else:
+        t0 = time.perf_counter()
+        compiler.define(src, target="llvm", cache=directory)
+    return time.perf_counter() - t0
+
+print(json.dumps([once() for _ in range(repeats)]))
+"""
+
+
+def _child(case: str, directory: Path, repeats: int) -> list[float]:
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, case, str(directory), str(repeats)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return [float(x) for x in json.loads(out)]
+
+
+def measure(case: str, runs: int) -> dict[str, float]:
+    """Median milliseconds of each mode for `case`."""
+    cold, disk, memory = [], [], []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            first, *again = _child(case, Path(tmp), 2)
+            cold.append(first)
+            memory.extend(again)
+            disk.append(_child(case, Path(tmp), 1)[0])
+    return {
+        "cold": 1000 * statistics.median(cold),
+        "warm disk": 1000 * statistics.median(disk),
+        "warm memory": 1000 * statistics.median(memory),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args(argv)
+    print(f"{'kernel':<14}{'cold ms':>10}{'warm disk ms':>14}{'warm memory ms':>16}")
+    for case in CASES:
+        start = time.perf_counter()
+        r = measure(case, args.runs)
+        print(
+            f"{case:<14}{r['cold']:>10.1f}{r['warm disk']:>14.1f}{r['warm memory']:>16.2f}"
+            f"   ({time.perf_counter() - start:.0f} s)",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
