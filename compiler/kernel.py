@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -48,6 +49,11 @@ from compiler.shapes import output_shapes
 
 TARGETS = ("interp", "llvm", "cuda")
 AVAILABLE_TARGETS = ("interp", "llvm")
+
+
+# Gradient kernels by (text, name, backward, target, options, cache): see Kernel.grad.
+_GRADS: dict[tuple[Any, ...], tuple[Any, Kernel]] = {}
+_GRADS_LOCK = threading.Lock()
 
 
 class TCWarning(UserWarning):
@@ -130,10 +136,20 @@ class Kernel:
 
     @functools.cached_property
     def grad(self) -> Kernel:
-        """The gradient def, compiled for the same target."""
+        """The gradient def, compiled for the same target (shared by equal kernels:
+        deriving it runs autodiff and isl, which a second define should not repeat)."""
         from compiler.backward import gradient_kernel
 
-        return gradient_kernel(self)
+        key = (self.text, self.name, self.backward, self.target, self.options, id(self.cache))
+        with _GRADS_LOCK:
+            found = _GRADS.get(key)
+        if found is None or found[0] is not self.cache:
+            found = (self.cache, gradient_kernel(self))
+            with _GRADS_LOCK:
+                _GRADS[key] = found
+                while len(_GRADS) > 256:
+                    del _GRADS[next(iter(_GRADS))]
+        return found[1]
 
     def vjp(self, *arrays: Any, grad_outputs: Sequence[Any]) -> tuple[np.ndarray | None, ...]:
         """One gradient per input (None for an integer input), given one output
