@@ -131,9 +131,9 @@ def _grad_cases() -> tuple[Case, ...]:
     sizes = {"N": 32, "C": 4, "H": 56, "M": 16, "K": 3}
     small = {"N": 2, "C": 2, "H": 6, "M": 3, "K": 3}
     return (
-        Case("conv2d input grad N32 C4 56^2 M16 3x3", IGRAD, sizes, small, igrad_in,
+        Case("conv2d igrad N32 C4 56^2 M16 3x3", IGRAD, sizes, small, igrad_in,
              _igrad_numpy, _igrad_torch),
-        Case("conv2d weight grad N32 C4 56^2 M16 3x3", WGRAD, sizes, small, wgrad_in,
+        Case("conv2d wgrad N32 C4 56^2 M16 3x3", WGRAD, sizes, small, wgrad_in,
              _wgrad_numpy, _wgrad_torch),
     )  # fmt: skip
 
