@@ -65,7 +65,7 @@ from compiler.loops import (
     eval_size_expr,
 )
 from compiler.options import Options
-from compiler.poly.astgen import ERROR_BUFFER, Lowered, lower_kernel
+from compiler.poly.astgen import ERROR_BUFFER, Lowered, lower_native
 from compiler.poly.lower_expr import ReadCheck
 
 PHASE = "tcc.phase"
@@ -133,7 +133,7 @@ def compile_native(
     options = options or Options()
     if cache is not None:
         return _cached_program(ranged, options, cache)
-    lowered = lower_kernel(ranged, options)
+    lowered = lower_native(ranged, options)
     f, phases = _phased(lowered.function)
     return NativeProgram(lowered, f, phases, compile_function(f), options)
 
@@ -210,7 +210,7 @@ def _cached_program(ranged: RangedDef, options: Options, cache: CompileCache) ->
 
 
 def _build(ranged: RangedDef, options: Options, cache: CompileCache, key: str) -> _Cached | None:
-    lowered = lower_kernel(ranged, options)
+    lowered = lower_native(ranged, options)
     accesses = _accesses(ranged.checked.definition)
     checks = []
     for check in lowered.checks:  # the read itself, else the one at its span, else an equal one
