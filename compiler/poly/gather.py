@@ -18,7 +18,10 @@ Worked example (conv input gradient)::
   ==>
     I_grad(n, c, y, x) +=! O_grad(n, m, y - kh, x - kw) * W(m, c, kh, kw)
         where n in 0:N, c in 0:C, y in 0:H, x in 0:W, m in 0:M,
-              kh in max(0, y - H + KH):min(KH, y + 1), kw in max(0, x - W + KW):min(KW, x + 1)
+              kh in max(0, y + KH - H):min(KH, y + 1), kw in max(0, x + KW - W):min(KW, x + 1)
+
+(`+=!` stays: y and x cover the whole of I_grad, so each element is initialised by
+its own outer iteration; tests/golden/gather/ has the other shapes.)
 
 How (`poly.invert` does the isl work): the statement is rescheduled with its written
 indices outermost (`[n, c, h + kh, w + kw]`), followed by inner variables that make the

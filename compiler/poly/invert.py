@@ -21,10 +21,10 @@ Part of `poly.gather` (scatter -> gather). Given a statement's iteration domain
 isl does every step; conversions back to TC go through `isl_bridge.pwaff_to_expr`
 by turning the earlier variables into parameters.
 
-Worked example: `I_grad(n, c, h + kh, w + kw) += ...` over `n, c, h, kh, w, kw, m`:
-inner variables `m, kh, kw`; with outer names `n, c, y, x` the piece says
-`h = y - kh`, `w = x - kw`, `y in 0:HO + KH - 1`,
-`kh in max(0, y - HO + 1):min(KH, y + 1)`, and no guard.
+Worked example: `I_grad(n, c, h + kh, w + kw) += ...` over `n, c, h, kh, w, kw, m`
+with `h in 0:H - KH + 1`: inner variables `m, kh, kw`; with outer names `n, c, y, x`
+the one piece says `h = y - kh`, `w = x - kw`, `y in 0:H`,
+`kh in max(0, y + KH - H):min(KH, y + 1)`, and no guard.
 """
 
 from __future__ import annotations
