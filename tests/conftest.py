@@ -9,13 +9,23 @@ Hypothesis profiles: `ci` (default, quick) and `thorough` (thousands of cases):
 
 from __future__ import annotations
 
+import atexit
 import difflib
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
+
+# The compile cache goes to a private directory for the session (also for the `tcc`
+# subprocesses the tests start), never into the user's ~/.cache/tcc.
+_CACHE_HOME = tempfile.mkdtemp(prefix="tcc-test-cache-")
+os.environ["XDG_CACHE_HOME"] = _CACHE_HOME
+atexit.register(shutil.rmtree, _CACHE_HOME, ignore_errors=True)
 
 settings.register_profile(
     "ci", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
