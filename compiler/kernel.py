@@ -1,6 +1,7 @@
 """`compiler.define`: compile TC source once, call it on NumPy arrays many times.
 
-    k = define(source, name=None, *, constants=None, target="interp")
+    k = define(source, name=None, *, constants=None, target="llvm", options=None,
+               backward=None, cache=True)
     C, = k(A, B)                      # one array per output, in declaration order
     k(A, B, out=(C,))                 # accumulate into caller data (`C(i) += ...`)
     k.output_shapes(A, B)             # {'C': (M, N)}
@@ -20,8 +21,10 @@ also returned. A def whose first write to an output accumulates (`+=` without
 `!`, or an `=` that reads the output) adds to that starting value: called without
 `out=` for it, it emits a `TCWarning` naming the output.
 
-Only the reference evaluator (`target="interp"`) exists so far; `options` and
-`backward` are not supported yet and are refused with an `OptionsError`.
+Targets: `"llvm"` (the default: native code through isl and LLVM, see
+`compiler.native`) and `"interp"` (the NumPy reference evaluator, the oracle);
+`"cuda"` is planned. `options` is a `compiler.options.Options`. `backward` names a
+def of the same source that replaces the AD-derived gradient (`k.vjp`, `k.grad`).
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ def define(
     name: str | None = None,
     *,
     constants: Mapping[str, object] | None = None,
-    target: str = "interp",
+    target: str = "llvm",
     options: object = None,
     backward: object = None,
     cache: object = True,
@@ -95,7 +98,7 @@ class Kernel:
         name: str | None = None,
         *,
         constants: Mapping[str, object] | None = None,
-        target: str = "interp",
+        target: str = "llvm",
         options: object = None,
         backward: object = None,
         cache: object = True,
