@@ -116,6 +116,14 @@ class NativeProgram:
     ) -> ShapeError:
         check = self.lowered.checks[check_id]
         extent = arrays[check.access.name].shape[check.dim]
+        if check.write:  # the wording of compiler.interp's data-dependent scatter
+            return ShapeError(
+                f"write out of range: index {value} for dimension {check.dim} of "
+                f"'{check.access.name}' (size {extent})",
+                check.access.span,
+                hint="the output is too small for the statement's domain; check the where "
+                "clauses, or the shape of the output passed with out=",
+            )
         return ShapeError(
             f"index {value} out of range for dimension {check.dim} of '{check.access.name}' "
             f"(size {extent}) in the read {check.access.name}(...)",
@@ -159,7 +167,7 @@ def _phased(f: Function) -> tuple[Function, tuple[Stmt, ...]]:
 class _Cached:
     function: Function
     compiled: CompiledFunction
-    checks: tuple[tuple[int, int], ...]
+    checks: tuple[tuple[int, int, bool], ...]  # (Access number, dimension, write)
     notes: tuple[str, ...] = ()
 
 
@@ -194,9 +202,9 @@ def _cached_program(ranged: RangedDef, options: Options, cache: CompileCache) ->
                 return compile_native(ranged, options)
             cache.put(key, entry)
     accesses = _accesses(ranged.checked.definition)
-    if any(not 0 <= i < len(accesses) for i, _ in entry.checks):
+    if any(not 0 <= i < len(accesses) for i, _, _ in entry.checks):
         return compile_native(ranged, options)
-    checks = tuple(ReadCheck(accesses[i], dim) for i, dim in entry.checks)
+    checks = tuple(ReadCheck(accesses[i], dim, write) for i, dim, write in entry.checks)
     f = entry.function
     unphased = f
     if PHASE in f.size_params:
@@ -219,7 +227,7 @@ def _build(ranged: RangedDef, options: Options, cache: CompileCache, key: str) -
         found = found or [i for i, a in enumerate(accesses) if a == check.access]
         if not found:
             return None
-        checks.append((found[0], check.dim))
+        checks.append((found[0], check.dim, check.write))
     notes = tuple(getattr(lowered, "notes", ()))
     f, _ = _phased(lowered.function)
     compiled, stored = compile_to_object(f)
@@ -234,13 +242,19 @@ def _load(cache: CompileCache, key: str) -> _Cached | None:
         return None
     try:
         f = function_from_json(stored.metadata["function"])
-        checks = tuple((int(i), int(d)) for i, d in stored.metadata["checks"])
+        checks = tuple(_check_entry(c) for c in stored.metadata["checks"])
         notes = tuple(str(n) for n in stored.metadata.get("notes", ()))
         compiled = load_object(f, stored.object_code, stored.ir_text)
     except (CacheFormatError, InternalError, KeyError, TypeError, ValueError, RuntimeError) as err:
         logging.getLogger("compiler.cache").debug("compile cache: entry %s unusable: %s", key, err)
         return None
     return _Cached(f, compiled, checks, notes)
+
+
+def _check_entry(stored: list) -> tuple[int, int, bool]:
+    """(Access number, dimension, write) from the cache's JSON (older entries: no write)."""
+    i, dim, *write = stored
+    return int(i), int(dim), bool(write and write[0])
 
 
 def _accesses(node: object) -> list[Access]:

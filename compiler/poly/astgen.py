@@ -275,7 +275,8 @@ class _NestLowering:
 
     def run(self) -> L.Stmt:
         body = self._node(build_ast(self.nest, self.sched.context), False)
-        if not self.nest.unproven:  # jams would change which failed check comes first
+        # jams would change which failed check comes first
+        if not (self.nest.unproven or self.nest.write_checks):
             for var, factor in self.nest.jams:
                 body = unroll_and_jam(body, var, factor)
         if not self.nest.snapshot:
@@ -356,7 +357,7 @@ class _NestLowering:
         stmt = self.facts.stmt
         lets = [(c.name, low.value(c.value)) for c in stmt.where if isinstance(c, Let)]
         value = cast(low.value(stmt.rhs), self.target.dtype)
-        index = tuple(low.index(a) for a in stmt.lhs.args)
+        index, inside = low.store_index(stmt.lhs, self.nest.write_checks)
         if self.acc is not None:
             effect: L.Stmt = L.Assign(
                 self.acc, combine(stmt.op, L.VarRef(self.acc, value.dtype), value)
@@ -367,6 +368,8 @@ class _NestLowering:
             effect = L.Store(
                 self.target, index, combine(stmt.op, L.Load(self.target, index), value)
             )
+        if inside is not None:  # a data-dependent store out of bounds never happens
+            effect = L.If(inside, effect)
         body = _with_checks(low.checks, effect, self.state.error)
         for name, v in reversed(lets):
             body = L.Let(name, v, body)

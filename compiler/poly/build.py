@@ -9,6 +9,11 @@ Ensures:  `build_statements` returns one `PolyStmt` per statement, in order:
     reads    S<k>[vars] -> T[subscripts], quasi-affine (`/`, `%` by constants, min, max)
     nonaffine_reads   reads with a subscript isl cannot express (`A(B(i))`, `A(i * j)`),
              kept apart and explicit: `may_read` constrains only their affine dimensions
+    nonaffine_write   [tcc] a left-hand side with such a subscript (a data-dependent
+             scatter, `E_grad(idx(b), d) += ...`), or None. Then `write` is its
+             `may_write`: every element of the output's box in the non-affine
+             dimensions, exact in the others. Never an exact write: it is not injective,
+             and does not cover the box (so `op!` initialises the box first)
 
 Worked example: statement 0 of matmul `C(m, n) +=! A(m, k) * B(k, n)` gives
 domain `[M, N, K] -> { S0[m, n, k] : 0 <= m < M and 0 <= n < N and 0 <= k < K }`,
@@ -23,9 +28,8 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from compiler.frontend.ast import Access, RangeConstraint, Stmt
+from compiler.frontend.ast import Access, Expr, RangeConstraint, Stmt
 from compiler.frontend.checked import RangedDef
-from compiler.frontend.diagnostics import InternalError
 from compiler.poly.accesses import lets_of, reads_of
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, condition_of, expr_to_aff
 
@@ -51,6 +55,18 @@ class NonAffineRead:
 
 
 @dataclass(frozen=True)
+class NonAffineWrite:
+    """A left-hand side with data-dependent or non-affine subscripts at `dims`;
+    `may_write` relates each instance to every element of the output's box it may
+    write (exact in the other dimensions)."""
+
+    tensor: str
+    access: Access
+    dims: tuple[int, ...]
+    may_write: isl.Map
+
+
+@dataclass(frozen=True)
 class PolyStmt:
     name: str
     index: int
@@ -61,6 +77,7 @@ class PolyStmt:
     write: isl.Map
     reads: tuple[PolyRead, ...]
     nonaffine_reads: tuple[NonAffineRead, ...]
+    nonaffine_write: NonAffineWrite | None = None
 
     @property
     def vars(self) -> tuple[str, ...]:
@@ -96,6 +113,40 @@ def _relation(
     return relation.intersect_domain(domain), tuple(bad)
 
 
+def tensor_extents(ranged: RangedDef) -> dict[str, tuple[Expr, ...]]:
+    """Every tensor's shape as TC expressions of the sizes (outputs: declared, or the
+    upper ends of their index ranges)."""
+    result: dict[str, tuple[Expr, ...]] = {}
+    for t in ranged.checked.tensors:
+        if t.dims is not None:
+            result[t.name] = tuple(t.dims)
+        else:
+            result[t.name] = tuple(b.hi for b in ranged.bounds_of(t.name))
+    return result
+
+
+def _box(ranged: RangedDef, tensor: str, params: tuple[str, ...]) -> isl.Set:
+    """`T[d...] : 0 <= d_j < extent_j`, the whole of `tensor` (a data-dependent
+    left-hand side's output always has a declared shape: range inference requires it)."""
+    extent = tensor_extents(ranged)[tensor]
+    names = tuple(_fresh(f"d{k}", params) for k in range(len(extent)))
+    space = StmtSpace(names, params)
+    box = space.context
+    for name, hi in zip(names, extent, strict=True):
+        d = space.var(name)
+        try:
+            box = box & space.const(0).le_set(d) & d.lt_set(expr_to_aff(hi, space))
+        except NotAffine:
+            box = box & space.const(0).le_set(d)
+    return box.set_tuple_name(tensor)
+
+
+def _fresh(name: str, taken: tuple[str, ...]) -> str:
+    while name in taken:
+        name += "_"
+    return name
+
+
 def build_statements(ranged: RangedDef) -> tuple[PolyStmt, ...]:
     """One `PolyStmt` per statement of `ranged`, in textual order."""
     params = ranged.checked.size_params
@@ -107,8 +158,10 @@ def build_statements(ranged: RangedDef) -> tuple[PolyStmt, ...]:
         domain = domain_of(stmt, space, name)
         lets = lets_of(stmt)
         write, bad = _relation(stmt.lhs, space, domain, lets)
+        scatter = None
         if bad:
-            raise InternalError(f"non-affine left-hand side in {name}: {stmt.lhs}")
+            write = write.intersect_range(_box(ranged, stmt.lhs.name, params))
+            scatter = NonAffineWrite(stmt.lhs.name, stmt.lhs, bad, write)
         reads: list[PolyRead] = []
         nonaffine: list[NonAffineRead] = []
         for read in reads_of(stmt, written):
@@ -129,6 +182,7 @@ def build_statements(ranged: RangedDef) -> tuple[PolyStmt, ...]:
                 write,
                 tuple(reads),
                 tuple(nonaffine),
+                scatter,
             )
         )
     return tuple(result)

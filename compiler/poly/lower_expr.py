@@ -72,10 +72,12 @@ def conj(a: L.Expr | None, b: L.Expr) -> L.Expr:
 
 @dataclass(frozen=True)
 class ReadCheck:
-    """A run-time bounds check: `access` may read dimension `dim` out of range."""
+    """A run-time bounds check: `access` may read dimension `dim` out of range, or,
+    with `write`, `access` is a data-dependent left-hand side that may store there."""
 
     access: Access
     dim: int
+    write: bool = False
 
 
 @dataclass
@@ -205,6 +207,27 @@ class ExprLowering:
             return load
         zero = const(False if buffer.dtype is L.DType.BOOL else 0, buffer.dtype)
         return L.Select(inside, load, zero)
+
+    def store_index(
+        self, lhs: Access, checked: tuple[int, ...]
+    ) -> tuple[tuple[L.Expr, ...], L.Expr | None]:
+        """The subscripts of a left-hand side (loading the tensors they read), and the
+        condition that the `checked` dimensions are in bounds (None when none are),
+        registering one write check per such dimension (see `ReadCheck`)."""
+        buffer = self.buffers[lhs.name]
+        index = tuple(self.index(arg) for arg in lhs.args)
+        inside: L.Expr | None = None
+        for dim in checked:
+            i, extent = index[dim], buffer.shape[dim]
+            ok = L.Bin(
+                L.BinOp.AND,
+                L.Bin(L.BinOp.GE, i, const(0, I64)),
+                L.Bin(L.BinOp.LT, i, extent),
+            )
+            check_id = self.register(ReadCheck(lhs, dim, write=True))
+            self.checks.append((L.Unary(L.UnaryOp.NOT, ok), check_id, i))
+            inside = conj(inside, ok)
+        return index, inside
 
     def index(self, e: Expr, path: L.Expr | None = None) -> L.Expr:
         """A subscript as int64."""

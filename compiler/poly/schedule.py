@@ -14,6 +14,9 @@ per loop nest, in execution order, each with its isl domain and two bands:
   outer iteration: the outer band is parallel and a reduction accumulates in a
   register. A scatter (`I_grad(h + kh) += ...`) is scheduled with all loops serial
   (`compiler/poly/gather.py` is the pass that turns scatters into gathers first);
+- a data-dependent scatter (`E_grad(idx(b), d) +=! ...`, `PolyStmt.nonaffine_write`)
+  runs serially, after an `Init` nest over the whole box when it is `op!`; its store
+  indices are checked at run time (`write_checks`), as are the reads in its subscripts;
 - a statement that reads its own output elsewhere than the element it writes reads
   a snapshot taken before it starts (`snapshot`), as TC's semantics require; such a
   statement runs serially (the copy is made inside its nest).
@@ -39,7 +42,7 @@ from compiler.frontend.ast import Access, Expr, Let, Var
 from compiler.frontend.checked import RangedDef, StmtFacts
 from compiler.frontend.scopes import children
 from compiler.options import Options
-from compiler.poly.build import PolyStmt, build_statements
+from compiler.poly.build import PolyStmt, build_statements, tensor_extents
 from compiler.poly.cpu_model import choose_order
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff, params_space
 
@@ -64,6 +67,7 @@ class Nest:
     accumulate: bool = False
     snapshot: bool = False
     unproven: frozenset[tuple[Access, int]] = frozenset()  # (read, dim) to check at run time
+    write_checks: tuple[int, ...] = ()  # dims of the left-hand side to check at run time
     innermost: tuple[str, ...] = ()  # a band below `inner` (memory accumulation)
     jams: tuple[tuple[str, int], ...] = ()  # unroll-and-jam (loop variable, factor)
 
@@ -110,18 +114,6 @@ def _ranged_facts(ranged: RangedDef) -> Iterator[StmtFacts]:
         yield StmtFacts(stmt, facts.index_vars, facts.reduction_vars, facts.lets)
 
 
-def tensor_extents(ranged: RangedDef) -> dict[str, tuple[Expr, ...]]:
-    """Every tensor's shape as TC expressions of the sizes (outputs: declared, or the
-    upper ends of their index ranges)."""
-    result: dict[str, tuple[Expr, ...]] = {}
-    for t in ranged.checked.tensors:
-        if t.dims is not None:
-            result[t.name] = tuple(t.dims)
-        else:
-            result[t.name] = tuple(b.hi for b in ranged.bounds_of(t.name))
-    return result
-
-
 def size_context(ranged: RangedDef) -> isl.Set:
     """Sizes >= 1 and every inferred output extent >= 0."""
     space = params_space(ranged.checked.size_params)
@@ -145,7 +137,9 @@ def _nests_of(
 ) -> list[Nest]:
     stmt = facts.stmt
     extent = extents[stmt.lhs.name]
-    injective = _lhs_injective(poly)
+    # A data-dependent scatter may write one element from several instances, in an
+    # order only the data decides: it runs serially (never parallel, never in a register).
+    injective = poly.nonaffine_write is None and _lhs_injective(poly)
     self_reads = list(_self_reads(facts))
     order = choose_order(facts, params, options, injective=injective, self_reads=bool(self_reads))
     accumulate = injective and stmt.op.is_reduction and order.register
@@ -166,6 +160,7 @@ def _nests_of(
         accumulate=accumulate,
         snapshot=snapshot,
         unproven=unproven_reads(poly, facts, extents, params, context),
+        write_checks=unproven_writes(poly, facts, extents, params, context),
         innermost=order.innermost,
         jams=order.jams,
     )
@@ -174,7 +169,7 @@ def _nests_of(
     box = init_domain(poly.index, _init_names(facts, params), extent, params)
     written = poly.write.range().intersect_params(context)
     covered = written.is_equal(box.set_tuple_name(stmt.lhs.name).intersect_params(context))
-    if accumulate and not self_reads and covered:
+    if accumulate and not self_reads and covered and poly.nonaffine_write is None:
         return [main]
     init = Nest(
         NestKind.INIT, poly.index, facts, box, _init_names(facts, params), (), parallel=True
@@ -225,18 +220,51 @@ def unproven_reads(
     params: tuple[str, ...],
     context: isl.Set,
 ) -> frozenset[tuple[Access, int]]:
-    """(read, dimension) pairs of the right-hand side and lets that isl cannot prove in
+    """(read, dimension) pairs of the right-hand side, lets and left-hand-side
+    subscripts that isl cannot prove in
     bounds at every point of the domain (data-dependent subscripts, reads that a
     ternary guards, preconditions range inference could only warn about)."""
     space = StmtSpace(facts.all_vars, params)
     lets = {c.name: c.value for c in facts.stmt.where if isinstance(c, Let)}
     domain = poly.domain.reset_tuple_id().intersect_params(context)
     found: set[tuple[Access, int]] = set()
-    for access in _reads(facts):
+    for access in (*_reads(facts), *_lhs_reads(facts)):
         for dim, (arg, hi) in enumerate(zip(access.args, extents[access.name], strict=True)):
             if not _in_bounds(arg, hi, space, lets, domain):
                 found.add((access, dim))
     return frozenset(found)
+
+
+def unproven_writes(
+    poly: PolyStmt,
+    facts: StmtFacts,
+    extents: dict[str, tuple[Expr, ...]],
+    params: tuple[str, ...],
+    context: isl.Set,
+) -> tuple[int, ...]:
+    """The dimensions of a data-dependent left-hand side that isl cannot prove in
+    bounds (every non-affine one): the store is checked at run time, as interp does."""
+    if poly.nonaffine_write is None:
+        return ()
+    space = StmtSpace(facts.all_vars, params)
+    lets = {c.name: c.value for c in facts.stmt.where if isinstance(c, Let)}
+    domain = poly.domain.reset_tuple_id().intersect_params(context)
+    lhs = facts.stmt.lhs
+    return tuple(
+        dim
+        for dim, (arg, hi) in enumerate(zip(lhs.args, extents[lhs.name], strict=True))
+        if not _in_bounds(arg, hi, space, lets, domain)
+    )
+
+
+def _lhs_reads(facts: StmtFacts) -> Iterator[Access]:
+    """The reads inside the left-hand side's subscripts (`idx(b)` of `E_grad(idx(b), d)`)."""
+    stack: list[Expr] = list(facts.stmt.lhs.args)
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Access):
+            yield e
+        stack.extend(children(e))
 
 
 def _in_bounds(arg: Expr, hi: Expr, space: StmtSpace, lets: dict, domain: isl.Set) -> bool:
@@ -290,4 +318,6 @@ __all__ = [
     "schedule",
     "size_context",
     "tensor_extents",
+    "unproven_reads",
+    "unproven_writes",
 ]
