@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Container, Iterator
 from dataclasses import dataclass
 
-from compiler.frontend.ast import Access, Exists, Expr, Let, Select, Stmt, Var
+from compiler.frontend.ast import Access, Exists, Expr, Let, Logical, LogicOp, Select, Stmt, Var
 from compiler.frontend.scopes import children
 
 
@@ -49,6 +49,11 @@ def _accesses(
         yield from _accesses(e.cond, lets, seen_lets, guards)
         yield from _accesses(e.then, lets, seen_lets, (*guards, (e.cond, True)))
         yield from _accesses(e.otherwise, lets, seen_lets, (*guards, (e.cond, False)))
+        return
+    if isinstance(e, Logical):  # lazy: `b` of `a && b` runs only where a, of `a || b` where !a
+        yield from _accesses(e.lhs, lets, seen_lets, guards)
+        guard = (e.lhs, e.op is LogicOp.AND)
+        yield from _accesses(e.rhs, lets, seen_lets, (*guards, guard))
         return
     for child in children(e):
         yield from _accesses(child, lets, seen_lets, guards)
