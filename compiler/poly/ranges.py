@@ -94,7 +94,7 @@ class _Constraint:
     aff: isl.PwAff  # in bounds where aff >= 0
     access: Access
     dim: int
-    guard: isl.Set  # where the read is evaluated (its `?:` conditions)
+    guard: isl.Set  # where the read is evaluated (its `?:`, `&&` and `||` conditions)
 
     @property
     def cond(self) -> isl.Set:
