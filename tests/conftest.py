@@ -27,8 +27,13 @@ _CACHE_HOME = tempfile.mkdtemp(prefix="tcc-test-cache-")
 os.environ["XDG_CACHE_HOME"] = _CACHE_HOME
 atexit.register(shutil.rmtree, _CACHE_HOME, ignore_errors=True)
 
+# `ci` is derandomized: the same cases every run, so CI is reproducible.
 settings.register_profile(
-    "ci", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    "ci",
+    max_examples=100,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile(
     "thorough", max_examples=5000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
