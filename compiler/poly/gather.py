@@ -69,11 +69,11 @@ from compiler.frontend.builtins import ARITY
 from compiler.frontend.check import check_def
 from compiler.frontend.checked import Bound, RangedDef, StmtFacts
 from compiler.frontend.diagnostics import InternalError, RangeError, TCError
-from compiler.frontend.printer import print_def, print_expr
+from compiler.frontend.printer import print_def, print_expr, print_stmt
 from compiler.frontend.scopes import walk
 from compiler.poly.accesses import lets_of
 from compiler.poly.build import domain_of
-from compiler.poly.invert import Piece, choose_inner, invert, schedule_of
+from compiler.poly.invert import Inexpressible, Piece, choose_inner, invert, schedule_of
 from compiler.poly.isl_bridge import StmtSpace, condition_of, expr_to_aff
 from compiler.poly.substitute import substitute
 
@@ -113,7 +113,10 @@ def scatter_to_gather(ranged: RangedDef) -> RangedDef:
     initialised: set[str] = set()  # outputs that got an explicit initialisation
     for stmt, facts in zip(checked.definition.stmts, checked.stmts, strict=True):
         if write_kind(facts) is WriteKind.SCATTER:
-            new = _gather(dataclasses.replace(facts, stmt=stmt), ranged)
+            try:
+                new = _gather(dataclasses.replace(facts, stmt=stmt), ranged)
+            except isl.Error as e:
+                raise InternalError(f"isl failed on `{print_stmt(stmt)}`: {e}") from e
             if len(new) > 1 and new[0].op is AssignOp.ASSIGN and stmt.op.init:
                 initialised.add(stmt.lhs.name)
             stmts.extend(new)
@@ -157,8 +160,13 @@ def _gather(facts: StmtFacts, ranged: RangedDef) -> list[Stmt]:
             "use a reduction (`+=`, `max=`, ...) to combine the values",
         )
     outer = _outer_names(stmt, facts, ranged)
-    names = outer + tuple(facts.all_vars[p] for p in inner)
-    pieces = invert(schedule_of(write, domain, inner), facts.all_vars, names, params)
+    try:
+        pieces = _invert(facts, write, domain, outer, inner, params)
+    except Inexpressible:
+        # the image has existential variables TC cannot name: keep every variable as
+        # an inner loop, so the domain is the graph of the write map (equalities)
+        every = tuple(inner) + tuple(p for p in _candidates(facts) if p not in inner)
+        pieces = _invert(facts, write, domain, outer, every, params)
     hi = tuple(b.hi for b in ranged.bounds_of(stmt.lhs.name))
     op, init = stmt.op, None
     if op.init and not (len(pieces) == 1 and _covers(write, domain, outer, hi, params)):
@@ -169,6 +177,18 @@ def _gather(facts: StmtFacts, ranged: RangedDef) -> list[Stmt]:
     for k, piece in enumerate(pieces):
         result.append(_piece_stmt(stmt, piece, outer, op if k == 0 else op.base))
     return result
+
+
+def _invert(
+    facts: StmtFacts,
+    write: isl.Map,
+    domain: isl.Set,
+    outer: tuple[str, ...],
+    inner: Sequence[int],
+    params: Sequence[str],
+) -> tuple[Piece, ...]:
+    names = outer + tuple(facts.all_vars[p] for p in inner)
+    return invert(schedule_of(write, domain, inner), facts.all_vars, names, params)
 
 
 def _write_map(stmt: Stmt, space: StmtSpace, domain: isl.Set) -> isl.Map:

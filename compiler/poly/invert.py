@@ -46,6 +46,11 @@ _OUT = isl.dim_type.out
 _DIV = isl.dim_type.div
 
 
+class Inexpressible(InternalError):
+    """The ranges and guards TC can write would not state a piece exactly (its image
+    has existential variables without a floor expression)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Range:
     """`expr in lo:hi` as TC expressions (a where clause)."""
@@ -231,12 +236,25 @@ def _guards(
         return ()
     rest = piece.gist(box).coalesce()
     bsets = rest.get_basic_sets()
-    if len(bsets) != 1:
-        raise InternalError(f"a convex piece has a non-convex remainder: {rest}")
-    guards = []
-    for c in bsets[0].get_constraints():
-        guards.append(_constraint_range(c, names, params))
-    return tuple(guards)
+    if len(bsets) == 1:
+        constraints = bsets[0].get_constraints()
+    else:
+        # gist may split; then every constraint of the (convex) piece that the box
+        # does not imply: box & those constraints == piece, as the piece lies in the box
+        (whole,) = piece.get_basic_sets()
+        constraints = [c for c in whole.get_constraints() if not box.is_subset(_holds(c))]
+    guards = tuple(_constraint_range(c, names, params) for c in constraints)
+    # what the TC text says must be exactly the piece: never a silently wrong gather
+    said = box
+    for g in guards:
+        said = said & condition_of(g.expr, g.lo, g.hi, space)
+    if not said.intersect_params(context).is_equal(piece.intersect_params(context)):
+        raise Inexpressible(f"cannot state the gather domain {piece} exactly in TC")
+    return guards
+
+
+def _holds(c: isl.Constraint) -> isl.Set:
+    return isl.Set.from_basic_set(isl.BasicSet.universe(c.get_space()).add_constraint(c))
 
 
 def _constraint_range(c: isl.Constraint, names: Sequence[str], params: Sequence[str]) -> Range:
