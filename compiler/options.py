@@ -20,6 +20,14 @@ CPU schedule fields (the native targets read them; `poly.schedule` applies them,
   innermost variable.
 - `block`: register blocking: unroll-and-jam factor of the output loop just above the
   reduction loops (1: none); None lets the model choose. Same condition.
+- `tile`: cache tiling of a statement in memory form (the same condition): one tile
+  size per loop of its nest, outermost first, in the order `tcc compile --emit loops`
+  prints the untiled nest (the outer output loops, the reduction loops, the innermost
+  loop); 1 or a missing entry leaves a loop untiled; only the first reduction loop
+  may be tiled (a later one's entry is ignored: it would reorder each element's sum).
+  `()` tiles nothing; None lets the model choose (`compiler/poly/tiling.py`). The tile
+  loops run above the point loops, the first output loop's outermost (parallel);
+  sizes need not divide the extents (partial tiles get `min` bounds).
 - `threads`: the number of threads the outermost parallel loop of each statement is
   split across at call time; None means one per core.
 
@@ -35,6 +43,7 @@ from compiler.frontend.diagnostics import OptionsError
 
 AUTO = "auto"
 MAX_FACTOR = 16
+MAX_TILE = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +54,7 @@ class Options:
     innermost: str | None = AUTO
     unroll: int | None = None
     block: int | None = None
+    tile: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         t = self.threads
@@ -63,6 +73,7 @@ class Options:
             )
         for field in ("unroll", "block"):
             _check_factor(field, getattr(self, field))
+        _check_tile(self.tile)
 
 
 def _check_factor(field: str, value: object) -> None:
@@ -72,6 +83,19 @@ def _check_factor(field: str, value: object) -> None:
         raise OptionsError(
             f"Options.{field} must be None or an int in 1..{MAX_FACTOR}, got {value!r}",
             hint=f"Options({field}=1) turns it off; None lets the model choose",
+        )
+
+
+def _check_tile(value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, tuple) or not all(
+        isinstance(t, int) and not isinstance(t, bool) and 1 <= t <= MAX_TILE for t in value
+    ):
+        raise OptionsError(
+            f"Options.tile must be None or a tuple of ints in 1..{MAX_TILE}, got {value!r}",
+            hint="Options(tile=()) turns tiling off; Options(tile=(64, 256, 128)) tiles "
+            "matmul's m, k, n loops",
         )
 
 
@@ -87,4 +111,4 @@ def as_options(value: object) -> Options:
     )
 
 
-__all__ = ["AUTO", "MAX_FACTOR", "Options", "as_options"]
+__all__ = ["AUTO", "MAX_FACTOR", "MAX_TILE", "Options", "as_options"]

@@ -50,6 +50,8 @@ from compiler.loops import (
 I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
 PTR = ir.PointerType()
 REDUCTION_FLAGS = ("reassoc", "nsz", "contract")
+CONTRACT_FLAGS = ("contract",)  # every float add, sub, mul: FMA allowed, nothing else
+_CONTRACTABLE = frozenset({BinOp.ADD, BinOp.SUB, BinOp.MUL})
 _ICMP = {
     BinOp.EQ: "==",
     BinOp.NE: "!=",
@@ -86,6 +88,19 @@ class _BufferRef:
         self.strides = strides
 
 
+# LLVM's tuning for recent x86 server cores prefers 256-bit vectors even where AVX-512
+# is present; the loop nests tcc emits are long, unit-stride and FMA-bound, where
+# 512-bit vectors measured faster (tools/bench: matmul, convolutions). On a host
+# without AVX-512 the attributes change nothing (512 bits are not legal there).
+VECTOR_WIDTH_ATTRIBUTES = ('"prefer-vector-width"="512"', '"min-legal-vector-width"="512"')
+
+
+class _FunctionAttributes(ir.values.FunctionAttributes):
+    """llvmlite's function attributes, plus the string attributes tcc sets."""
+
+    _known = ir.values.FunctionAttributes._known | frozenset(VECTOR_WIDTH_ATTRIBUTES)
+
+
 class FunctionEmitter:
     """Builds `f` into `module`."""
 
@@ -94,7 +109,7 @@ class FunctionEmitter:
         self.f = f
         args = [PTR] * len(f.buffers) + [I64] * (len(f.size_params) + 2)
         self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), args), name=symbol(f))
-        self.fn.attributes.add("nounwind")
+        self.fn.attributes = _FunctionAttributes(["nounwind", *VECTOR_WIDTH_ATTRIBUTES])
         self.entry = self.fn.append_basic_block("entry")
         self.builder = ir.IRBuilder(self.entry)
         self.math = MathEmitter(module, self.builder)
@@ -312,9 +327,10 @@ class FunctionEmitter:
         if e.op is BinOp.OR:
             return bld.or_(a, b)
         if dtype.is_float:
-            ops = {BinOp.ADD: bld.fadd, BinOp.SUB: bld.fsub, BinOp.MUL: bld.fmul,
-                   BinOp.DIV: bld.fdiv, BinOp.MOD: bld.frem}  # fmt: skip
-            return ops[e.op](a, b)
+            if e.op in _CONTRACTABLE:  # `a * b + c` may become one fused multiply-add
+                ops = {BinOp.ADD: bld.fadd, BinOp.SUB: bld.fsub, BinOp.MUL: bld.fmul}
+                return ops[e.op](a, b, flags=CONTRACT_FLAGS)
+            return bld.fdiv(a, b) if e.op is BinOp.DIV else bld.frem(a, b)
         if e.op in (BinOp.DIV, BinOp.MOD):
             q, r = self._divmod(a, b, dtype)
             return q if e.op is BinOp.DIV else r

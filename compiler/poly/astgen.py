@@ -57,6 +57,7 @@ from compiler.poly.lower_expr import (
     dtype_of,
 )
 from compiler.poly.schedule import Nest, NestKind, Schedule, schedule
+from compiler.poly.tiling import TileBand, tile_band
 
 ERROR_BUFFER = "tcc.error"
 
@@ -124,12 +125,20 @@ class _State:
 
 
 def build_ast(nest: Nest, context: isl.Set) -> isl.AstNode:
-    """isl's AST for one nest: bands from the schedule, iterators named after them."""
+    """isl's AST for one nest: bands from the schedule, iterators named after them
+    (a tiled nest gets its tile band first, `poly.tiling.tile_band`)."""
     domain = isl.UnionSet.from_set(nest.domain)
     sched = isl.Schedule.from_domain(domain)
     node = sched.get_root().child(0)
-    if nest.outer:
-        node = node.insert_partial_schedule(_band(nest.domain, nest.outer)).child(0)
+    names: tuple[str, ...] = ()
+    outer = nest.outer
+    tiled = tile_band_of(nest)
+    if tiled is not None:
+        node = node.insert_partial_schedule(tiled.schedule).child(0)
+        names = tiled.names
+        outer = tuple(v for v in outer if v != tiled.hoisted)
+    if outer:
+        node = node.insert_partial_schedule(_band(nest.domain, outer)).child(0)
     if nest.accumulate:
         node = node.insert_mark(isl.Id("reduce")).child(0)
     if nest.inner:
@@ -137,13 +146,25 @@ def build_ast(nest: Nest, context: isl.Set) -> isl.AstNode:
     if nest.innermost:
         node = node.insert_partial_schedule(_band(nest.domain, nest.innermost))
     build = isl.AstBuild.from_context(context)
-    names = nest.bands
+    names += outer + nest.inner + nest.innermost
     if names:
         ids = isl.IdList.alloc(isl.DEFAULT_CONTEXT, len(names))
         for name in names:
             ids = ids.add(isl.Id(name))
         build = build.set_iterators(ids)
     return build.node_from_schedule(node.get_schedule())
+
+
+def tile_band_of(nest: Nest) -> TileBand | None:
+    """The tile band of a tiled nest (None when `nest.tiles` is empty)."""
+    if not nest.tiles:
+        return None
+    taken = set(nest.facts.all_vars) | set(nest.facts.lets) | set(nest.dims)
+    taken |= {
+        nest.domain.get_dim_name(isl.dim_type.param, k)
+        for k in range(nest.domain.dim(isl.dim_type.param))
+    }
+    return tile_band(nest.domain, nest.bands, nest.tiles, taken)
 
 
 def _band(domain: isl.Set, names: tuple[str, ...]) -> isl.MultiUnionPwAff:
@@ -269,6 +290,9 @@ class _NestLowering:
         self.target = state.buffers[nest.target]
         self.acc: str | None = None  # the register accumulator inside a `reduce` mark
         self.buffers: Mapping[str, L.Buffer] = state.buffers
+        tiled = tile_band_of(nest)
+        # the loops a parallel nest may split: its outer band, or its tile band's first
+        self.parallel_vars = set(nest.outer) if tiled is None else {tiled.parallel}
         if nest.snapshot:
             old = L.Buffer(f"{nest.target}.old", self.target.dtype, self.target.shape, L.Role.TEMP)
             self.buffers = {**state.buffers, nest.target: old}
@@ -323,7 +347,7 @@ class _NestLowering:
         if cond.get_op_type() == isl.ast_expr_op_type.le:
             hi = simplify(L.Bin(L.BinOp.ADD, hi, const(1, I64)))
         step = int(node.for_get_inc().get_val().to_python())
-        parallel = self.nest.parallel and not in_parallel and var in self.nest.outer
+        parallel = self.nest.parallel and not in_parallel and var in self.parallel_vars
         body = self._node(node.for_get_body(), in_parallel or parallel)
         kind = L.LoopKind.PARALLEL if parallel else L.LoopKind.SERIAL
         return L.For(var, lo, hi, step, body, kind)

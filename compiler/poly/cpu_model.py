@@ -133,10 +133,10 @@ def _auto_innermost(
     if not (isinstance(last, Var) and last.name in facts.index_vars):
         return None
     j = last.name
-    if _short(facts, j) or _unit_stride_reads(j, reads, space, lets) is None:
+    if short(facts, j) or _unit_stride_reads(j, reads, space, lets) is None:
         return None
     r = facts.reduction_vars[-1]
-    if not _short(facts, r) and _unit_stride_reads(r, reads, space, lets):
+    if not short(facts, r) and _unit_stride_reads(r, reads, space, lets):
         return None  # a long unit-stride reduction: the register reduction vectorises
     return j
 
@@ -177,7 +177,7 @@ def _block_var(
     return best
 
 
-def _short(facts: StmtFacts, v: str) -> bool:
+def short(facts: StmtFacts, v: str) -> bool:
     """A constant extent up to SHORT, or one size parameter that a range subtracts."""
     ranges = [c for c in facts.stmt.where if isinstance(c, RangeConstraint)]
     mine = [c for c in ranges if isinstance(c.expr, Var) and c.expr.name == v]
@@ -251,4 +251,4 @@ def _reads(facts: StmtFacts) -> Iterator[Access]:
         stack.extend(children(e))
 
 
-__all__ = ["BLOCK", "SHORT", "UNROLL", "LoopOrder", "choose_order", "literal_order"]
+__all__ = ["BLOCK", "SHORT", "UNROLL", "LoopOrder", "choose_order", "literal_order", "short"]

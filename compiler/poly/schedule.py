@@ -19,7 +19,9 @@ per loop nest, in execution order, each with its isl domain and two bands:
   indices are checked at run time (`write_checks`), as are the reads in its subscripts;
 - a statement that reads its own output elsewhere than the element it writes reads
   a snapshot taken before it starts (`snapshot`), as TC's semantics require; such a
-  statement runs serially (the copy is made inside its nest).
+  statement runs serially (the copy is made inside its nest);
+- a statement in memory form (an innermost band) may be cache-tiled: `Nest.tiles`
+  (`compiler/poly/tiling.py` chooses them and builds the tile band).
 
 `context` holds what the sizes are known to satisfy when the code runs: every size
 >= 1, and every output extent >= 0 (a negative extent is a ShapeError at call time).
@@ -45,6 +47,7 @@ from compiler.options import Options
 from compiler.poly.build import PolyStmt, build_statements, tensor_extents
 from compiler.poly.cpu_model import choose_order
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff, params_space
+from compiler.poly.tiling import choose_tiles
 
 
 class NestKind(enum.Enum):
@@ -70,6 +73,7 @@ class Nest:
     write_checks: tuple[int, ...] = ()  # dims of the left-hand side to check at run time
     innermost: tuple[str, ...] = ()  # a band below `inner` (memory accumulation)
     jams: tuple[tuple[str, int], ...] = ()  # unroll-and-jam (loop variable, factor)
+    tiles: tuple[int, ...] = ()  # one tile size per loop of `bands` (poly.tiling), or ()
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -163,6 +167,7 @@ def _nests_of(
         write_checks=unproven_writes(poly, facts, extents, params, context),
         innermost=order.innermost,
         jams=order.jams,
+        tiles=choose_tiles(facts, order, options),
     )
     if not stmt.op.init:
         return [main]
