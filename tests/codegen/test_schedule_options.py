@@ -105,7 +105,7 @@ def _loops(s: L.Stmt) -> list[L.For]:
 def test_matmul_structure_follows_the_options() -> None:
     src = PROGRAMS["matmul"].replace("FT", "float")
     ranged = infer_ranges(check_def(parse(src).get()))
-    f = lower(ranged, Options(unroll=1, block=1))
+    f = lower(ranged, Options(unroll=1, block=1, tile=()))  # tiling: tests/codegen/test_tiling
     init, main = f.body.stmts  # type: ignore[attr-defined]
     assert [lp.var for lp in _loops(main)] == ["m", "k", "n"]
     assert main.kind is L.LoopKind.PARALLEL
