@@ -203,6 +203,15 @@ def _cases() -> tuple[Case, ...]:
             lambda a, b: a @ b,
         ),
         Case(
+            "matmul 1024^3",
+            "def mm(float(M, K) A, float(K, N) B) -> (C) {\n    C(m, n) +=! A(m, k) * B(k, n)\n}",
+            {"M": 1024, "K": 1024, "N": 1024},
+            {"M": 9, "K": 4, "N": 10},
+            mm_in,
+            np.matmul,
+            lambda a, b: a @ b,
+        ),
+        Case(
             "batched matmul 32x128^3",
             "def bmm(float(B, M, K) X, float(B, K, N) Y) -> (Z) {\n"
             "    Z(b, m, n) +=! X(b, m, k) * Y(b, k, n)\n}",
