@@ -67,7 +67,8 @@ from compiler.frontend.ast import (
 )
 from compiler.frontend.checked import RangedDef
 from compiler.frontend.diagnostics import TCError
-from compiler.frontend.scopes import walk
+from compiler.frontend.printer import print_expr
+from compiler.frontend.scopes import is_constant, walk
 from compiler.frontend.types import INDEX_TYPE, expr_type, promote
 
 Guard = tuple[Expr, bool]
@@ -230,6 +231,17 @@ class _Reverse:
         grad = self._grad_tensor(tensor, version)
         if grad is None:
             return
+        for arg in read.args:
+            bad = _non_affine(arg)
+            if bad is not None:
+                raise TCError(
+                    f"cannot differentiate the read of '{read.name}': its subscript "
+                    f"`{print_expr(arg)}` is not affine (`{print_expr(bad)}`), so its gradient "
+                    f"would be a scatter into '{grad}' at a non-affine index: not supported",
+                    arg.span,
+                    hint="bind the subscript to an index variable with a where clause, "
+                    "or read through an index tensor",
+                )
         self._need_reads(value, index)
         for cond, taken in reversed(guards):
             value = al.select(cond, value, None) if taken else al.select(cond, None, value)  # type: ignore[assignment]
@@ -439,6 +451,32 @@ def _call(
         raise TCError(f"no derivative rule for builtin '{e.fn}'", e.span)
     for arg, part in zip(e.args, parts, strict=True):
         yield from _backprop(arg, al.mul(seed, part), guards, types)
+
+
+def _non_affine(expr: Expr) -> Expr | None:
+    """The part of a read's subscript that `frontend.check` rejects on a left-hand side
+    (a product of variables, `%` or `/` by a non-constant, a float), or None. As there,
+    a tensor read, or a call or cast of one, is an opaque term: its gradient is a
+    data-dependent scatter."""
+    if isinstance(expr, Const):
+        return expr if expr.dtype.is_float else None
+    if isinstance(expr, (Var, Access)):
+        return None
+    if isinstance(expr, Unary) and expr.op is UnaryOp.NEG:
+        return _non_affine(expr.operand)
+    if not isinstance(expr, Binary):
+        return None if not isinstance(expr, Unary) and _has_read(expr) else expr
+    if expr.op in (BinOp.ADD, BinOp.SUB):
+        return _non_affine(expr.lhs) or _non_affine(expr.rhs)
+    if expr.op is BinOp.MUL:
+        if not (is_constant(expr.lhs) or is_constant(expr.rhs)):
+            return expr
+        return _non_affine(expr.lhs) or _non_affine(expr.rhs)
+    divisor = expr.rhs
+    if expr.op in (BinOp.DIV, BinOp.MOD) and isinstance(divisor, Const):
+        if divisor.dtype.is_integral and divisor.value > 0:
+            return _non_affine(expr.lhs)
+    return expr
 
 
 def _is_float(expr: Expr, types: dict[str, ScalarType]) -> bool:
