@@ -60,6 +60,7 @@ def _torch_conv(i: Any, w: Any) -> Any:
     return F.conv2d(i, w)
 
 
+MATMUL = "def mm(float(M, K) A, float(K, N) B) -> (C) {\n    C(m, n) +=! A(m, k) * B(k, n)\n}"
 CONV = "def conv2d(float(N, C, H, W) I, float(M, C, KH, KW) W1) -> (O) {\n    O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * W1(m, c, kh, kw)\n}"
 
 
@@ -195,7 +196,7 @@ def _cases() -> tuple[Case, ...]:
     return (
         Case(
             "matmul 512^3",
-            "def mm(float(M, K) A, float(K, N) B) -> (C) {\n    C(m, n) +=! A(m, k) * B(k, n)\n}",
+            MATMUL,
             {"M": 512, "K": 512, "N": 512},
             {"M": 5, "K": 7, "N": 6},
             mm_in,
@@ -204,7 +205,7 @@ def _cases() -> tuple[Case, ...]:
         ),
         Case(
             "matmul 1024^3",
-            "def mm(float(M, K) A, float(K, N) B) -> (C) {\n    C(m, n) +=! A(m, k) * B(k, n)\n}",
+            MATMUL,
             {"M": 1024, "K": 1024, "N": 1024},
             {"M": 9, "K": 4, "N": 10},
             mm_in,
