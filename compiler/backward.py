@@ -5,9 +5,10 @@
     gradient_kernel(kernel)                       -> Kernel   (Kernel.grad)
     vjp(kernel, arrays, grad_outputs)             -> tuple    (Kernel.vjp)
 
-The gradient def comes from `compiler.autodiff.grad_def` (scatter form), then, where
-the scatter -> gather pass `compiler.poly.gather.scatter_to_gather` exists, is
-rewritten to gather form (`form="scatter"` keeps the raw form). A kernel defined
+The gradient def comes from the pipeline's `grad` pass (`compiler.autodiff.grad_def`,
+scatter form), then its `gather` pass (`form="scatter"` keeps the raw form). It stays
+IR in memory from autodiff to code; it is printed only for `grad`, `grad_source`
+and `tcc compile --grad`. A kernel defined
 with `backward="name"` uses that def of the same source instead, with TC's training
 convention: its parameters are the forward inputs, then (optionally) the forward
 outputs, then one gradient per forward output; its outputs are the gradients of the
@@ -22,8 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from compiler.autodiff import grad_def
-from compiler.frontend.check import check_def
+from compiler import pipeline
 from compiler.frontend.checked import RangedDef
 from compiler.frontend.diagnostics import OptionsError, ShapeError, TCError
 from compiler.frontend.parser import parse
@@ -50,11 +50,11 @@ def grad(
 ) -> str:
     """The gradient def of def `name` of `source`, as TC text."""
     from compiler.kernel import substitute
-    from compiler.poly.ranges import infer_ranges
 
+    upto = "gather" if _form(form) is GradForm.GATHER else "grad"
     text = source if constants is None else substitute(source, constants)
-    ranged = infer_ranges(check_def(parse(text).get(name)))
-    return gradient_text(ranged, wrt=wrt, form=_form(form))
+    gradient = pipeline.run(text, name, upto=upto, grad=True, wrt=wrt)
+    return print_def(gradient.checked.definition) + "\n"
 
 
 def _form(form: str) -> GradForm:
@@ -66,52 +66,44 @@ def _form(form: str) -> GradForm:
         ) from None
 
 
+def gradient_ranged(
+    ranged: RangedDef, *, wrt: Iterable[str] | None = None, form: GradForm = GradForm.GATHER
+) -> RangedDef:
+    """The gradient of a ranged def, as a ranged def (IR in memory: the `grad` pass,
+    then, in gather form, the `gather` pass)."""
+    return pipeline.gradient(ranged, wrt=wrt, form=form.value)
+
+
 def gradient_text(
     ranged: RangedDef, *, wrt: Iterable[str] | None = None, form: GradForm = GradForm.GATHER
 ) -> str:
-    """Differentiate, print, and (gather form) rewrite scatters into gathers."""
-    text = print_def(grad_def(ranged, wrt=wrt)) + "\n"
-    if form is GradForm.SCATTER:
-        return text
-    gather = _gather_pass()
-    if gather is None:
-        return text
-    from compiler.poly.ranges import infer_ranges
-
-    rewritten = gather(infer_ranges(check_def(parse(text, "<gradient>").get())))
-    return print_def(rewritten.checked.definition) + "\n"
-
-
-def _gather_pass() -> Any:
-    """`scatter_to_gather`, or None while compiler.poly.gather does not provide it."""
-    try:
-        from compiler.poly import gather
-    except ImportError:
-        return None
-    return getattr(gather, "scatter_to_gather", None)
+    """The gradient of a ranged def, printed as TC."""
+    return print_def(gradient_ranged(ranged, wrt=wrt, form=form).checked.definition) + "\n"
 
 
 # ----------------------------------------------------------------- kernels
 
 
 def gradient_source(kernel: Kernel) -> str:
-    """The gradient def of a kernel: the user's backward def, or the derived one."""
+    """The gradient def of a kernel: the user's backward def, or the derived one
+    (printed from the compiled gradient's IR)."""
     if kernel.backward is not None:
         return print_def(parse(kernel.text).get(kernel.backward)) + "\n"
+    compiled = kernel.__dict__.get("grad")  # Kernel.grad, when already derived
+    if compiled is not None:
+        return print_def(compiled.ranged.checked.definition) + "\n"
     return gradient_text(kernel.ranged)
 
 
 def gradient_kernel(kernel: Kernel) -> Kernel:
-    """The gradient def compiled for the kernel's target."""
-    from compiler.kernel import Kernel
+    """The gradient def compiled for the kernel's target (the derived one goes from
+    autodiff to code as IR, never as text)."""
+    from compiler.kernel import Kernel, define_ranged
 
+    cache = getattr(kernel, "cache", True)
     if kernel.backward is not None:
-        return Kernel(
-            kernel.text, kernel.backward, target=kernel.target, cache=getattr(kernel, "cache", True)
-        )
-    return Kernel(
-        gradient_source(kernel), target=kernel.target, cache=getattr(kernel, "cache", True)
-    )
+        return Kernel(kernel.text, kernel.backward, target=kernel.target, cache=cache)
+    return define_ranged(gradient_ranged(kernel.ranged), target=kernel.target, cache=cache)
 
 
 def vjp(kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[Any]) -> tuple[Any, ...]:
@@ -137,16 +129,16 @@ def vjp(kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[Any]) -> t
     backward = kernel.grad
     params = [t.name for t in backward.ranged.checked.inputs]
     values = _backward_arguments(kernel, arrays, grad_outputs, params)
-    results = dict(
-        zip((t.name for t in backward.ranged.checked.outputs), backward(*values), strict=True)
-    )
+    ordered = list(backward(*values))
     if kernel.backward is not None:
-        ordered = list(results.values())
         return tuple(
             ordered[i] if i < len(ordered) and t.dtype.is_float else None
             for i, t in enumerate(inputs)
         )
-    return tuple(results.get(f"{t.name}_grad") for t in inputs)
+    # The derived gradient's outputs start with one gradient per float input, in
+    # order (their names come from the name supply: `A_grad`, or `A_grad_1`).
+    floats = iter(ordered)
+    return tuple(next(floats) if t.dtype.is_float else None for t in inputs)
 
 
 def _backward_arguments(
@@ -169,10 +161,19 @@ def _backward_arguments(
     forward = kernel(*arrays) if needs_outputs else ()
     if kernel.backward is not None:
         return [*arrays, *forward, *grad_outputs]
-    by_name: dict[str, Any] = {t.name: a for t, a in zip(checked.inputs, arrays, strict=True)}
-    by_name |= {t.name: o for t, o in zip(checked.outputs, forward, strict=False)}
-    by_name |= {f"{t.name}_grad": g for t, g in zip(checked.outputs, grad_outputs, strict=True)}
-    return [by_name[p] for p in params]
+    # The derived gradient's parameters: the inputs, the forward outputs it reads (by
+    # their own names), then one adjoint per output in order (names from the supply).
+    outputs = {t.name: o for t, o in zip(checked.outputs, forward, strict=False)}
+    read = params[n_in : len(params) - n_out]
+    return [*arrays, *(outputs[p] for p in read), *grad_outputs]
 
 
-__all__ = ["GradForm", "grad", "gradient_kernel", "gradient_source", "gradient_text", "vjp"]
+__all__ = [
+    "GradForm",
+    "grad",
+    "gradient_kernel",
+    "gradient_ranged",
+    "gradient_source",
+    "gradient_text",
+    "vjp",
+]

@@ -266,16 +266,16 @@ def _parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
 
 
 def _run_infer(args: argparse.Namespace) -> int:
+    from compiler import pipeline
     from compiler.frontend.ast import RangeConstraint
-    from compiler.frontend.check import check_def
     from compiler.frontend.printer import print_expr
-    from compiler.poly.ranges import infer_ranges
     from compiler.shapes import bind_sizes, output_shapes
 
     shapes = dict(_parse_shape(s) for s in args.shape)
-    module, _ = load_module(args.file)
-    ranged = infer_ranges(check_def(module.get(args.entry)))
-    print_diagnostics(ranged.checked.warnings + ranged.warnings)
+    text, filename = read_source(args.file)
+    ctx = pipeline.PassContext(filename=filename, entry=args.entry)
+    ranged = pipeline.run(text, ctx=ctx, upto="ranges")
+    print_diagnostics(ctx.diagnostics)
     sizes = bind_sizes(ranged, shapes) if shapes else None
     concrete = output_shapes(ranged, sizes) if sizes is not None else {}
     print(f"def {ranged.name}:")
@@ -311,6 +311,8 @@ def _concrete(lo: Expr, hi: Expr, sizes: dict[str, int] | None) -> str:
 
 
 def _add_compile_args(parser: argparse.ArgumentParser) -> None:
+    from compiler.pipeline import PASS_NAMES
+
     parser.add_argument("file", metavar="FILE", help="TC source file ('-': stdin)")
     parser.add_argument("--entry", metavar="NAME", help="the def (default: the only one)")
     parser.add_argument(
@@ -327,48 +329,66 @@ def _add_compile_args(parser: argparse.ArgumentParser) -> None:
         choices=("loops", "llvm"),
         help="print the loop nests or the optimised LLVM IR (of the gradient, with --grad)",
     )
+    parser.add_argument(
+        "--dump-after",
+        choices=(*PASS_NAMES, "all"),
+        action="append",
+        default=[],
+        metavar="PASS",
+        help=f"print the IR after PASS ({', '.join(PASS_NAMES)}) or after every pass "
+        "('all'); repeatable",
+    )
+    parser.add_argument(
+        "--time-passes", action="store_true", help="print each pass's time to stderr"
+    )
 
 
 def _run_compile(args: argparse.Namespace) -> int:
-    from compiler.backward import grad
+    """One pipeline run: up to `gather`/`grad` for --grad, `lower` for --emit loops,
+    `codegen` for --emit llvm, or the last pass that --dump-after names."""
+    from compiler import pipeline
     from compiler.frontend.diagnostics import OptionsError
 
-    if not args.grad and args.emit is None:
+    dumps = set(args.dump_after)
+    if not args.grad and args.emit is None and not dumps:
         raise OptionsError(
-            "tcc compile: say what to print", hint="pass --emit loops|llvm or --grad"
+            "tcc compile: say what to print", hint="pass --emit loops|llvm, --grad or --dump-after"
         )
     text, filename = read_source(args.file)
-    entry = args.entry
-    if args.grad:
-        text = grad(text, args.entry, form=args.form)
-        filename = f"{filename} (gradient)"
-        entry = None
-        if args.emit is None:
-            print(text, end="")
-            return 0
-    return _emit(text, filename, entry, args.emit)
+    goal = {"loops": "lower", "llvm": "codegen"}.get(args.emit or "", "")
+    if not goal:
+        goal = ("gather" if args.form == "gather" else "grad") if args.grad else "ranges"
+    if "all" in dumps and args.emit is None and not args.grad:
+        goal = pipeline.PASS_NAMES[-1]
+    named = [pipeline.PASS_NAMES.index(d) for d in dumps if d != "all"]
+    upto = pipeline.PASS_NAMES[max([pipeline.PASS_NAMES.index(goal), *named])]
+    ctx = pipeline.PassContext(filename=filename, entry=args.entry, grad=args.grad)
+    times: list[tuple[str, float]] = []
+    results: dict[str, object] = {}
 
+    def observe(name: str, result: object, seconds: float) -> None:
+        times.append((name, seconds))
+        results[name] = result
+        if "all" in dumps or name in dumps:
+            print(f"// ----- after {name} -----")
+            print(pipeline.dump(result), end="")
 
-def _emit(text: str, filename: str, entry: str | None, emit: str) -> int:
-    from compiler.frontend.check import check_def
-    from compiler.frontend.parser import parse
-    from compiler.loops import print_function
-    from compiler.poly.ranges import infer_ranges
-
-    ranged = infer_ranges(check_def(parse(text, filename).get(entry)))
-    print_diagnostics(ranged.checked.warnings + ranged.warnings)
-    if emit == "loops":
-        from compiler.poly.astgen import lower_native
-
-        lowered = lower_native(ranged)
-        for note in lowered.notes:
-            print(f"// {note}")
-        print(print_function(lowered.function))
-    else:
-        from compiler.native import compile_native
-
-        print(compile_native(ranged).compiled.ir(), end="")
+    pipeline.run(text, ctx=ctx, upto=upto, observe=observe)
+    if args.emit is not None or dumps:
+        print_diagnostics(ctx.diagnostics)
+    if args.emit is not None or args.grad:
+        print(pipeline.dump(results[goal]), end="")
+    if args.time_passes:
+        _print_times(times)
     return 0
+
+
+def _print_times(times: list[tuple[str, float]]) -> None:
+    total = sum(seconds for _, seconds in times) or 1e-12
+    print("pass          time (ms)      %", file=sys.stderr)
+    for name, seconds in times:
+        print(f"{name:<12} {seconds * 1e3:10.2f} {100 * seconds / total:6.1f}", file=sys.stderr)
+    print(f"{'total':<12} {total * 1e3:10.2f}  100.0", file=sys.stderr)
 
 
 # -------------------------------------------------------------- tcc gradcheck

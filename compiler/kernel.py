@@ -7,8 +7,10 @@
     k.output_shapes(A, B)             # {'C': (M, N)}
 
 At define time the source is formatted with `constants` (TC's `str.format`
-templates: `{name}` placeholders, `{{` and `}}` for literal braces), parsed,
-checked and given explicit ranges, once. At call time the arguments are
+templates: `{name}` placeholders, `{{` and `}}` for literal braces), then
+`compiler.pipeline` parses, checks and gives it explicit ranges, once; the native
+target lowers it through the same pipeline (`compiler.native`). A gradient kernel
+is made from the pipeline's IR (`define_ranged`), never from printed text. At call time the arguments are
 validated against the signature -- count, rank, dtype, sizes -- and every
 mismatch is a `ShapeError` that points at the parameter's declaration. Inputs are
 never converted silently: a float64 array for a `float` parameter is an error
@@ -38,11 +40,12 @@ from typing import Any
 
 import numpy as np
 
+from compiler import pipeline
 from compiler.frontend.ast import AssignOp, ScalarType
-from compiler.frontend.check import check_def
 from compiler.frontend.checked import RangedDef, StmtFacts, TensorInfo
 from compiler.frontend.diagnostics import OptionsError, ShapeError, TCError, did_you_mean
 from compiler.frontend.parser import parse
+from compiler.frontend.printer import print_def
 from compiler.frontend.source import Source, Span
 from compiler.interp import evaluate
 from compiler.interp_domain import tensors_read
@@ -104,27 +107,47 @@ class Kernel:
         cache: object = True,
     ) -> None:
         _check_target(target, options, backward)
-        self.cache = _resolve_cache(cache)
-        self.source = source
-        self.target = target
         text = source if constants is None else substitute(source, constants)
-        self.text, self.constants, self.backward = text, constants, backward
         if backward is not None:
             parse(text).get(backward)  # a missing backward def is an error now
-        self.ranged: RangedDef = (
+        self._source: str | None = source
+        self._text: str | None = text
+        self.constants, self.backward = constants, backward
+        ranged = (
             _ranged(text, name)
             if name is None or isinstance(name, str)
-            else _infer_ranges(check_def(parse(text).get(name)))
+            else pipeline.run(text, name, upto="ranges")  # the error about the name
         )
-        self.name = self.ranged.name
-        checked = self.ranged.checked
+        self._setup(ranged, target, options, cache)
+
+    def _setup(self, ranged: RangedDef, target: str, options: object, cache: object) -> None:
+        """The define-time work after range inference: signature facts, native code."""
+        self.cache = _resolve_cache(cache)
+        self.target = target
+        self.ranged: RangedDef = ranged
+        self.name = ranged.name
+        checked = ranged.checked
         self._inputs = checked.inputs
         self._outputs = checked.outputs
         self._accumulating = _accumulating_outputs(checked.stmts)
         self.options = as_options(options)
         self._native = (
-            _compile_native(self.ranged, self.options, self.cache) if target == "llvm" else None
+            _compile_native(ranged, self.options, self.cache) if target == "llvm" else None
         )
+
+    @property
+    def text(self) -> str:
+        """The def's TC source with constants filled in (for a kernel made from IR,
+        a gradient, printed from that IR on first use)."""
+        if self._text is None:
+            self._text = print_def(self.ranged.checked.definition) + "\n"
+        return self._text
+
+    @property
+    def source(self) -> str:
+        """The source as given to `define` (printed from the IR, as `text`, for a
+        kernel made from IR)."""
+        return self._source if self._source is not None else self.text
 
     def __repr__(self) -> str:
         return f"<Kernel {self.name} target={self.target!r}>"
@@ -143,7 +166,8 @@ class Kernel:
         deriving it runs autodiff and isl, which a second define should not repeat)."""
         from compiler.backward import gradient_kernel
 
-        key = (self.text, self.name, self.backward, self.target, self.options, id(self.cache))
+        source = self.ranged.checked.definition if self.backward is None else self.text
+        key = (source, self.name, self.backward, self.target, self.options, id(self.cache))
         with _GRADS_LOCK:
             found = _GRADS.get(key)
         if found is None or found[0] is not self.cache:
@@ -354,17 +378,24 @@ def _resolve_cache(value: object) -> Any:
     return resolve_cache(value)
 
 
+def define_ranged(
+    ranged: RangedDef, *, target: str = "llvm", options: object = None, cache: object = True
+) -> Kernel:
+    """A Kernel for a def that is already IR (a gradient from the pipeline's `grad`
+    pass): no text is printed or parsed; `Kernel.text` prints it when asked."""
+    _check_target(target, options, None)
+    kernel = Kernel.__new__(Kernel)
+    kernel._source = kernel._text = None
+    kernel.constants = kernel.backward = None
+    kernel._setup(ranged, target, options, cache)
+    return kernel
+
+
 @functools.lru_cache(maxsize=256)
 def _ranged(text: str, name: str | None) -> RangedDef:
-    """Parse, check and infer ranges (pure, so remembered: a second define of the same
+    """The pipeline up to `ranges` (pure, so remembered: a second define of the same
     text skips isl; errors are raised again each time, lru_cache keeps no exceptions)."""
-    return _infer_ranges(check_def(parse(text).get(name)))
-
-
-def _infer_ranges(checked: Any) -> RangedDef:
-    from compiler.poly.ranges import infer_ranges
-
-    return infer_ranges(checked)
+    return pipeline.run(text, name, upto="ranges")
 
 
 def _accumulating_outputs(stmts: Sequence[StmtFacts]) -> tuple[str, ...]:
@@ -471,4 +502,4 @@ def _bind_sizes(ranged: RangedDef, shapes: Mapping[str, tuple[int, ...]]) -> dic
     return dict(bind_sizes(ranged, shapes))
 
 
-__all__ = ["Kernel", "TCWarning", "define", "substitute"]
+__all__ = ["Kernel", "TCWarning", "define", "define_ranged", "substitute"]

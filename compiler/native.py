@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from compiler import pipeline
 from compiler.codegen.cache import (
     CacheFormatError,
     CompileCache,
@@ -65,7 +66,7 @@ from compiler.loops import (
     eval_size_expr,
 )
 from compiler.options import Options
-from compiler.poly.astgen import ERROR_BUFFER, Lowered, lower_native
+from compiler.poly.astgen import ERROR_BUFFER, Lowered
 from compiler.poly.lower_expr import ReadCheck
 
 PHASE = "tcc.phase"
@@ -141,7 +142,11 @@ def compile_native(
     options = options or Options()
     if cache is not None:
         return _cached_program(ranged, options, cache)
-    lowered = lower_native(ranged, options)
+    return compile_lowered(pipeline.lower(ranged, options), options)
+
+
+def compile_lowered(lowered: Lowered, options: Options) -> NativeProgram:
+    """JIT-compile lowered loops (the pipeline's `codegen` pass for the CPU)."""
     f, phases = _phased(lowered.function)
     return NativeProgram(lowered, f, phases, compile_function(f), options)
 
@@ -218,7 +223,7 @@ def _cached_program(ranged: RangedDef, options: Options, cache: CompileCache) ->
 
 
 def _build(ranged: RangedDef, options: Options, cache: CompileCache, key: str) -> _Cached | None:
-    lowered = lower_native(ranged, options)
+    lowered = pipeline.lower(ranged, options)
     accesses = _accesses(ranged.checked.definition)
     checks = []
     for check in lowered.checks:  # the read itself, else the one at its span, else an equal one

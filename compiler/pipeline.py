@@ -1,23 +1,35 @@
-"""The compiler's table of contents: every pass, in order, in one place.
+"""The compiler's driver: every pass, in order, in one place; `run` runs them.
 
     text --parse--> Module --select--> Def --check--> CheckedDef --ranges--> RangedDef
-         --gather--> RangedDef --schedule--> Schedule --lower--> loops.Function
-         --codegen--> CompiledFunction
-         (later: --grad--> before gather)
+         --grad--> RangedDef (the gradient def; only when asked) --gather--> RangedDef
+         --schedule--> Schedule --lower--> Lowered (loops.Function, checks, notes)
+         --codegen--> NativeProgram (LLVM, JIT; what `Kernel` runs on the CPU)
 
-Each pass is a plain function of one argument (its input IR) returning a new IR
-object; `run` calls any prefix of the list and lets a caller observe every
-intermediate result (to print it with `--dump-after`, time it with `--time-passes`,
-or verify it in tests).
+    run(text, name=None, *, upto="codegen", grad=False, options=None, ...) -> result
+    run_from(ir, ctx, start="gather", upto="lower")                        -> result
+
+Every pass is a function `(ir, ctx) -> ir` of its input IR and the `PassContext`
+(the options, the target, the compilation's name supply, the diagnostics collected
+so far). `run` calls a prefix of the list; `run_from` goes on from an intermediate
+result (a `Kernel` holds the `RangedDef` and lowers it later; a gradient is derived
+from the forward's `RangedDef`). `observe(pass_name, result, seconds)` sees every
+intermediate result: the CLI prints them (`tcc compile --dump-after PASS|all`) and
+times them (`--time-passes`). Nothing else chains passes by hand.
+
+The gradient is a pass: autodiff's `Def` is checked and ranged in memory (never
+printed and re-parsed); its statements carry the spans of the forward statements
+they come from, so its diagnostics point into the user's source.
 
 Ordering:
 - `check` before `ranges`: range inference relies on the normalised def (0-d tensors
   as `Access`, index vs reduction variables sorted out).
 - `ranges` before everything else: later passes (autodiff, the interpreter, isl
   statement building) read the explicit `where` ranges it writes back.
-- `gather` after `ranges` (and after autodiff, which produces the scatters it
-  rewrites), before scheduling: it reads the explicit ranges, and everything after it
-  may assume one writer per output element except in `gather.remaining_scatters`.
+- `grad` after `ranges` (autodiff needs no isl: the ranges are explicit), before
+  `gather`: it produces the scatters (`I_grad(h + kh) += ...`) that gather rewrites.
+- `gather` after `ranges` and `grad`, before scheduling: it reads the explicit
+  ranges, and everything after it may assume one writer per output element except in
+  `gather.remaining_scatters`.
 - `schedule` after `gather`: it marks a statement's outer loops parallel only where
   its left-hand side is injective, so the fewer scatters remain, the more runs parallel.
 - `lower` after `schedule`: isl builds the loops from the schedule's bands and marks.
@@ -26,75 +38,131 @@ Ordering:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
-from compiler.frontend.diagnostics import OptionsError
+from compiler.frontend.diagnostics import Diagnostic, OptionsError
+from compiler.names import NameSupply
+from compiler.options import Options
+
+
+@dataclass
+class PassContext:
+    """What one compilation's passes share. Mutable on purpose: the name supply and
+    the diagnostics grow as passes run; one context per compilation, never shared."""
+
+    options: Options = field(default_factory=Options)
+    target: str = "llvm"
+    filename: str = "<string>"
+    entry: str | None = None  # the def to compile (None: the only one)
+    grad: bool = False  # run the `grad` pass (else it passes its input through)
+    wrt: tuple[str, ...] | None = None  # the inputs to differentiate (None: every float)
+    names: NameSupply | None = None  # seeded with the def's names by `select`
+    diagnostics: list[Diagnostic] = field(default_factory=list)  # warnings, in order
+
+    def supply(self, definition: Any) -> NameSupply:
+        """The name supply, seeded with `definition`'s names on first use."""
+        if self.names is None:
+            from compiler.frontend.scopes import name_supply
+
+            self.names = name_supply(definition)
+        return self.names
 
 
 @dataclass(frozen=True, slots=True)
 class Pass:
     name: str
-    run: Callable[[Any], Any]
+    run: Callable[[Any, PassContext], Any]
     doc: str
 
 
-def _parse(source: tuple[str, str]) -> Any:
+def _parse(text: str, ctx: PassContext) -> Any:
     from compiler.frontend.parser import parse
 
-    text, filename = source
-    return parse(text, filename)
+    return parse(text, ctx.filename)
 
 
-def _check(definition: Any) -> Any:
+def _select(module: Any, ctx: PassContext) -> Any:
+    definition = module.get(ctx.entry)
+    ctx.supply(definition)
+    return definition
+
+
+def _check(definition: Any, ctx: PassContext) -> Any:
     from compiler.frontend.check import check_def
 
-    return check_def(definition)
+    checked = check_def(definition)
+    ctx.diagnostics.extend(checked.warnings)
+    return checked
 
 
-def _ranges(checked: Any) -> Any:
+def _ranges(checked: Any, ctx: PassContext) -> Any:
     from compiler.poly.ranges import infer_ranges
 
-    return infer_ranges(checked)
+    ranged = infer_ranges(checked)
+    ctx.diagnostics.extend(ranged.warnings)
+    return ranged
 
 
-def _gather(ranged: Any) -> Any:
+def _grad(ranged: Any, ctx: PassContext) -> Any:
+    from compiler.autodiff import grad_def
+
+    if not ctx.grad:
+        return ranged
+    gradient = grad_def(ranged, wrt=ctx.wrt, names=ctx.supply(ranged.checked.definition))
+    # Ordering: the gradient def is checked and ranged like any def (in memory).
+    return _ranges(_check(gradient, ctx), ctx)
+
+
+def _gather(ranged: Any, ctx: PassContext) -> Any:
     from compiler.poly.gather import scatter_to_gather
 
     return scatter_to_gather(ranged)
 
 
-def _schedule(ranged: Any) -> Any:
+def _schedule(ranged: Any, ctx: PassContext) -> Any:
     from compiler.poly.schedule import schedule
 
-    return schedule(ranged)
+    return schedule(ranged, ctx.options)
 
 
-def _lower(sched: Any) -> Any:
+def _lower(sched: Any, ctx: PassContext) -> Any:
+    """The loops, with a note per data-dependent scatter (those run serially)."""
+    import dataclasses
+
+    from compiler.frontend.printer import print_stmt
     from compiler.poly.astgen import lower_schedule
+    from compiler.poly.gather import remaining_scatters
 
-    return lower_schedule(sched).function
+    lowered = lower_schedule(sched)
+    stmts = sched.ranged.checked.definition.stmts
+    notes = tuple(
+        f"statement {k} ({print_stmt(stmts[k]).strip()}): serial: data-dependent scatter"
+        for k in remaining_scatters(sched.ranged)
+    )
+    return dataclasses.replace(lowered, notes=notes)
 
 
-def _codegen(function: Any) -> Any:
-    from compiler.codegen.runtime import compile_function
+def _codegen(lowered: Any, ctx: PassContext) -> Any:
+    from compiler.native import compile_lowered
 
-    return compile_function(function)
+    return compile_lowered(lowered, ctx.options)
 
 
-# The pass list. `select` is filled in by `run` (it needs the entry-point name).
+# The pass list.
 PASSES: tuple[Pass, ...] = (
     Pass("parse", _parse, "source text -> Module (lexer + recursive-descent parser)"),
-    Pass("select", lambda module: module, "Module -> the entry-point Def"),
+    Pass("select", _select, "Module -> the entry-point Def; seeds the name supply"),
     Pass("check", _check, "Def -> CheckedDef (names, types, reductions, builtins)"),
     Pass("ranges", _ranges, "CheckedDef -> RangedDef (TC range inference with isl)"),
-    # Ordering: gather after ranges (see the module doc).
+    # Ordering: grad after ranges, before gather (see the module doc).
+    Pass("grad", _grad, "RangedDef -> the gradient's RangedDef (reverse-mode AD, scatter form)"),
     Pass("gather", _gather, "RangedDef -> RangedDef (affine scatters rewritten as gathers)"),
     # Ordering: schedule after gather, lower after schedule (see the module doc).
     Pass("schedule", _schedule, "RangedDef -> Schedule (nests, bands, parallel marks)"),
-    Pass("lower", _lower, "Schedule -> loops.Function (isl AST build -> loop IR)"),
-    Pass("codegen", _codegen, "loops.Function -> CompiledFunction (LLVM IR, O3, JIT)"),
+    Pass("lower", _lower, "Schedule -> Lowered (isl AST build -> loops.Function)"),
+    Pass("codegen", _codegen, "Lowered -> NativeProgram (LLVM IR, O3, JIT)"),
 )
 PASS_NAMES: tuple[str, ...] = tuple(p.name for p in PASSES)
 
@@ -108,19 +176,113 @@ def run(
     filename: str = "<string>",
     upto: str = PASS_NAMES[-1],
     observe: Observer | None = None,
+    grad: bool = False,
+    wrt: Iterable[str] | None = None,
+    options: Options | None = None,
+    ctx: PassContext | None = None,
 ) -> Any:
     """Run the passes from `parse` up to and including `upto`; return its result.
 
-    `observe(pass_name, result, seconds)` is called after every pass.
-    """
-    if upto not in PASS_NAMES:
-        raise OptionsError(f"unknown pass '{upto}'; passes are: {', '.join(PASS_NAMES)}")
-    value: Any = (text, filename)
-    for p in PASSES:
-        start = time.perf_counter()
-        value = value.get(name) if p.name == "select" else p.run(value)
+    `grad=True` runs the `grad` pass (the result is then the gradient's); `ctx`
+    (else one made from the other arguments) receives the diagnostics."""
+    if ctx is None:
+        ctx = PassContext(
+            options=options if options is not None else Options(),
+            filename=filename,
+            entry=name,
+            grad=grad,
+            wrt=None if wrt is None else tuple(wrt),
+        )
+    return run_from(text, ctx, start="parse", upto=upto, observe=observe)
+
+
+def run_from(
+    value: Any,
+    ctx: PassContext,
+    *,
+    start: str,
+    upto: str = PASS_NAMES[-1],
+    observe: Observer | None = None,
+) -> Any:
+    """Run the passes from `start` up to and including `upto` on `value`, the input
+    of `start` (e.g. a `RangedDef` for `start="grad"` or `"gather"`)."""
+    first, last = _position(start), _position(upto)
+    if first > last:
+        raise OptionsError(f"pass '{start}' comes after pass '{upto}'")
+    for p in PASSES[first : last + 1]:
+        if p.name == "grad" and not ctx.grad:
+            continue
+        began = time.perf_counter()
+        value = p.run(value, ctx)
         if observe is not None:
-            observe(p.name, value, time.perf_counter() - start)
-        if p.name == upto:
-            break
+            observe(p.name, value, time.perf_counter() - began)
     return value
+
+
+def _position(name: str) -> int:
+    if name not in PASS_NAMES:
+        raise OptionsError(f"unknown pass '{name}'; passes are: {', '.join(PASS_NAMES)}")
+    return PASS_NAMES.index(name)
+
+
+def lower(ranged: Any, options: Options | None = None) -> Any:
+    """What the CPU runs for a `RangedDef`: gather, schedule and lower with `options`
+    (the same passes, in the same order, as `run`)."""
+    ctx = PassContext(options=options if options is not None else Options())
+    return run_from(ranged, ctx, start="gather", upto="lower")
+
+
+def gradient(ranged: Any, *, wrt: Iterable[str] | None = None, form: str = "gather") -> Any:
+    """The gradient's `RangedDef` of a forward `RangedDef`: the `grad` pass, then
+    (`form="gather"`) the `gather` pass."""
+    ctx = PassContext(grad=True, wrt=None if wrt is None else tuple(wrt))
+    return run_from(ranged, ctx, start="grad", upto="gather" if form == "gather" else "grad")
+
+
+def dump(result: Any) -> str:
+    """A pass's result as text, for `--dump-after` (TC for the TC-level IRs)."""
+    from compiler.frontend.printer import print_def, print_module
+
+    kind = type(result).__name__
+    if kind == "Module":
+        return print_module(result)
+    if kind == "Def":
+        return print_def(result) + "\n"
+    if kind in ("CheckedDef", "RangedDef"):
+        checked = result if kind == "CheckedDef" else result.checked
+        return print_def(checked.definition) + "\n"
+    if kind == "Schedule":
+        return _dump_schedule(result)
+    if kind == "Lowered":
+        from compiler.loops import print_function
+
+        notes = "".join(f"// {note}\n" for note in result.notes)
+        return notes + print_function(result.function) + "\n"
+    compiled = getattr(result, "compiled", result)
+    if hasattr(compiled, "ir"):
+        return str(compiled.ir())
+    return repr(result) + "\n"
+
+
+def _dump_schedule(sched: Any) -> str:
+    lines = []
+    for nest in sched.nests:
+        marks = [m for m in ("parallel", "accumulate", "snapshot") if getattr(nest, m)]
+        lines.append(
+            f"nest {nest.kind.name.lower()} S{nest.index}: outer ({', '.join(nest.outer)}) "
+            f"inner ({', '.join(nest.inner)}){' ' + ' '.join(marks) if marks else ''}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+__all__ = [
+    "PASSES",
+    "PASS_NAMES",
+    "Pass",
+    "PassContext",
+    "dump",
+    "gradient",
+    "lower",
+    "run",
+    "run_from",
+]

@@ -207,9 +207,7 @@ def infer_shapes(
     source: str, name: str | None, input_shapes: Mapping[str, Sequence[int]]
 ) -> dict[str, tuple[int, ...]]:
     """Output shapes of def `name` (None: the only def) for the given input shapes."""
-    from compiler.frontend.check import check_def
-    from compiler.frontend.parser import parse
-    from compiler.poly.ranges import infer_ranges
+    from compiler import pipeline
 
-    ranged = infer_ranges(check_def(parse(source).get(name)))
+    ranged = pipeline.run(source, name, upto="ranges")
     return output_shapes(ranged, bind_sizes(ranged, input_shapes))

@@ -5,7 +5,7 @@
 
 Two sources of gradients, as in TC's training layers:
 
-- derived (no `backward=`): `compiler.backward.gradient_text(ranged, wrt=needed)`
+- derived (no `backward=`): `compiler.backward.gradient_ranged(ranged, wrt=needed)`
   differentiates with respect to the inputs autograd needs only, so an input whose
   gradient is not needed costs neither compilation nor run time. One gradient kernel
   is compiled per distinct set of needed inputs and cached on the runner.
@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from compiler.backward import gradient_text
+from compiler.backward import gradient_ranged
 from compiler.frontend.diagnostics import InternalError, ShapeError, TCError
-from compiler.kernel import Kernel
+from compiler.kernel import Kernel, define_ranged
 from compiler.options import Options
 
 
@@ -95,8 +95,10 @@ class GradientRunner:
 
     def _derived_kernel(self, wanted: tuple[str, ...]) -> Kernel:
         if wanted not in self._derived:
-            text = gradient_text(self.kernel.ranged, wrt=wanted)
-            self._derived[wanted] = Kernel(text, target=self.kernel.target, options=self.options)
+            gradient = gradient_ranged(self.kernel.ranged, wrt=wanted)  # IR, never text
+            self._derived[wanted] = define_ranged(
+                gradient, target=self.kernel.target, options=self.options
+            )
         return self._derived[wanted]
 
     def _derived_gradients(
@@ -108,21 +110,17 @@ class GradientRunner:
     ) -> list[np.ndarray | None]:
         checked = self.kernel.ranged.checked
         backward = self._derived_kernel(wanted)
-        by_name: dict[str, Any] = dict(zip((t.name for t in checked.inputs), inputs, strict=True))
-        by_name |= dict(zip((t.name for t in checked.outputs), outputs, strict=True))
-        by_name |= {f"{t.name}_grad": g for t, g in zip(checked.outputs, grad_outputs, strict=True)}
+        # Parameters: the inputs, the outputs it reads, one adjoint per output; its
+        # first outputs: one gradient per wanted input (names from the name supply).
+        by_name: dict[str, Any] = dict(zip((t.name for t in checked.outputs), outputs, strict=True))
         params = [t.name for t in backward.ranged.checked.inputs]
-        missing = [p for p in params if p not in by_name]
+        read = params[len(inputs) : len(params) - len(grad_outputs)]
+        missing = [p for p in read if p not in by_name]
         if missing:
             raise InternalError(f"gradient def of '{checked.name}' takes unknown {missing}")
-        results = dict(
-            zip(
-                (t.name for t in backward.ranged.checked.outputs),
-                backward(*(by_name[p] for p in params)),
-                strict=True,
-            )
-        )
-        return [results.get(f"{t.name}_grad") for t in checked.inputs]
+        results = backward(*inputs, *(by_name[p] for p in read), *grad_outputs)
+        grads = dict(zip(wanted, results, strict=False))
+        return [grads.get(t.name) for t in checked.inputs]
 
     def _user_gradients(
         self,

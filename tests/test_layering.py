@@ -11,7 +11,12 @@ import ast
 from pathlib import Path
 
 COMPILER = Path(__file__).resolve().parents[1] / "compiler"
-LEAVES = ("compiler.frontend.diagnostics", "compiler.frontend.source", "compiler.options")
+LEAVES = (
+    "compiler.frontend.diagnostics",
+    "compiler.frontend.source",
+    "compiler.names",
+    "compiler.options",
+)
 ALLOWED = {  # layer -> the layers of ours it may import (besides itself and the leaves)
     "frontend": set(),
     "autodiff": {"frontend"},

@@ -15,6 +15,9 @@ Ensures:  `grad_def(ranged)` returns a new `Def` named `<name>_grad`:
             statement's ranges. The first write of a gradient tensor is `+=!`.
           The def prints as TC that re-parses, checks and infers ranges (tcc's dialect:
           affine and data-dependent left-hand sides). The input is not modified.
+          Every name above is asked of the compilation's `compiler.names.NameSupply`:
+          when the def already uses it, the gradient gets a fresh one (`A_grad_1`,
+          `z0_1`), so gradients nest (`f_grad_grad`) and never capture a user's name.
 
 Worked example (matmul)::
 
@@ -66,28 +69,38 @@ from compiler.frontend.ast import (
     Var,
 )
 from compiler.frontend.checked import RangedDef
-from compiler.frontend.diagnostics import TCError
+from compiler.frontend.diagnostics import InternalError, TCError
 from compiler.frontend.printer import print_expr
-from compiler.frontend.scopes import is_constant, walk
+from compiler.frontend.scopes import is_constant, name_supply, stmt_names, walk
 from compiler.frontend.types import INDEX_TYPE, expr_type, promote
+from compiler.names import NameSupply
 
 Guard = tuple[Expr, bool]
 Contribution = tuple[Access, Expr, tuple[Guard, ...]]
 
 
-def grad_def(ranged: RangedDef, *, wrt: Iterable[str] | None = None) -> Def:
-    """The gradient def of `ranged` (see the module docstring)."""
-    return _Reverse(ranged, wrt).run()
+def grad_def(
+    ranged: RangedDef, *, wrt: Iterable[str] | None = None, names: NameSupply | None = None
+) -> Def:
+    """The gradient def of `ranged` (see the module docstring). `names` is the
+    compilation's supply, seeded with the def's names (default: a new one)."""
+    supply = names if names is not None else name_supply(ranged.checked.definition)
+    return _Reverse(ranged, wrt, supply).run()
 
 
 class _Reverse:
     """One gradient derivation: the forward's versions and the statements emitted."""
 
-    def __init__(self, ranged: RangedDef, wrt: Iterable[str] | None) -> None:
+    def __init__(self, ranged: RangedDef, wrt: Iterable[str] | None, names: NameSupply) -> None:
         self.ranged = ranged
         self.checked = ranged.checked
-        self.v: Versions = analyse(ranged)
         self.wrt = _wrt(ranged, wrt)
+        # The signature's names first (they are the gradient's interface), then the rest.
+        self.names = names
+        self.def_name = names.fresh(f"{ranged.name}_grad")
+        self.out_adjoint = {t.name: names.fresh(f"{t.name}_grad") for t in self.checked.outputs}
+        self.in_grad = {n: names.fresh(f"{n}_grad") for n in self.wrt}
+        self.v: Versions = analyse(ranged, names)
         self.types: dict[str, ScalarType] = {t.name: t.dtype for t in self.checked.tensors}
         self.types |= dict.fromkeys(self.checked.size_params, INDEX_TYPE)
         self.types |= dict.fromkeys(self.v.fresh_sizes, INDEX_TYPE)
@@ -107,15 +120,17 @@ class _Reverse:
 
     def run(self) -> Def:
         for out in self.checked.outputs:
-            self.adjoint[(out.name, self.v.final(out.name))] = f"{out.name}_grad"
+            self.adjoint[(out.name, self.v.final(out.name))] = self.out_adjoint[out.name]
         forward = self.v.stmts
         for index in reversed(range(len(forward))):
             self._statement(index, forward[index])
         for name in self.wrt:
-            if f"{name}_grad" not in self.started:
+            if self.in_grad[name] not in self.started:
                 idx, where = full_box(self.v, name)
                 zero = Const(0, ScalarType.INT32)
-                self.stmts.append(Stmt(Access(f"{name}_grad", idx), AssignOp.ASSIGN, zero, where))
+                self.stmts.append(
+                    Stmt(Access(self.in_grad[name], idx), AssignOp.ASSIGN, zero, where)
+                )
         head, written = recompute(self.v, self.needed)
         versions = [Param(self.v.name(t, k), self.v.dtype(t), self.v.dims(t)) for t, k in written]
         return self._assemble(head + self.stmts, versions)
@@ -129,17 +144,18 @@ class _Reverse:
             if t.name in read
         )
         grads_in = tuple(
-            Param(f"{t.name}_grad", t.dtype, self.v.dims(t.name)) for t in self.checked.outputs
+            Param(self.out_adjoint[t.name], t.dtype, self.v.dims(t.name))
+            for t in self.checked.outputs
         )
         grads_out = tuple(
-            Param(f"{t.name}_grad", t.dtype, tuple(t.dims or ()))
+            Param(self.in_grad[t.name], t.dtype, tuple(t.dims or ()))
             for t in self.checked.inputs
             if t.name in self.wrt
         )
         params = (*inputs, *outputs_read, *grads_in)
         outputs = (*grads_out, *versions, *self.extra)
-        _check_names(self.ranged, params, outputs)
-        return Def(f"{self.ranged.name}_grad", params, outputs, tuple(stmts))
+        _check_unique(params + outputs)
+        return Def(self.def_name, params, outputs, tuple(stmts))
 
     # --------------------------------------------------------------- activity
 
@@ -210,7 +226,7 @@ class _Reverse:
 
     def _tmp(self, target: str, stmt: Stmt, op: AssignOp, rhs: Expr) -> Access:
         self.tmp_count += 1
-        name = f"{target}_tmp{self.tmp_count}"
+        name = self.names.fresh(f"{target}_tmp{self.tmp_count}")
         self.extra.append(Param(name, None, None))
         dtype = ScalarType.INT32 if op is AssignOp.PLUS_INIT else self.v.dtype(target)
         self.types[name] = dtype
@@ -266,20 +282,21 @@ class _Reverse:
     def _grad_tensor(self, tensor: str, version: int) -> str | None:
         """The tensor accumulating the adjoint of (tensor, version), created on demand."""
         if version == 0:
-            return f"{tensor}_grad" if tensor in self.wrt else None
+            return self.in_grad.get(tensor)
         if (tensor, version) not in self.active:
             return None
         existing = self.adjoint.get((tensor, version))
         if version < self.v.final(tensor):
             if existing is None:
-                existing = f"{tensor}_v{version}_grad"
+                existing = self.names.fresh(f"{self.v.name(tensor, version)}_grad")
                 self._declare(existing, tensor)
             self.adjoint[(tensor, version)] = existing
             return existing
-        if existing == f"{tensor}_grad":  # the caller's adjoint is immutable: accumulate
-            existing = f"{tensor}_grad_acc"  # into a copy, added last (see _statement)
-            self._declare(existing, tensor)
-            self.pending_copy[existing] = f"{tensor}_grad"
+        adjoint = self.out_adjoint.get(tensor)
+        if existing == adjoint:  # the caller's adjoint is immutable: accumulate
+            existing = self.names.fresh(f"{adjoint}_acc")  # into a copy, added last
+            self._declare(existing, tensor)  # (see _statement)
+            self.pending_copy[existing] = adjoint
             self.adjoint[(tensor, version)] = existing
         return existing
 
@@ -293,7 +310,8 @@ class _Reverse:
             value_type = expr_type(value, self._env(where))
             if promote(value_type, target_type) is not target_type:
                 value = Cast(target_type, value)
-        lhs, where = _constant_subscripts_as_vars(lhs, where)
+        scope = self.names.scope(stmt_names(Stmt(lhs, AssignOp.ASSIGN, value, where)))
+        lhs, where = _constant_subscripts_as_vars(lhs, where, scope)
         op = AssignOp.PLUS if lhs.name in self.started else AssignOp.PLUS_INIT
         self.started.add(lhs.name)
         self.stmts.append(Stmt(lhs, op, value, where))
@@ -365,13 +383,16 @@ class _Reverse:
         self._emit(Access(grad, idx), kept or Access(adjoint, idx), where)
 
 
-def _constant_subscripts_as_vars(lhs: Access, where: tuple) -> tuple[Access, tuple]:
+def _constant_subscripts_as_vars(
+    lhs: Access, where: tuple, scope: NameSupply
+) -> tuple[Access, tuple]:
     """`b_grad(0) += ...` -> `b_grad(z0) += ... where z0 in 0:1`: TC's left-hand
-    sides take index expressions, not bare integers."""
+    sides take index expressions, not bare integers. `z0` is fresh in the statement's
+    `scope` (`z0_1` when the statement already uses `z0`)."""
     args, extra = [], []
     for k, arg in enumerate(lhs.args):
         if isinstance(arg, Const):
-            var = Var(f"z{k}")
+            var = Var(scope.fresh(f"z{k}"))
             one = Const(arg.value + 1, ScalarType.INT32)
             extra.append(RangeConstraint(var, Const(arg.value, ScalarType.INT32), one))
             args.append(var)
@@ -515,24 +536,13 @@ def _names_read(stmts: list[Stmt]) -> set[str]:
     return names
 
 
-def _check_names(ranged: RangedDef, params: tuple[Param, ...], outputs: tuple[Param, ...]) -> None:
-    taken = {t.name for t in ranged.checked.tensors}
+def _check_unique(params: tuple[Param, ...]) -> None:
+    """Every name came from the supply, so a duplicate is a compiler bug."""
     seen: set[str] = set()
-    for p in params + outputs:
+    for p in params:
         if p.name in seen:
-            raise TCError(
-                f"the gradient of def '{ranged.name}' needs a tensor named '{p.name}', "
-                "which the def already uses; rename it",
-                ranged.checked.definition.span,
-            )
+            raise InternalError(f"the gradient def declares '{p.name}' twice")
         seen.add(p.name)
-    for p in outputs:
-        if p.name in taken:
-            raise TCError(
-                f"the gradient of def '{ranged.name}' needs a tensor named '{p.name}', "
-                "which the def already uses; rename it",
-                ranged.checked.definition.span,
-            )
 
 
 __all__ = ["grad_def"]

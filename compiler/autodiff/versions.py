@@ -6,7 +6,8 @@ A forward def may write one output several times (`O(i) +=! ...` then the in-pla
 version current before s (all reads of a statement see the tensors as they were
 before it started, as `compiler.interp` does). Inputs have one version.
 
-The gradient def names version k < last `T_v<k>` and recomputes the versions it
+The gradient def names version k < last `T_v<k>` (a fresh name from the
+compilation's `NameSupply`: `T_v<k>_1` if the def already uses `T_v<k>`) and recomputes the versions it
 reads as its own leading statements ("recompute" strategy: the forward is not
 changed; the gradient def gets `T_v<k>` as extra outputs, declared with T's shape):
 
@@ -14,7 +15,7 @@ changed; the gradient def gets `T_v<k>` as extra outputs, declared with T's shap
     O(i) = O(i) * O(i)    ==>   ... O_grad(i) * O_v1(i) ...  (the adjoint reads O_v1)
 
 Output shapes: an output's shape dims are Var/Const when its bound is a size name or
-an integer; a computed extent (`H - KH + 1`) gets a fresh size name `<T>_D<d>`,
+an integer; a computed extent (`H - KH + 1`) gets a fresh size name (`<T>_D<d>`),
 bound at call time from the shape of `<T>_grad`.
 """
 
@@ -37,6 +38,7 @@ from compiler.frontend.ast import (
 from compiler.frontend.checked import RangedDef, Role
 from compiler.frontend.diagnostics import TCError
 from compiler.frontend.scopes import walk
+from compiler.names import NameSupply
 
 Dim = Var | Const
 
@@ -49,6 +51,8 @@ class Versions:
     writes: Mapping[str, tuple[int, ...]]
     shapes: Mapping[str, tuple[Dim, ...]]
     fresh_sizes: tuple[str, ...]
+    version_names: Mapping[tuple[str, int], str]
+    names: NameSupply  # the compilation's supply, seeded with the forward def's names
 
     @property
     def stmts(self) -> tuple[Stmt, ...]:
@@ -68,10 +72,11 @@ class Versions:
         return sum(1 for w in self.writes.get(tensor, ()) if w < index)
 
     def name(self, tensor: str, version: int) -> str:
-        """The gradient def's name for a version: the tensor itself when final."""
-        if tensor not in self.writes or version == self.final(tensor):
+        """The gradient def's name for a version: the tensor itself when final (or 0:
+        the caller's data, which the gradient never reads)."""
+        if tensor not in self.writes or version in (0, self.final(tensor)):
             return tensor
-        return f"{tensor}_v{version}"
+        return self.version_names[(tensor, version)]
 
     def dtype(self, tensor: str) -> ScalarType:
         return self.ranged.checked.tensor(tensor).dtype
@@ -133,12 +138,12 @@ class Versions:
         return not self.covers(index)
 
 
-def analyse(ranged: RangedDef) -> Versions:
-    """Versions of every output of `ranged`, and the shape dims of every output."""
+def analyse(ranged: RangedDef, names: NameSupply) -> Versions:
+    """Versions of every output of `ranged`, and the shape dims of every output;
+    new names come from `names`."""
     writes: dict[str, list[int]] = {}
     for i, stmt in enumerate(ranged.checked.definition.stmts):
         writes.setdefault(stmt.lhs.name, []).append(i)
-    taken = {t.name for t in ranged.checked.tensors} | set(ranged.checked.size_params)
     shapes: dict[str, tuple[Dim, ...]] = {}
     fresh: list[str] = []
     for info in ranged.checked.outputs:
@@ -148,29 +153,23 @@ def analyse(ranged: RangedDef) -> Versions:
             if isinstance(hi, (Var, Const)):
                 dims.append(hi)
                 continue
-            name = _fresh(f"{info.name}_D{d}", taken)
+            name = names.fresh(f"{info.name}_D{d}")
             fresh.append(name)
             dims.append(Var(name))
         shapes[info.name] = tuple(dims)
-    return Versions(ranged, {k: tuple(v) for k, v in writes.items()}, shapes, tuple(fresh))
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name = base
-    while name in taken:
-        name += "_"
-    taken.add(name)
-    return name
+    version_names = {
+        (t, k): names.fresh(f"{t}_v{k}") for t, ws in writes.items() for k in range(1, len(ws))
+    }
+    frozen = {k: tuple(v) for k, v in writes.items()}
+    return Versions(ranged, frozen, shapes, tuple(fresh), version_names, names)
 
 
 def full_box(
     versions: Versions, tensor: str, prefix: str = "i"
 ) -> tuple[tuple[Var, ...], tuple[RangeConstraint, ...]]:
     """Index variables over a tensor's whole shape, with their ranges `0:dim`."""
-    checked = versions.ranged.checked
-    taken = {t.name for t in checked.tensors} | set(checked.size_params) | set(versions.fresh_sizes)
     dims = versions.dims(tensor)
-    names = [_fresh(f"{prefix}{d}", taken) for d in range(len(dims))]
+    names = versions.names.scope().numbered(prefix, len(dims))
     where = tuple(
         RangeConstraint(Var(n), Const(0, ScalarType.INT32), dim)
         for n, dim in zip(names, dims, strict=True)

@@ -47,6 +47,7 @@ from compiler.frontend.builtins import ARITY
 from compiler.frontend.checked import Role, TensorInfo
 from compiler.frontend.diagnostics import Diagnostic, Severity, did_you_mean
 from compiler.frontend.source import Span
+from compiler.names import NameSupply
 
 
 @dataclass
@@ -120,6 +121,26 @@ def _subscript_vars(exprs: tuple[Expr, ...]) -> Iterator[str]:
         for node in walk(e):
             if isinstance(node, Access):
                 yield from (v.name for v in var_uses(node.args))
+
+
+def stmt_names(stmt: Stmt) -> set[str]:
+    """Every variable and let name statement `stmt` uses (its local names)."""
+    roots = (*stmt.lhs.args, stmt.rhs, *where_exprs(stmt))
+    names = {v.name for v in var_uses(roots)}
+    return names | {c.name for c in stmt.where if isinstance(c, Let)}
+
+
+def name_supply(d: Def) -> NameSupply:
+    """A `compiler.names.NameSupply` that knows every name of `d`: its own name, its
+    tensors, sizes and the builtins (global), every statement's variables (local)."""
+    dims = (dim for p in (*d.params, *d.outputs) for dim in p.dims or ())
+    sizes = {dim.name for dim in dims if isinstance(dim, Var)}
+    tensors = {p.name for p in (*d.params, *d.outputs)}
+    local: set[str] = set()
+    for stmt in d.stmts:
+        local |= stmt_names(stmt)
+        tensors.add(stmt.lhs.name)
+    return NameSupply({d.name, *tensors, *sizes, *ARITY}, local)
 
 
 # ------------------------------------------------------------------ signature

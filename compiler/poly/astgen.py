@@ -30,7 +30,6 @@ Worked example, matmul `C(m, n) +=! A(m, k) * B(k, n)`:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -42,10 +41,9 @@ from compiler import loops as L
 from compiler.frontend.ast import AssignOp, Let
 from compiler.frontend.checked import RangedDef
 from compiler.frontend.diagnostics import InternalError
-from compiler.frontend.printer import print_stmt
 from compiler.frontend.types import stmt_env
+from compiler.names import NameSupply
 from compiler.options import Options
-from compiler.poly.gather import remaining_scatters, scatter_to_gather
 from compiler.poly.jam import unroll_and_jam
 from compiler.poly.lower_expr import (
     I64,
@@ -77,20 +75,6 @@ def lower(ranged: RangedDef, options: Options | None = None) -> L.Function:
 def lower_kernel(ranged: RangedDef, options: Options | None = None) -> Lowered:
     """The Function and its run-time bounds checks."""
     return lower_schedule(schedule(ranged, options or Options()))
-
-
-def lower_native(ranged: RangedDef, options: Options | None = None) -> Lowered:
-    """What the CPU runs: `poly.gather.scatter_to_gather` first, so that gradients'
-    scatters run as parallel gathers, then `lower_kernel`. The data-dependent scatters
-    that remain run serially; `Lowered.notes` names them."""
-    gathered = scatter_to_gather(ranged)
-    lowered = lower_kernel(gathered, options)
-    stmts = gathered.checked.definition.stmts
-    notes = tuple(
-        f"statement {k} ({print_stmt(stmts[k]).strip()}): serial: data-dependent scatter"
-        for k in remaining_scatters(gathered)
-    )
-    return dataclasses.replace(lowered, notes=notes)
 
 
 def lower_schedule(sched: Schedule) -> Lowered:
@@ -411,7 +395,7 @@ class _NestLowering:
             if _free_names(values[v]) & inner:
                 raise InternalError(f"output index {v} depends on a reduction loop")
         index = tuple(self._lowering(values).index(a) for a in self.facts.stmt.lhs.args)
-        acc = _fresh("acc", self._taken())
+        acc = NameSupply(self._taken()).fresh("acc")
         dtype = self.target.dtype
         op = self.facts.stmt.op
         init = identity(op, dtype) if op.init else L.Load(self.target, index)
@@ -487,13 +471,6 @@ def copy_nest(source: L.Buffer, dest: L.Buffer) -> L.Stmt:
     return body
 
 
-def _fresh(base: str, taken: set[str]) -> str:
-    name = base
-    while name in taken:
-        name += "_"
-    return name
-
-
 def _free_names(e: L.Expr) -> set[str]:
     names: set[str] = set()
 
@@ -512,6 +489,5 @@ __all__ = [
     "build_ast",
     "lower",
     "lower_kernel",
-    "lower_native",
     "lower_schedule",
 ]

@@ -30,6 +30,7 @@ import islpy as isl
 
 from compiler.frontend.ast import Access, Expr, RangeConstraint, Stmt
 from compiler.frontend.checked import RangedDef
+from compiler.names import NameSupply
 from compiler.poly.accesses import lets_of, reads_of
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, condition_of, expr_to_aff
 
@@ -129,7 +130,7 @@ def _box(ranged: RangedDef, tensor: str, params: tuple[str, ...]) -> isl.Set:
     """`T[d...] : 0 <= d_j < extent_j`, the whole of `tensor` (a data-dependent
     left-hand side's output always has a declared shape: range inference requires it)."""
     extent = tensor_extents(ranged)[tensor]
-    names = tuple(_fresh(f"d{k}", params) for k in range(len(extent)))
+    names = NameSupply(params).numbered("d", len(extent))
     space = StmtSpace(names, params)
     box = space.context
     for name, hi in zip(names, extent, strict=True):
@@ -139,12 +140,6 @@ def _box(ranged: RangedDef, tensor: str, params: tuple[str, ...]) -> isl.Set:
         except NotAffine:
             box = box & space.const(0).le_set(d)
     return box.set_tuple_name(tensor)
-
-
-def _fresh(name: str, taken: tuple[str, ...]) -> str:
-    while name in taken:
-        name += "_"
-    return name
 
 
 def build_statements(ranged: RangedDef) -> tuple[PolyStmt, ...]:

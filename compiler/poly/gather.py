@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import islpy as isl
 
@@ -71,6 +71,7 @@ from compiler.frontend.checked import Bound, RangedDef, StmtFacts
 from compiler.frontend.diagnostics import InternalError, RangeError, TCError
 from compiler.frontend.printer import print_def, print_expr, print_stmt
 from compiler.frontend.scopes import walk
+from compiler.names import NameSupply
 from compiler.poly.accesses import lets_of
 from compiler.poly.build import domain_of
 from compiler.poly.invert import Inexpressible, Piece, choose_inner, invert, schedule_of
@@ -228,27 +229,16 @@ _POOL = ("y", "x", "z", "u", "t", "s", "r", "q", "p")
 def _outer_names(stmt: Stmt, facts: StmtFacts, ranged: RangedDef) -> tuple[str, ...]:
     """One name per output dimension: a plain index variable keeps its name (once);
     other dimensions get fresh names that clash with nothing in the def."""
-    taken = set(ARITY) | set(ranged.checked.size_params) | set(facts.all_vars)
-    taken |= {t.name for t in ranged.checked.tensors} | set(lets_of(stmt))
-    fresh = _fresh(taken)
+    def_names = set(ARITY) | set(ranged.checked.size_params)
+    def_names |= {t.name for t in ranged.checked.tensors}
+    supply = NameSupply(def_names, set(facts.all_vars) | set(lets_of(stmt)))
     names: list[str] = []
     for arg in stmt.lhs.args:
         if isinstance(arg, Var) and arg.name in facts.all_vars and arg.name not in names:
             names.append(arg.name)
         else:
-            names.append(next(fresh))
+            names.append(supply.first_free(_POOL, "y"))
     return tuple(names)
-
-
-def _fresh(taken: set[str]) -> Iterator[str]:
-    for name in _POOL:
-        if name not in taken:
-            yield name
-    k = 0
-    while True:
-        if f"y{k}" not in taken:
-            yield f"y{k}"
-        k += 1
 
 
 def _covers(

@@ -18,6 +18,7 @@ import pytest
 
 import compiler
 import compiler.native as native
+from compiler import pipeline
 from compiler.codegen import cache as C
 from compiler.frontend.diagnostics import OptionsError, ShapeError
 from compiler.loops import DType
@@ -52,6 +53,7 @@ def _no_lowering(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("lower_native", "lower_kernel"):
         if hasattr(native, name):
             monkeypatch.setattr(native, name, fail)
+    monkeypatch.setattr(pipeline, "lower", fail)
 
 
 def _entries(directory: Path) -> list[Path]:

@@ -15,14 +15,13 @@ import numpy as np
 import pytest
 
 import compiler
-from compiler import cli
+from compiler import cli, pipeline
 from compiler.codegen import cache as C
 from compiler.frontend.check import check_def
 from compiler.frontend.checked import RangedDef
 from compiler.frontend.diagnostics import ShapeError
 from compiler.frontend.parser import parse
 from compiler.loops import For, Function, LoopKind, Visitor
-from compiler.poly.astgen import lower_native
 from compiler.poly.build import build_statements
 from compiler.poly.ranges import infer_ranges
 from compiler.poly.schedule import NestKind, schedule
@@ -230,7 +229,7 @@ def test_schedule_is_serial_with_an_init_over_the_box() -> None:
 
 
 def test_lowered_scatter_has_no_parallel_loop_and_a_note() -> None:
-    lowered = lower_native(_ranged(EMBEDDING_GRAD))
+    lowered = pipeline.lower(_ranged(EMBEDDING_GRAD))
     loops = _loops(lowered.function)
     scatter_loops = [f for f in loops if f.var in ("b", "d")]
     assert len(scatter_loops) == 2

@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 
 from compiler import loops as L
+from compiler import pipeline
 from compiler.frontend.check import check_def
 from compiler.frontend.diagnostics import OptionsError
 from compiler.frontend.parser import parse
 from compiler.kernel import define
 from compiler.options import Options
-from compiler.poly.astgen import lower, lower_native
+from compiler.poly.astgen import lower
 from compiler.poly.ranges import infer_ranges
 from compiler.poly.tiling import OUTER, REDUCTION
 
@@ -92,7 +93,7 @@ def _loops(s: L.Node) -> list[L.For]:
 
 def _main_nest(name: str, options: Options) -> L.Stmt:
     src = PROGRAMS[name].replace("FT", "float")
-    f = lower_native(infer_ranges(check_def(parse(src).get())), options).function
+    f = pipeline.lower(infer_ranges(check_def(parse(src).get())), options).function
     return f.body.stmts[-1]  # type: ignore[attr-defined]
 
 
