@@ -26,6 +26,7 @@ from compiler.frontend.ast import Cast, ScalarType
 from compiler.frontend.diagnostics import TCError
 from compiler.frontend.parser import parse
 from compiler.frontend.printer import print_module
+from compiler.frontend.visit import Mutator
 
 if TYPE_CHECKING:
     from compiler.kernel import Kernel
@@ -141,25 +142,19 @@ def _promote_def(d: ast.Def) -> ast.Def:
     )
 
 
+class _Float64(Mutator):
+    """Float casts and float literals -> float64, everywhere in an expression."""
+
+    def mutate_Const(self, e: ast.Const) -> ast.Expr:
+        return dataclasses.replace(e, dtype=ScalarType.FLOAT64) if e.dtype.is_float else e
+
+    def mutate_Cast(self, e: Cast) -> ast.Expr:
+        inner = self.generic(e)
+        return dataclasses.replace(inner, dtype=_f64(e.dtype)) if e.dtype.is_float else inner
+
+
 def _promote_casts(e: ast.Expr) -> ast.Expr:
-    """Float casts and float literals -> float64, everywhere in `e`."""
-    if isinstance(e, ast.Const) and e.dtype.is_float:
-        return dataclasses.replace(e, dtype=ScalarType.FLOAT64)  # float literals: double too
-    if isinstance(e, Cast):
-        inner = _promote_casts(e.operand)
-        return dataclasses.replace(e, dtype=_f64(e.dtype), operand=inner)
-    return _rebuild(e)
-
-
-def _rebuild(e: ast.Expr) -> ast.Expr:
-    fields = {}
-    for f in dataclasses.fields(e):
-        value = getattr(e, f.name)
-        if isinstance(value, ast.EXPR_TYPES):
-            fields[f.name] = _promote_casts(value)
-        elif isinstance(value, tuple) and value and isinstance(value[0], ast.EXPR_TYPES):
-            fields[f.name] = tuple(_promote_casts(v) for v in value)
-    return dataclasses.replace(e, **fields) if fields else e
+    return _Float64().expr(e)
 
 
 def _f64(t: ScalarType) -> ScalarType:

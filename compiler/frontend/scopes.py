@@ -26,19 +26,14 @@ from dataclasses import dataclass, field
 from compiler.frontend.ast import (
     Access,
     Binary,
-    Call,
-    Cast,
-    Compare,
     Const,
     Def,
     Exists,
     Expr,
     Let,
-    Logical,
     Param,
     RangeConstraint,
     ScalarType,
-    Select,
     Stmt,
     Unary,
     Var,
@@ -47,6 +42,8 @@ from compiler.frontend.builtins import ARITY
 from compiler.frontend.checked import Role, TensorInfo
 from compiler.frontend.diagnostics import Diagnostic, Severity, did_you_mean
 from compiler.frontend.source import Span
+from compiler.frontend.visit import children as children  # re-exported: the one
+from compiler.frontend.visit import walk as walk  # AST traversal lives in visit.py
 from compiler.names import NameSupply
 
 
@@ -86,28 +83,6 @@ def suggest(name: str, candidates: Iterable[str]) -> str | None:
     names = sorted(set(candidates) - {name})
     same_case = [c for c in names if c.lower() == name.lower()]
     return f"did you mean '{same_case[0]}'?" if same_case else did_you_mean(name, names)
-
-
-def children(expr: Expr) -> tuple[Expr, ...]:
-    """The direct subexpressions of `expr`, in source order."""
-    if isinstance(expr, (Access, Call)):
-        return expr.args
-    if isinstance(expr, (Binary, Compare, Logical)):
-        return (expr.lhs, expr.rhs)
-    if isinstance(expr, Unary):
-        return (expr.operand,)
-    if isinstance(expr, Cast):
-        return (expr.operand,)
-    if isinstance(expr, Select):
-        return (expr.cond, expr.then, expr.otherwise)
-    return ()
-
-
-def walk(expr: Expr) -> Iterator[Expr]:
-    """`expr` and all its subexpressions, in pre-order (source order for names)."""
-    yield expr
-    for child in children(expr):
-        yield from walk(child)
 
 
 def var_uses(exprs: tuple[Expr, ...]) -> Iterator[Var]:

@@ -71,12 +71,12 @@ from compiler.frontend.checked import Bound, RangedDef, StmtFacts
 from compiler.frontend.diagnostics import InternalError, RangeError, TCError
 from compiler.frontend.printer import print_def, print_expr, print_stmt
 from compiler.frontend.scopes import walk
+from compiler.frontend.visit import substitute
 from compiler.names import NameSupply
 from compiler.poly.accesses import lets_of
 from compiler.poly.build import domain_of
 from compiler.poly.invert import Inexpressible, Piece, choose_inner, invert, schedule_of
 from compiler.poly.isl_bridge import StmtSpace, condition_of, expr_to_aff
-from compiler.poly.substitute import substitute
 
 
 class WriteKind(enum.Enum):

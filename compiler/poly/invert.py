@@ -36,8 +36,8 @@ import islpy as isl
 
 from compiler.frontend.ast import Binary, BinOp, Const, Expr, ScalarType, Var
 from compiler.frontend.diagnostics import InternalError
+from compiler.frontend.visit import Mutator
 from compiler.poly.isl_bridge import StmtSpace, aff_to_expr, condition_of, pwaff_to_expr
-from compiler.poly.substitute import simplify_mod
 
 _SET = isl.dim_type.set
 _PARAM = isl.dim_type.param
@@ -299,7 +299,26 @@ def _int(v: int) -> Const:
 
 def _nicer(e: Expr) -> Expr:
     """`f - d * (f / d)` -> `f % d`, bottom-up (isl writes a modulo that way)."""
-    return simplify_mod(e)
+    return _SimplifyMod().expr(e)
+
+
+class _SimplifyMod(Mutator):
+    def mutate_Binary(self, e: Binary) -> Expr:
+        e = self.generic(e)  # type: ignore[assignment]
+        if isinstance(e, Binary) and e.op is BinOp.SUB:
+            return _as_mod(e.lhs, e.rhs) or e
+        return e
+
+
+def _as_mod(f: Expr, product: Expr) -> Expr | None:
+    if not (isinstance(product, Binary) and product.op is BinOp.MUL):
+        return None
+    d, quotient = product.lhs, product.rhs
+    if not (isinstance(d, Const) and isinstance(quotient, Binary) and quotient.op is BinOp.DIV):
+        return None
+    if quotient.rhs == d and quotient.lhs == f:
+        return Binary(BinOp.MOD, f, d)
+    return None
 
 
 def var_values(piece: Piece) -> Mapping[str, Expr]:
