@@ -45,7 +45,7 @@ from collections.abc import Iterable, Iterator
 
 from compiler.autodiff import algebra as al
 from compiler.autodiff.algebra import MaybeExpr
-from compiler.autodiff.rules import UNSUPPORTED, partials
+from compiler.autodiff.rules import CAST, UNSUPPORTED, vjp
 from compiler.autodiff.versions import Versions, analyse, full_box, recompute
 from compiler.frontend.ast import (
     Access,
@@ -419,59 +419,43 @@ class _IndexDefault(dict):
 def _backprop(
     expr: Expr, seed: MaybeExpr, guards: tuple[Guard, ...], types: dict[str, ScalarType]
 ) -> Iterator[Contribution]:
-    """Every (read, seed * d expr / d read, guards) of a float tensor read in `expr`."""
+    """Every (read, seed * d expr / d read, guards) of a float tensor read in `expr`.
+    The derivatives come from `rules.vjp`; this walk only routes adjoints (and the
+    guards of `c ? a : b`, whose branches are differentiated where taken)."""
     if seed is None or not _is_float(expr, types):
         return
     if isinstance(expr, Access):
         yield expr, seed, guards
-    elif isinstance(expr, Binary):
-        yield from _binary(expr, seed, guards, types)
-    elif isinstance(expr, Unary) and expr.op is UnaryOp.NEG:
-        yield from _backprop(expr.operand, al.neg(seed), guards, types)
-    elif isinstance(expr, Select):
+        return
+    if isinstance(expr, Select):
         yield from _backprop(expr.then, seed, (*guards, (expr.cond, True)), types)
         yield from _backprop(expr.otherwise, seed, (*guards, (expr.cond, False)), types)
-    elif isinstance(expr, Cast):
-        yield from _backprop(expr.operand, seed, guards, types)
-    elif isinstance(expr, Call):
-        yield from _call(expr, seed, guards, types)
-    # Const, Var (index variables, sizes): no gradient. Compare/Logical are bool.
-
-
-def _binary(
-    e: Binary, seed: Expr, guards: tuple[Guard, ...], types: dict[str, ScalarType]
-) -> Iterator[Contribution]:
-    a, b = e.lhs, e.rhs
-    if e.op is BinOp.ADD:
-        yield from _backprop(a, seed, guards, types)
-        yield from _backprop(b, seed, guards, types)
-    elif e.op is BinOp.SUB:
-        yield from _backprop(a, seed, guards, types)
-        yield from _backprop(b, al.neg(seed), guards, types)
-    elif e.op is BinOp.MUL:
-        yield from _backprop(a, al.mul(seed, b), guards, types)
-        yield from _backprop(b, al.mul(seed, a), guards, types)
-    elif e.op is BinOp.DIV:
-        yield from _backprop(a, al.div(seed, b), guards, types)
-        yield from _backprop(b, al.neg(al.div(al.mul(seed, a), al.square(b))), guards, types)
-    elif e.op is BinOp.MOD:  # float %: a - b * floor(a / b)
-        yield from _backprop(a, seed, guards, types)
-        floor = Call("floor", (Binary(BinOp.DIV, a, b),))
-        yield from _backprop(b, al.neg(al.mul(seed, floor)), guards, types)
-
-
-def _call(
-    e: Call, seed: Expr, guards: tuple[Guard, ...], types: dict[str, ScalarType]
-) -> Iterator[Contribution]:
-    if not any(_is_float(a, types) and _has_read(a) for a in e.args):
         return
-    if e.fn in UNSUPPORTED:
-        raise TCError(f"cannot differentiate '{e.fn}': {UNSUPPORTED[e.fn]}", e.span)
-    parts = partials(e.fn, e.args)
-    if parts is None:
-        raise TCError(f"no derivative rule for builtin '{e.fn}'", e.span)
-    for arg, part in zip(e.args, parts, strict=True):
-        yield from _backprop(arg, al.mul(seed, part), guards, types)
+    if isinstance(expr, (Const, Var)):
+        return  # literals, index variables, sizes: no gradient
+    op, args = _operator(expr)
+    if isinstance(expr, Call) and not any(_is_float(a, types) and _has_read(a) for a in args):
+        return
+    if isinstance(op, str) and op in UNSUPPORTED:
+        raise TCError(f"cannot differentiate '{op}': {UNSUPPORTED[op]}", expr.span)
+    seeds = vjp(op, args, seed)
+    if seeds is None:
+        raise TCError(f"no derivative rule for builtin '{op}'", expr.span)
+    for arg, arg_seed in zip(args, seeds, strict=True):
+        yield from _backprop(arg, arg_seed, guards, types)
+
+
+def _operator(expr: Expr) -> tuple[BinOp | UnaryOp | str, tuple[Expr, ...]]:
+    """The key of `expr`'s rule in `rules` and its operands."""
+    if isinstance(expr, Binary):
+        return expr.op, (expr.lhs, expr.rhs)
+    if isinstance(expr, Unary):
+        return expr.op, (expr.operand,)
+    if isinstance(expr, Cast):
+        return CAST, (expr.operand,)
+    if isinstance(expr, Call):
+        return expr.fn, expr.args
+    raise InternalError(f"autodiff: no rule for a float {type(expr).__name__}")
 
 
 def _non_affine(expr: Expr) -> Expr | None:

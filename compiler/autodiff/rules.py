@@ -1,8 +1,14 @@
-"""Derivative rules of TC's builtins: one table, apart from the traversal.
+"""Every derivative rule of TC, in tables apart from the traversal.
 
-`PARTIALS[fn](args)` returns one partial derivative per argument, as TC expressions
-of the arguments (None: a symbolic zero). Reverse mode multiplies each partial by the
-adjoint of the call (`compiler.autodiff.reverse`).
+    vjp(op, args, g) -> one adjoint per argument of `op(*args)`, given its adjoint g
+    ARITHMETIC[op](args, g)    + - * / % and unary -, and casts
+    PARTIALS[fn](args)         one partial derivative per argument of builtin `fn`
+
+`compiler.autodiff.reverse` walks an expression and asks `vjp` what flows to each
+operand; it knows no derivative itself. `None` is a symbolic zero everywhere: a
+partial that is None, or a product with one, contributes nothing (`algebra`).
+Builtins' adjoints are `g * partial`; arithmetic states its adjoints directly, in the
+form hand-written TC would use (`g / b`, not `g * (1 / b)`).
 
     exp(x)      -> (exp(x),)
     pow(a, b)   -> (b * pow(a, b - 1), a == 0 ? 0 : pow(a, b) * log(a))
@@ -24,9 +30,13 @@ import math
 from collections.abc import Callable
 
 from compiler.autodiff.algebra import MaybeExpr, add, const, div, indicator, mul, neg, square, sub
-from compiler.frontend.ast import Binary, BinOp, Call, CmpOp, Compare, Expr, Select
+from compiler.frontend.ast import Binary, BinOp, Call, CmpOp, Compare, Expr, Select, UnaryOp
 
 Rule = Callable[[tuple[Expr, ...]], tuple[MaybeExpr, ...]]
+VjpRule = Callable[[tuple[Expr, ...], Expr], tuple[MaybeExpr, ...]]
+
+CAST = "cast"
+"""The key of a cast's rule (`float64(x)`): not a builtin name."""
 
 _LN2 = math.log(2.0)
 _LN10 = math.log(10.0)
@@ -232,7 +242,43 @@ UNSUPPORTED: dict[str, str] = {
 """Builtins that cannot be differentiated exactly with TC builtins, and why."""
 
 
+def _mod(args: tuple[Expr, ...], g: Expr) -> tuple[MaybeExpr, ...]:
+    a, b = args
+    return g, neg(mul(g, _call("floor", Binary(BinOp.DIV, a, b))))
+
+
+ARITHMETIC: dict[BinOp | UnaryOp | str, VjpRule] = {
+    # d(a + b)/da = 1, d(a + b)/db = 1
+    BinOp.ADD: lambda args, g: (g, g),
+    # d(a - b)/da = 1, d(a - b)/db = -1
+    BinOp.SUB: lambda args, g: (g, neg(g)),
+    # d(a * b)/da = b, d(a * b)/db = a          (a zero factor: no contribution)
+    BinOp.MUL: lambda args, g: (mul(g, args[1]), mul(g, args[0])),
+    # d(a / b)/da = 1 / b, d(a / b)/db = -a / b^2
+    BinOp.DIV: lambda args, g: (div(g, args[1]), neg(div(mul(g, args[0]), square(args[1])))),
+    # float a % b = a - b * floor(a / b): d/da = 1, d/db = -floor(a / b)
+    BinOp.MOD: _mod,
+    # d(-a)/da = -1
+    UnaryOp.NEG: lambda args, g: (neg(g),),
+    # d(T(a))/da = 1: the adjoint flows through a conversion unchanged
+    CAST: lambda args, g: (g,),
+}
+"""Arithmetic: what flows to each operand of `a op b` (or `op a`) given its adjoint g.
+(`!` and the comparisons are bool-valued: nothing flows through them.)"""
+
+
 def partials(fn: str, args: tuple[Expr, ...]) -> tuple[MaybeExpr, ...] | None:
     """One partial derivative per argument of `fn(*args)`; None if `fn` has no rule."""
     rule = PARTIALS.get(fn)
     return None if rule is None else rule(args)
+
+
+def vjp(op: BinOp | UnaryOp | str, args: tuple[Expr, ...], g: Expr) -> tuple[MaybeExpr, ...] | None:
+    """The adjoint of every argument of `op(*args)` whose adjoint is `g`: arithmetic
+    (`op` a BinOp, a UnaryOp or CAST) or a builtin (`op` its name). None: no rule
+    (`UNSUPPORTED` says why for the builtins that have none)."""
+    rule = ARITHMETIC.get(op)
+    if rule is not None:
+        return rule(args, g)
+    parts = partials(op, args) if isinstance(op, str) else None
+    return None if parts is None else tuple(mul(g, p) for p in parts)
