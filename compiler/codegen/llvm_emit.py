@@ -132,6 +132,7 @@ class FunctionEmitter:
             self._declare(b, arg)
         self.stmt(f.body)
         self.builder.ret_void()
+        self.math.finish()
 
     # ---- helpers -------------------------------------------------------------------
 
