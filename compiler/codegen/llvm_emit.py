@@ -267,7 +267,7 @@ class FunctionEmitter:
         if isinstance(e, Bin):
             op = b.fadd if e.op is BinOp.ADD else b.fmul
             return op(acc, x, flags=REDUCTION_FLAGS)
-        name = "llvm.minnum" if isinstance(e, Min) else "llvm.maxnum"
+        name = "llvm.minimum" if isinstance(e, Min) else "llvm.maximum"  # NaN propagates
         fn = intrinsic(self.module, name, acc.type, 2)
         return b.call(fn, [acc, x], fastmath=REDUCTION_FLAGS)
 
@@ -374,10 +374,10 @@ class FunctionEmitter:
         return q, bld.add(r, bld.select(fix, b, zero))
 
     def _expr_Min(self, e: Min) -> ir.Value:
-        return self._minmax(e, "<", "llvm.minnum")
+        return self._minmax(e, "<", "llvm.minimum")
 
     def _expr_Max(self, e: Max) -> ir.Value:
-        return self._minmax(e, ">", "llvm.maxnum")
+        return self._minmax(e, ">", "llvm.maximum")
 
     def _minmax(self, e: Min | Max, op: str, name: str) -> ir.Value:
         a, b, bld = self.expr(e.a), self.expr(e.b), self.builder
