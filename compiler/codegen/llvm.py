@@ -34,7 +34,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 
 from compiler.codegen.llvm_emit import FunctionEmitter, symbol
-from compiler.codegen.llvm_math import LIBM_SYMBOLS
+from compiler.codegen.llvm_math import LIBM_SYMBOLS, load_vector_math
 from compiler.frontend.diagnostics import InternalError
 from compiler.loops import (
     Function,
@@ -55,6 +55,7 @@ def target_machine() -> llvm.TargetMachine:
             if libm:
                 llvm.load_library_permanently(libm)
             _check_libm()
+            load_vector_math()  # libmvec's variants, bound before any code (cached too) loads
             _TARGET.append(_new_target_machine())
         return _TARGET[0]
 

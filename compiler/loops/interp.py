@@ -231,7 +231,7 @@ def _floor(e: FloorDiv | Mod, st: _State) -> Value:
 def _minmax(e: Min | Max, st: _State) -> Value:
     a, b = _eval(e.a, st), _eval(e.b, st)
     if e.dtype.is_float:
-        return np.fmin(a, b) if isinstance(e, Min) else np.fmax(a, b)
+        return np.minimum(a, b) if isinstance(e, Min) else np.maximum(a, b)
     return min(a, b) if isinstance(e, Min) else max(a, b)
 
 

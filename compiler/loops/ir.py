@@ -32,7 +32,9 @@ rounds toward -inf and `Mod` takes the divisor's sign (Python). Integer division
 remainder by zero yields 0 (Halide's rule), never a trap. Arithmetic wraps. Float
 `Bin(mod)` is C's fmod; float `FloorDiv(a, b)` is `floor(a / b)` and `Mod(a, b)` is
 `a - b * floor(a / b)`. `Min`/`Max`
-of floats ignore a NaN operand (C's fmin/fmax). Booleans are one byte in memory.
+of floats propagate NaN (NumPy's minimum/maximum, TC's `min=`/`max=` and `min()`/`max()`):
+a NaN operand gives NaN, and -0.0 < +0.0; the builtins `fmin`/`fmax` (Calls) keep C's
+meaning and ignore a NaN operand. Booleans are one byte in memory.
 Calls name a math builtin of `MATH_ARITY`; their arguments and result share one
 float dtype. Each node's `dtype` is computed from its children; `verify` checks
 that the children agree.
