@@ -13,7 +13,7 @@ JSON cache), `autotune` (the driver), `tuned` (`define(..., options="tuned")`), 
 
 from __future__ import annotations
 
-from compiler.tune.autotune import TuneError, TuneResult, Trial, autotune
+from compiler.tune.autotune import Trial, TuneError, TuneResult, autotune
 from compiler.tune.executors import InlineExecutor, LocalExecutor, RayExecutor
 
 __all__ = [

@@ -101,8 +101,7 @@ class TuneResult:
             f"def {self.name} ({self.target}): {self.tried} candidates, "
             f"{len(self.failed)} failed, {self.elapsed_s:.1f} s",
             f"  default  {self.default_ms:10.4f} ms  {describe(Options())}",
-            f"  best     {self.time_ms:10.4f} ms  {describe(self.options)}  "
-            f"(x{self.speedup:.2f})",
+            f"  best     {self.time_ms:10.4f} ms  {describe(self.options)}  (x{self.speedup:.2f})",
         ]
         reasons: dict[str, int] = {}
         for t in self.failed:
@@ -323,8 +322,9 @@ def _prepare(
 
     compile_cache = _compile_cache(cache)
     kernel = Kernel(source, name, constants=constants, target=target, cache=compile_cache)
-    inputs = tuple(_as_array(t, a) for t, a in zip(kernel.ranged.checked.inputs, example_inputs))
     kernel.output_shapes(*example_inputs)  # count, ranks, dtypes, sizes: the kernel's errors
+    infos = kernel.ranged.checked.inputs
+    inputs = tuple(_as_array(t, a) for t, a in zip(infos, example_inputs, strict=True))
     if not grad:
         return kernel, inputs
     from compiler.backward import gradient_source
@@ -363,12 +363,12 @@ def _gradient_inputs(
 
     rng = np.random.default_rng(seed)
     checked = forward.ranged.checked
-    values: dict[str, np.ndarray] = {t.name: a for t, a in zip(checked.inputs, inputs)}
+    values: dict[str, np.ndarray] = {t.name: a for t, a in zip(checked.inputs, inputs, strict=True)}
     params = [t.name for t in gradient.ranged.checked.inputs]
     if any(t.name in params for t in checked.outputs):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            values |= dict(zip((t.name for t in checked.outputs), forward(*inputs)))
+            values |= dict(zip((t.name for t in checked.outputs), forward(*inputs), strict=True))
     shapes = forward.output_shapes(*inputs)
     for t in checked.outputs:
         values[f"{t.name}_grad"] = rng.standard_normal(shapes[t.name]).astype(NP_DTYPE[t.dtype])

@@ -130,8 +130,10 @@ class OptionsStore:
             self._warn(f"cannot read it ({type(err).__name__}: {err})")
             return {}
         entries = data.get("entries") if isinstance(data, dict) else None
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(
-            entries, dict
+        if (
+            not isinstance(data, dict)
+            or data.get("schema") != SCHEMA
+            or not isinstance(entries, dict)
         ):
             self._warn(f"not a schema-{SCHEMA} tuned-options file")
             return {}
@@ -166,9 +168,7 @@ class OptionsStore:
 
     # -------------------------------------------------------------- writing
 
-    def put(
-        self, key: str, components: Mapping[str, Any], options: Any, **facts: Any
-    ) -> None:
+    def put(self, key: str, components: Mapping[str, Any], options: Any, **facts: Any) -> None:
         """Add (or replace) one entry, atomically; an unwritable file gives a warning."""
         if self.path is None:
             return
