@@ -77,6 +77,8 @@ class InlineExecutor:
         return _guarded(self.measure_fn, self._require(), options)
 
     def close(self) -> None:
+        if self._job is not None:
+            J.forget(self._job.key)
         self._job = None
 
     def _require(self) -> TuneJob:

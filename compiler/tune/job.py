@@ -88,6 +88,12 @@ def _kernel(job: TuneJob, options: Any) -> Any:
     return found
 
 
+def forget(key: str) -> None:
+    """Drop this process's kernels of job `key` (an in-process executor's close)."""
+    for k in [k for k in _KERNELS if k[0] == key]:
+        del _KERNELS[k]
+
+
 def _call(kernel: Any, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # e.g. TCWarning for accumulating outputs
@@ -182,4 +188,4 @@ def _error(err: BaseException) -> str:
     return f"{name} at {traceback.format_exception(err)[-2].strip()[:200]}"
 
 
-__all__ = ["Outcome", "TuneJob", "check", "compare", "measure"]
+__all__ = ["Outcome", "TuneJob", "check", "compare", "forget", "measure"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -167,3 +168,23 @@ def test_a_failing_default_is_an_error(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(J, "_define", broken)
     with pytest.raises(TuneError, match="default options fail on these inputs: compile failed"):
         _tune(tmp_path, *mm_inputs(), candidates=3)
+
+
+def test_progress_bar_on_a_terminal_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    executor = InlineExecutor(_passes, _fake_time)
+    _tune(tmp_path / "quiet", *mm_inputs(), candidates=3, executor=executor)
+    assert capsys.readouterr().err == ""  # stderr is not a terminal here
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    compiler.autotune(
+        MM, "mm", *mm_inputs(), candidates=3, budget=None, cache=tmp_path / "tty",
+        executor=InlineExecutor(_passes, _fake_time), progress=True,
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert "tune mm" in err and "3/3" in err and "best " in err and "failed 0" in err
+    compiler.autotune(
+        MM, "mm", *mm_inputs(), candidates=3, budget=None, cache=False,
+        executor=InlineExecutor(_passes, _fake_time), progress=False,
+    )  # fmt: skip
+    assert capsys.readouterr().err == ""
