@@ -3,6 +3,7 @@
 Public API (see README.md)::
 
     compiler.define(source, name=None, *, constants=None, target="interp")  -> Kernel
+    compiler.autotune(source, name, *inputs, budget=60, cache=True)        -> TuneResult
     compiler.infer_shapes(source, name, input_shapes)                      -> {output: shape}
     compiler.pipeline.run(text, name, upto="ranges")                       -> any pass's result
 
@@ -32,6 +33,7 @@ __all__ = [
     "SemanticError",
     "ShapeError",
     "TCError",
+    "autotune",
     "define",
     "grad",
     "gradcheck",
@@ -45,6 +47,13 @@ def define(source: str, name: str | None = None, **kwargs: Any) -> Any:
     from compiler.kernel import define as _define
 
     return _define(source, name, **kwargs)
+
+
+def autotune(source: str, name: str | None = None, *inputs: Any, **kwargs: Any) -> Any:
+    """Search def `name`'s schedule Options for these inputs (see `compiler.tune.autotune`)."""
+    from compiler.tune.autotune import autotune as _autotune
+
+    return _autotune(source, name, *inputs, **kwargs)
 
 
 def infer_shapes(source: str, name: str | None, input_shapes: Any) -> dict[str, tuple[int, ...]]:

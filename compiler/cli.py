@@ -455,6 +455,18 @@ def _run_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_tune(parser: argparse.ArgumentParser) -> None:
+    from compiler.tune.cli import add_arguments  # the autotuner's own module
+
+    add_arguments(parser)
+
+
+def _run_tune(args: argparse.Namespace) -> int:
+    from compiler.tune.cli import run
+
+    return run(args)
+
+
 COMMANDS: tuple[Command, ...] = (
     Command(
         "check", "parse and check TC files; print errors and warnings", _add_check_args, _run_check
@@ -479,6 +491,7 @@ COMMANDS: tuple[Command, ...] = (
         _add_cache_args,
         _run_cache,
     ),
+    Command("tune", "search a def's schedule options for input shapes", _add_tune, _run_tune),
 )
 
 

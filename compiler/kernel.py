@@ -80,7 +80,14 @@ def define(
 
     `cache` (native targets): True reuses code compiled before, in this process and on
     disk under `compiler.codegen.cache.default_cache_dir()`; a directory caches there;
-    None caches in memory only; False compiles afresh."""
+    None caches in memory only; False compiles afresh. `options="tuned"`: per input
+    size, the winner of `compiler.autotune` if cached, else the default (compiler.tune)."""
+    if isinstance(options, str) and options == "tuned":
+        from compiler.tune.tuned import TunedKernel
+
+        return TunedKernel(
+            source, name, constants=constants, target=target, backward=backward, cache=cache
+        )
     return Kernel(
         source,
         name,

@@ -99,13 +99,14 @@ class TCLayer:
                 hint="pass training=True",
             )
         _check_reorder(reorder_function, backward)
-        self.options = as_options(options)
-        self.kernel = Kernel(
+        tuned = isinstance(options, str) and options == "tuned"  # compiler.tune.tuned
+        self.options = as_options(None if tuned else options)
+        self.kernel = (_tuned_kernel if tuned else Kernel)(
             source,
             name,
             constants=constants,
             target=target,
-            options=self.options,
+            **({} if tuned else {"options": self.options}),
             backward=backward,
         )
         self.name = self.kernel.name
@@ -162,6 +163,12 @@ class TCLayer:
 
 def _any_requires_grad(values: Sequence[Any]) -> bool:
     return any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
+
+
+def _tuned_kernel(*args: Any, **kwargs: Any) -> Kernel:
+    from compiler.tune.tuned import TunedKernel
+
+    return TunedKernel(*args, **kwargs)
 
 
 def _check_reorder(reorder: object, backward: str | None) -> None:

@@ -1,0 +1,425 @@
+"""`compiler.autotune`: search a def's Options for these inputs, check every candidate, keep the winner.
+
+    result = autotune(source, "mm", A, B, budget=60)      # or budget="2m", candidates=40
+    result.options, result.time_ms, result.default_ms, result.speedup
+    result.trials                                          # every candidate, with its reason
+    k = compiler.define(source, "mm", options="tuned")     # uses the cached winner
+
+Order of a run:
+1. The model default is compiled here and run once: its outputs are the expectation;
+   on small sizes (inputs and outputs up to `SMALL` elements) the reference evaluator
+   (`target="interp"`) runs too, and the default must agree with it.
+2. Generations of candidates (`compiler.tune.search`: the default, the cached winner if
+   any, random samples; then children of the fastest and random restarts) are checked
+   in parallel by the executor (`compiler.tune.executors`: compile, run once, compare
+   with every expectation) and the ones that pass are timed one at a time (medians of
+   blocks, `compiler.tune.job`). A candidate that fails to compile, crashes, times out or
+   differs is recorded with its reason and never chosen.
+3. The budget (seconds and/or candidates) ends the search between candidates.
+4. Confirmation: the best candidate and the default are timed again, alternately,
+   `CONFIRM` rounds; the reported times are medians over all of their blocks, and the
+   default stays the winner unless the best is faster there too.
+5. The winner goes to the tuned-options cache (`compiler.tune.store`), keyed by the
+   def's canonical text, the input shapes and dtypes, target, host CPU and tcc version.
+
+`grad=True` tunes the def's gradient (`Kernel.grad`'s def) on the example inputs, the
+forward outputs and output gradients drawn from `seed`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import sys
+import time
+import uuid
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from compiler.frontend.diagnostics import InternalError, OptionsError, TCError
+from compiler.options import Options
+from compiler.tune.executors import DEFAULT_TIMEOUT_S, make_executor
+from compiler.tune.job import Outcome, TuneJob, compare
+from compiler.tune.search import Evolution
+from compiler.tune.space import Space, SpaceContext, describe
+from compiler.tune.store import OptionsStore, tune_key
+
+SMALL = 1 << 16  # elements of inputs and outputs up to which interp checks too
+CONFIRM = 3
+OPTIONS_TYPES: dict[str, type] = {"llvm": Options}
+
+
+class TuneError(TCError):
+    """Tuning cannot proceed (e.g. the default options fail on these inputs)."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One candidate: whether it passed, why not, and its median time."""
+
+    options: Any
+    ok: bool
+    reason: str = ""
+    time_ms: float | None = None
+    compile_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """The outcome of `autotune` (times in milliseconds, medians of blocks)."""
+
+    name: str
+    target: str
+    options: Any
+    time_ms: float
+    default_ms: float
+    trials: tuple[Trial, ...]
+    elapsed_s: float
+    key: str
+    cache_path: str | None
+    searched: tuple[str, ...]
+
+    @property
+    def speedup(self) -> float:
+        return self.default_ms / self.time_ms if self.time_ms > 0 else 1.0
+
+    @property
+    def tried(self) -> int:
+        return len(self.trials)
+
+    @property
+    def failed(self) -> tuple[Trial, ...]:
+        return tuple(t for t in self.trials if not t.ok)
+
+    def summary(self) -> str:
+        lines = [
+            f"def {self.name} ({self.target}): {self.tried} candidates, "
+            f"{len(self.failed)} failed, {self.elapsed_s:.1f} s",
+            f"  default  {self.default_ms:10.4f} ms  {describe(Options())}",
+            f"  best     {self.time_ms:10.4f} ms  {describe(self.options)}  (x{self.speedup:.2f})",
+        ]
+        reasons: dict[str, int] = {}
+        for t in self.failed:
+            reasons[t.reason] = reasons.get(t.reason, 0) + 1
+        lines += [f"  failed x{n}: {r}" for r, n in sorted(reasons.items())]
+        if self.cache_path:
+            lines.append(f"  saved to {self.cache_path}")
+        return "\n".join(lines)
+
+
+def parse_budget(budget: object) -> float | None:
+    """Seconds from 60, 1.5, "90s", "2m", "1h" (None: no time limit)."""
+    if budget is None:
+        return None
+    if isinstance(budget, (int, float)) and not isinstance(budget, bool):
+        seconds = float(budget)
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*(s|m|min|h)?\s*", str(budget))
+        if m is None:
+            raise OptionsError(
+                f"budget must be seconds (60, '90s', '2m', '1h'), got {budget!r}",
+                hint="e.g. budget='60s' or candidates=40",
+            )
+        unit = {"s": 1, None: 1, "m": 60, "min": 60, "h": 3600}[m.group(2)]
+        seconds = float(m.group(1)) * unit
+    if not seconds > 0 or math.isinf(seconds):
+        raise OptionsError(f"budget must be a positive number of seconds, got {budget!r}")
+    return seconds
+
+
+def autotune(
+    source: str,
+    name: str | None = None,
+    *example_inputs: Any,
+    target: str = "llvm",
+    budget: object = 60.0,
+    candidates: int | None = None,
+    cache: object = True,
+    progress: bool = True,
+    seed: int = 0,
+    grad: bool = False,
+    executor: object = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    constants: Mapping[str, object] | None = None,
+) -> TuneResult:
+    """Tune def `name` of `source` for `example_inputs` (see the module doc)."""
+    started = time.perf_counter()
+    seconds = parse_budget(budget)
+    if candidates is not None and (
+        isinstance(candidates, bool) or not isinstance(candidates, int) or candidates < 1
+    ):
+        raise OptionsError(f"candidates must be a positive int or None, got {candidates!r}")
+    if seconds is None and candidates is None:
+        raise OptionsError("autotune needs a budget: seconds, candidates, or both")
+    options_type = _options_type(target)
+    kernel, inputs = _prepare(source, name, example_inputs, target, cache, grad, seed, constants)
+    expected = _expectations(kernel, inputs)
+    shapes = [a.shape for a in inputs]
+    key, components = tune_key(
+        kernel.text, kernel.name, shapes, [str(a.dtype) for a in inputs], target
+    )
+    store = OptionsStore.resolve(cache)
+    cached = store.get(key, options_type)
+    directory = getattr(kernel.cache, "directory", None)
+    job = TuneJob(
+        f"{key[:16]}-{uuid.uuid4().hex[:8]}",
+        kernel.text,
+        kernel.name,
+        target,
+        inputs,
+        expected,
+        cache_dir=None if directory is None else str(directory),
+    )
+    from compiler.shapes import bind_sizes
+
+    sizes = bind_sizes(kernel.ranged, {t.name: a.shape for t, a in zip(
+        kernel.ranged.checked.inputs, inputs, strict=True)})  # fmt: skip
+    space = Space.for_options(options_type, SpaceContext.of(kernel.ranged, sizes))
+    runner = make_executor(executor, timeout_s)
+    search = _Search(runner, Evolution(space, seed), options_type(), started, seconds, candidates)
+    with _progress_bar(progress, candidates, kernel.name) as bar:
+        search.bar = bar
+        runner.start(job)
+        try:
+            search.run(() if cached is None else (cached,))
+            winner, time_ms, default_ms = search.confirm()
+        finally:
+            runner.close()
+    store.put(
+        key,
+        components,
+        winner,
+        name=kernel.name,
+        time_ms=time_ms,
+        default_ms=default_ms,
+        candidates=len(search.trials),
+    )
+    return TuneResult(
+        kernel.name,
+        target,
+        winner,
+        time_ms,
+        default_ms,
+        tuple(search.trials),
+        time.perf_counter() - started,
+        key,
+        None if store.path is None else str(store.path),
+        space.searched,
+    )
+
+
+def _options_type(target: str) -> type:
+    found = OPTIONS_TYPES.get(target)
+    if found is None:
+        raise OptionsError(
+            f"autotune: target '{target}' has no tunable Options here; tunable: "
+            f"{', '.join(OPTIONS_TYPES)}",
+            hint="target='interp' is the reference evaluator and has nothing to tune",
+        )
+    return found
+
+
+class _Search:
+    """The generation loop of one run (steps 2-4 of the module doc)."""
+
+    def __init__(
+        self,
+        runner: Any,
+        evo: Evolution,
+        default: Any,
+        started: float,
+        seconds: float | None,
+        candidates: int | None,
+    ) -> None:
+        self.runner, self.evo, self.default = runner, evo, default
+        self.deadline = None if seconds is None else started + seconds
+        self.limit = candidates if candidates is not None else 1 << 30
+        self.trials: list[Trial] = []
+        self.default_ms: float | None = None
+        self.bar: Any = None
+
+    def _out_of_budget(self) -> bool:
+        late = self.deadline is not None and time.perf_counter() >= self.deadline
+        return late or len(self.trials) >= self.limit
+
+    def run(self, seeds: Sequence[Any]) -> None:
+        size = max(4, 2 * int(getattr(self.runner, "workers", 1)))
+        batch = self.evo.first(self.default, min(size, self.limit), seeds)
+        while batch:
+            for outcome in self.runner.check(batch):
+                if self.default_ms is not None and self._out_of_budget():
+                    return
+                self._record(outcome)
+            if self._out_of_budget():
+                return
+            batch = self.evo.propose(min(size, self.limit - len(self.trials)))
+
+    def _record(self, checked: Outcome) -> None:
+        outcome = self.runner.measure(checked.options) if checked.ok else checked
+        time_ms = outcome.median_ms if outcome.ok else None
+        trial = Trial(checked.options, outcome.ok, outcome.reason, time_ms, checked.compile_s)
+        if checked.options == self.default:
+            if not trial.ok:
+                raise TuneError(
+                    f"the default options fail on these inputs: {trial.reason}",
+                    hint="check the def with compiler.define(...) on the same inputs",
+                )
+            self.default_ms = time_ms
+        self.trials.append(trial)
+        self.evo.record(trial.options, time_ms)
+        if self.bar is not None:
+            best = self.best()
+            self.bar.update(1)
+            if best is not None and self.default_ms:
+                self.bar.set_postfix_str(
+                    f"best {best.time_ms:.3g} ms, x{self.default_ms / best.time_ms:.2f}, "
+                    f"failed {sum(not t.ok for t in self.trials)}"
+                )
+
+    def best(self) -> Trial | None:
+        timed = [t for t in self.trials if t.time_ms is not None]
+        return min(timed, key=lambda t: t.time_ms) if timed else None  # type: ignore[arg-type,return-value]
+
+    def confirm(self) -> tuple[Any, float, float]:
+        """(winner, its ms, the default's ms) after timing both again, alternately."""
+        best = self.best()
+        assert best is not None and self.default_ms is not None
+        if best.options == self.default:
+            return self.default, self.default_ms, self.default_ms
+        times: dict[bool, list[float]] = {True: [], False: []}
+        for _ in range(CONFIRM):
+            for is_best, options in ((False, self.default), (True, best.options)):
+                outcome = self.runner.measure(options)
+                if not outcome.ok:  # it passed before: flaky, so never the winner
+                    return self.default, self.default_ms, self.default_ms
+                times[is_best] += outcome.times_ms
+        best_ms, default_ms = statistics.median(times[True]), statistics.median(times[False])
+        if best_ms < default_ms:
+            return best.options, best_ms, default_ms
+        return self.default, default_ms, default_ms
+
+
+# ------------------------------------------------------------------ preparation
+
+
+def _prepare(
+    source: str,
+    name: str | None,
+    example_inputs: Sequence[Any],
+    target: str,
+    cache: object,
+    grad: bool,
+    seed: int,
+    constants: Mapping[str, object] | None,
+) -> tuple[Any, tuple[np.ndarray, ...]]:
+    """The default kernel (of the gradient def with `grad`) and its inputs."""
+    from compiler.kernel import Kernel
+
+    compile_cache = _compile_cache(cache)
+    kernel = Kernel(source, name, constants=constants, target=target, cache=compile_cache)
+    kernel.output_shapes(*example_inputs)  # count, ranks, dtypes, sizes: the kernel's errors
+    infos = kernel.ranged.checked.inputs
+    inputs = tuple(_as_array(t, a) for t, a in zip(infos, example_inputs, strict=True))
+    if not grad:
+        return kernel, inputs
+    from compiler.backward import gradient_source
+
+    gradient = Kernel(gradient_source(kernel), target=target, cache=compile_cache)
+    return gradient, _gradient_inputs(kernel, gradient, inputs, seed)
+
+
+def _compile_cache(cache: object) -> object:
+    """The compile cache the tuner's kernels use: the directory of `cache=` when it names
+    one (a *.json file: its directory), else the default."""
+    from pathlib import Path
+
+    if isinstance(cache, (str, Path)):
+        path = Path(cache).expanduser()
+        return str(path.parent if path.suffix == ".json" else path)
+    return True
+
+
+def _as_array(info: Any, value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return np.ascontiguousarray(value) if value.ndim else value
+    from compiler.interp_expr import NP_DTYPE
+
+    if info.rank == 0 and isinstance(value, (int, float, bool, np.generic)):
+        return np.asarray(value, dtype=NP_DTYPE[info.dtype])
+    return value  # the kernel's own check reports it
+
+
+def _gradient_inputs(
+    forward: Any, gradient: Any, inputs: tuple[np.ndarray, ...], seed: int
+) -> tuple[np.ndarray, ...]:
+    """The gradient def's parameters by name: forward inputs, forward outputs, and
+    `<output>_grad` drawn from `seed`."""
+    from compiler.interp_expr import NP_DTYPE
+
+    rng = np.random.default_rng(seed)
+    checked = forward.ranged.checked
+    values: dict[str, np.ndarray] = {t.name: a for t, a in zip(checked.inputs, inputs, strict=True)}
+    params = [t.name for t in gradient.ranged.checked.inputs]
+    if any(t.name in params for t in checked.outputs):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            values |= dict(zip((t.name for t in checked.outputs), forward(*inputs), strict=True))
+    shapes = forward.output_shapes(*inputs)
+    for t in checked.outputs:
+        values[f"{t.name}_grad"] = rng.standard_normal(shapes[t.name]).astype(NP_DTYPE[t.dtype])
+    missing = [p for p in params if p not in values]
+    if missing:
+        raise InternalError(f"gradient def parameter(s) {missing} are not inputs, outputs or grads")
+    return tuple(values[p] for p in params)
+
+
+def _expectations(kernel: Any, inputs: tuple[np.ndarray, ...]) -> tuple[tuple[Any, ...], ...]:
+    """The default's outputs, and the reference evaluator's on small sizes."""
+    from compiler.kernel import Kernel
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        default = tuple(kernel(*inputs))
+        if sum(a.size for a in (*inputs, *default)) > SMALL:
+            return (default,)
+        reference = tuple(Kernel(kernel.text, kernel.name, target="interp")(*inputs))
+    problem = compare(default, reference)
+    if problem:
+        raise InternalError(
+            f"def '{kernel.name}': the default schedule's outputs differ from the "
+            f"reference evaluator's ({problem}); please report"
+        )
+    return (default, reference)
+
+
+class _NoBar:
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, n: int = 1) -> None:
+        return None
+
+    def set_postfix_str(self, text: str) -> None:
+        return None
+
+
+def _progress_bar(enabled: bool, total: int | None, name: str) -> Any:
+    """A tqdm bar on stderr when enabled and stderr is a terminal; else a silent one."""
+    if not enabled or not sys.stderr.isatty():
+        return _NoBar()
+    try:
+        from tqdm import tqdm
+    except ImportError:  # a declared dependency, but tuning works without it
+        return _NoBar()
+    return tqdm(total=total, desc=f"tune {name}", unit="cand", file=sys.stderr, leave=True)
+
+
+__all__ = ["CONFIRM", "SMALL", "TuneError", "TuneResult", "Trial", "autotune", "parse_budget"]

@@ -1,0 +1,243 @@
+"""The search space: one entry per field of a target's Options dataclass.
+
+    ctx = SpaceContext.of(ranged, sizes)           # what the def offers: variables, depth, sizes
+    space = Space.for_options(Options, ctx)        # one FieldSpace per dataclass field
+    opts = space.sample(rng)                       # a random Options
+    opts = space.mutate(opts, rng)                 # change one or two fields
+    opts = space.crossover(a, b, rng)              # each field from either parent
+
+The space is derived from `dataclasses.fields(options_type)`: every field gets the entry
+`FIELDS[options_type.__name__][field]` when there is one, and is left at its default
+(`Fixed`) otherwise, so a field added to Options is searched as soon as it has an entry
+here (and never breaks the tuner before). `Space.fixed` names the fields left alone.
+
+Entries (CPU `Options`, see `compiler/options.py` for what each field means):
+
+- `threads`: None (one per core) or 1, 2, 4, ... up to the core count;
+- `innermost`: "auto" (the model), None (the literal order), or a left-hand-side variable;
+- `unroll`, `block`: None (the model) or a factor from 1 to 16;
+- `tile`: None (the model), () (no tiling) or one size per loop of the deepest nest,
+  each 1 (untiled) or a power of two up to the largest size parameter.
+
+Every value an entry produces is valid for its field (Options' own checks pass), so a
+sampled candidate never fails at construction; whether it helps is for the timing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from compiler.options import AUTO
+
+
+@dataclass(frozen=True)
+class SpaceContext:
+    """What the def and its sizes offer the space: variable names, nest depth, sizes."""
+
+    lhs_vars: tuple[str, ...] = ()
+    depth: int = 1
+    max_extent: int = 1
+    cores: int = 1
+
+    @staticmethod
+    def of(ranged: Any, sizes: Mapping[str, int], cores: int | None = None) -> SpaceContext:
+        stmts = ranged.checked.stmts
+        lhs: list[str] = []
+        for facts in stmts:
+            lhs += [v for v in facts.index_vars if v not in lhs]
+        depth = max((len(f.index_vars) + len(f.reduction_vars) for f in stmts), default=1)
+        return SpaceContext(
+            lhs_vars=tuple(lhs),
+            depth=max(depth, 1),
+            max_extent=max((int(v) for v in sizes.values()), default=1),
+            cores=cores or os.cpu_count() or 1,
+        )
+
+
+class FieldSpace(Protocol):
+    """How to draw and perturb one field's value."""
+
+    def sample(self, rng: random.Random, ctx: SpaceContext) -> Any: ...
+
+    def mutate(self, value: Any, rng: random.Random, ctx: SpaceContext) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A field with a finite list of values (from the context); a mutation moves to a
+    neighbour in the list half of the time (factors are ordered), else anywhere."""
+
+    values: Callable[[SpaceContext], tuple[Any, ...]]
+
+    def sample(self, rng: random.Random, ctx: SpaceContext) -> Any:
+        return rng.choice(self.values(ctx))
+
+    def mutate(self, value: Any, rng: random.Random, ctx: SpaceContext) -> Any:
+        values = self.values(ctx)
+        if value in values and len(values) > 1 and rng.random() < 0.5:
+            i = values.index(value) + rng.choice((-1, 1))
+            return values[min(max(i, 0), len(values) - 1)]
+        return rng.choice(values)
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """A field the tuner leaves at its default."""
+
+    default: Any
+
+    def sample(self, rng: random.Random, ctx: SpaceContext) -> Any:
+        return self.default
+
+    def mutate(self, value: Any, rng: random.Random, ctx: SpaceContext) -> Any:
+        return value
+
+
+def _powers(limit: int, start: int = 2) -> tuple[int, ...]:
+    out, p = [], start
+    while p <= limit:
+        out.append(p)
+        p *= 2
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class TileSpace:
+    """`tile`: None, (), or one size per loop (1 untiled or a power of two)."""
+
+    def sizes(self, ctx: SpaceContext) -> tuple[int, ...]:
+        return (1, *_powers(min(max(ctx.max_extent, 2), 512), 4))
+
+    def sample(self, rng: random.Random, ctx: SpaceContext) -> Any:
+        r = rng.random()
+        if r < 0.2:
+            return None
+        if r < 0.35:
+            return ()
+        return tuple(rng.choice(self.sizes(ctx)) for _ in range(ctx.depth))
+
+    def mutate(self, value: Any, rng: random.Random, ctx: SpaceContext) -> Any:
+        if not value or rng.random() < 0.2:
+            return self.sample(rng, ctx)
+        tile = list(value) + [1] * (ctx.depth - len(value))
+        i = rng.randrange(len(tile))
+        sizes = self.sizes(ctx)
+        j = sizes.index(tile[i]) if tile[i] in sizes else 0
+        tile[i] = sizes[min(max(j + rng.choice((-1, 1)), 0), len(sizes) - 1)]
+        return tuple(tile)
+
+
+def _threads(ctx: SpaceContext) -> tuple[Any, ...]:
+    return (None, 1, *_powers(ctx.cores))
+
+
+def _innermost(ctx: SpaceContext) -> tuple[Any, ...]:
+    return (AUTO, None, *ctx.lhs_vars)
+
+
+_FACTORS = (None, 1, 2, 4, 8, 16)
+
+# Options type name -> field name -> its space. Add an entry when a field is added.
+FIELDS: dict[str, dict[str, FieldSpace]] = {
+    "Options": {
+        "threads": Choice(_threads),
+        "innermost": Choice(_innermost),
+        "unroll": Choice(lambda ctx: _FACTORS),
+        "block": Choice(lambda ctx: _FACTORS[:5]),
+        "tile": TileSpace(),
+    },
+}
+
+
+@dataclass(frozen=True)
+class Space:
+    """The product of one FieldSpace per field of `options_type`."""
+
+    options_type: type
+    fields: tuple[tuple[str, FieldSpace], ...]
+    ctx: SpaceContext
+
+    @staticmethod
+    def for_options(options_type: type, ctx: SpaceContext) -> Space:
+        known = FIELDS.get(options_type.__name__, {})
+        default = options_type()
+        fields = tuple(
+            (f.name, known.get(f.name) or Fixed(getattr(default, f.name)))
+            for f in dataclasses.fields(options_type)
+        )
+        return Space(options_type, fields, ctx)
+
+    @property
+    def fixed(self) -> tuple[str, ...]:
+        """The fields the search leaves at their defaults (no entry in FIELDS)."""
+        return tuple(name for name, s in self.fields if isinstance(s, Fixed))
+
+    @property
+    def searched(self) -> tuple[str, ...]:
+        return tuple(name for name, s in self.fields if not isinstance(s, Fixed))
+
+    def sample(self, rng: random.Random) -> Any:
+        return self.options_type(**{n: s.sample(rng, self.ctx) for n, s in self.fields})
+
+    def mutate(self, options: Any, rng: random.Random) -> Any:
+        names = self.searched
+        if not names:
+            return options
+        changes = {}
+        for name in rng.sample(names, k=min(len(names), rng.choice((1, 1, 2)))):
+            space = dict(self.fields)[name]
+            changes[name] = space.mutate(getattr(options, name), rng, self.ctx)
+        return dataclasses.replace(options, **changes)
+
+    def crossover(self, a: Any, b: Any, rng: random.Random) -> Any:
+        return self.options_type(
+            **{n: getattr(a if rng.random() < 0.5 else b, n) for n, _ in self.fields}
+        )
+
+
+def options_to_json(options: Any) -> dict[str, Any]:
+    """The fields of an Options value as JSON data (tuples as lists)."""
+    return {
+        f.name: list(v) if isinstance(v := getattr(options, f.name), tuple) else v
+        for f in dataclasses.fields(options)
+    }
+
+
+def options_from_json(options_type: type, data: Mapping[str, Any]) -> Any:
+    """The inverse of `options_to_json`; a TypeError/ValueError (OptionsError) when the
+    data does not fit `options_type` (a stale entry: a field renamed or removed)."""
+    names = {f.name for f in dataclasses.fields(options_type)}
+    unknown = set(data) - names
+    if unknown:
+        raise TypeError(f"unknown Options field(s): {', '.join(sorted(unknown))}")
+    return options_type(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+def describe(options: Any) -> str:
+    """`Options(...)` with the fields that differ from the default, for reports."""
+    default = type(options)()
+    parts = [
+        f"{f.name}={getattr(options, f.name)!r}"
+        for f in dataclasses.fields(options)
+        if getattr(options, f.name) != getattr(default, f.name)
+    ]
+    return f"{type(options).__name__}({', '.join(parts)})"
+
+
+__all__ = [
+    "FIELDS",
+    "Choice",
+    "FieldSpace",
+    "Fixed",
+    "Space",
+    "SpaceContext",
+    "TileSpace",
+    "describe",
+    "options_from_json",
+    "options_to_json",
+]
