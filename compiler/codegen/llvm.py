@@ -116,6 +116,13 @@ def emit_llvm(f: Function, *, optimised: bool = True) -> str:
     return str(optimise(module)) if optimised else str(module)
 
 
+def object_code(ref: llvm.ModuleRef) -> bytes:
+    """The native object file of an optimised module (what `ExecutionEngine.add_object_file`
+    loads)."""
+    with _LLVM_LOCK:
+        return bytes(_new_target_machine().emit_object(ref))
+
+
 @dataclass(frozen=True)
 class JitCode:
     """Machine code for one Function: keep `engine` alive while `address` is called."""

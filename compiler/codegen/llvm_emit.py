@@ -34,6 +34,7 @@ from compiler.loops import (
     Let,
     Load,
     Local,
+    LoopKind,
     Max,
     Min,
     Mod,
@@ -47,6 +48,7 @@ from compiler.loops import (
     chunk_loops,
 )
 
+_LOOP_KINDS = frozenset({LoopKind.SERIAL, LoopKind.PARALLEL, LoopKind.VECTOR, LoopKind.UNROLL})
 I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
 PTR = ir.PointerType()
 REDUCTION_FLAGS = ("reassoc", "nsz", "contract")
@@ -211,6 +213,10 @@ class FunctionEmitter:
             self.stmt(child)
 
     def _stmt_For(self, s: For) -> None:
+        if s.kind not in _LOOP_KINDS:
+            raise InternalError(
+                f"LLVM backend: {s.kind.value} loops are not implemented (loop '{s.var}')"
+            )
         lo, hi = self.expr(s.lo), self.expr(s.hi)
         if id(s) in self.chunked:
             lo, hi = self._chunk_bounds(lo, hi, s.step)
