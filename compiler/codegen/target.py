@@ -155,7 +155,7 @@ def loops_of(node: Node) -> list[For]:
     found: list[For] = []
 
     class _Loops(Visitor):
-        def visitFor(self, loop: For) -> None:
+        def visit_For(self, loop: For) -> None:
             found.append(loop)
             self.generic_visit(loop)
 
