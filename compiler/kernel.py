@@ -159,6 +159,22 @@ class Kernel:
     def __repr__(self) -> str:
         return f"<Kernel {self.name} target={self.target!r}>"
 
+    def info(self) -> dict[str, Any]:
+        """How this kernel runs: `target`, `runtime` (the thread pool: "gomp", "python",
+        or "interp" for the reference evaluator), `threads`, `parallel_loops` (regions
+        that may run on threads), `native_calls_per_run`, `notes`."""
+        if self._native is None:
+            return {
+                "name": self.name,
+                "target": self.target,
+                "runtime": "interp",
+                "threads": 1,
+                "parallel_loops": 0,
+                "native_calls_per_run": 0,
+                "notes": [],
+            }
+        return {"name": self.name, **self._native.info()}
+
     # Gradients (compiler.backward): derived by compiler.autodiff, or backward=.
     @property
     def grad_source(self) -> str:

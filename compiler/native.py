@@ -1,16 +1,13 @@
-"""Running a ranged def on the LLVM target: lower, compile once, call per statement.
+"""Running a ranged def on the CPU target: lower, compile once, one native call per run.
 
-    program = compile_native(ranged, options)     # lower + JIT (one LLVM function)
+    program = compile_native(ranged, options)     # lower + CPU pass + JIT (one entry)
     program.run(inputs, sizes, outputs)           # outputs: fresh arrays, written in place
 
-Statements must run one after the other, but each one's outermost parallel loop may
-be split across threads. So the lowered Function's top-level nests become *phases*:
-the compiled function takes one more size argument, `PHASE`, and runs only the nest
-whose number it is given (`if (tcc.phase == p) nest_p`). `run` calls phase after phase;
-within a phase the chunks of its top-level parallel loops run on the thread pool of
-`compiler.codegen.runtime` (the first chunk starts at -inf and the last ends at +inf,
-so sibling loops that isl split off are covered too). A def with one nest has no phase
-argument.
+The lowered Function goes through the CPU target's passes (`compiler.codegen.target`,
+`codegen.cpu_parallel`) and becomes one native entry that runs every statement in
+order; each statement's outermost parallel loop runs on the native thread pool of
+`compiler.codegen.runtime` (libgomp, or the Python fallback) when it has enough work.
+`run` makes one ctypes call.
 
 Reads that `poly.schedule` could not prove in bounds report into a small error
 buffer (`poly.astgen.ERROR_BUFFER`); after the run a record there becomes the same
@@ -19,13 +16,12 @@ ShapeError the reference evaluator raises, naming the tensor, dimension and inde
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import json
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -40,45 +36,35 @@ from compiler.codegen.cache import (
     load_object,
 )
 from compiler.codegen.runtime import (
-    INT64_MAX,
-    INT64_MIN,
     CompiledFunction,
     compile_function,
-    run_chunks,
+    default_pool,
+    thread_count,
 )
+from compiler.codegen.target import get_target, prepare
 from compiler.frontend.ast import Access
 from compiler.frontend.checked import RangedDef
 from compiler.frontend.diagnostics import InternalError, ShapeError
 from compiler.frontend.printer import print_def, print_expr
-from compiler.loops import (
-    Bin,
-    BinOp,
-    Block,
-    Const,
-    DType,
-    For,
-    Function,
-    If,
-    Stmt,
-    VarRef,
-    check_arguments,
-    chunk_loops,
-    eval_size_expr,
-)
+from compiler.loops import Function, check_arguments
 from compiler.options import Options
 from compiler.poly.astgen import ERROR_BUFFER, Lowered
 from compiler.poly.lower_expr import ReadCheck
 
-PHASE = "tcc.phase"
+TARGET = "llvm"
 
 
 @dataclass(frozen=True)
 class NativeProgram:
     lowered: Lowered
-    function: Function  # what is compiled: the lowered Function, phased
-    phases: tuple[Stmt, ...]
+    function: Function  # what is compiled: the lowered Function after the CPU passes
     compiled: CompiledFunction
     options: Options
+
+    @property
+    def threads(self) -> int:
+        """The thread count of every call: Options.threads, else one per core."""
+        return thread_count(self.options.threads)
 
     def run(
         self,
@@ -91,31 +77,16 @@ class NativeProgram:
         error = None
         if self.lowered.checks:
             error = arrays[ERROR_BUFFER] = np.zeros(2, dtype=np.int64)
-        all_sizes = dict(sizes)
-        if len(self.phases) > 1:
-            all_sizes[PHASE] = 0
-        env = check_arguments(self.function, arrays, all_sizes)
+        env = check_arguments(self.function, arrays, sizes)
         pointers = [arrays[b.name].ctypes.data for b in self.function.buffers]
-        cfunc = _cfunc(self.compiled)
-        threads = self.options.threads or os.cpu_count() or 1
-        for p, phase in enumerate(self.phases):
-            if len(self.phases) > 1:
-                env[PHASE] = p
-            size_args = [env[n] for n in self.function.size_params]
-
-            def call(lo: int, hi: int, size_args: list[int] = size_args) -> None:
-                cfunc(*pointers, *size_args, lo, hi)
-
-            run_chunks(call, _chunks(phase, self.function, env, threads))
-            if error is not None and error[0]:
-                break
+        self.compiled.call(pointers, [env[n] for n in self.function.size_params], self.threads)
         if error is not None and error[0]:
-            raise self._read_error(int(error[0]) - 1, int(error[1]), arrays)
+            raise self.read_error(error, arrays)
 
-    def _read_error(
-        self, check_id: int, value: int, arrays: Mapping[str, np.ndarray]
-    ) -> ShapeError:
-        check = self.lowered.checks[check_id]
+    def read_error(self, error: np.ndarray, arrays: Mapping[str, np.ndarray]) -> ShapeError:
+        """The ShapeError for the record in the error buffer `error`."""
+        check = self.lowered.checks[int(error[0]) - 1]
+        value = int(error[1])
         extent = arrays[check.access.name].shape[check.dim]
         if check.write:  # the wording of compiler.interp's data-dependent scatter
             return ShapeError(
@@ -133,6 +104,19 @@ class NativeProgram:
             "values, or guard the read with a ternary",
         )
 
+    def info(self) -> dict[str, Any]:
+        """How this program runs: target, thread pool, threads, parallel regions."""
+        from compiler.codegen.cpu_parallel import parallel_loops
+
+        return {
+            "target": TARGET,
+            "runtime": default_pool(),
+            "threads": self.threads,
+            "parallel_loops": len(parallel_loops(self.function)),
+            "native_calls_per_run": 1,
+            "notes": list(getattr(self.lowered, "notes", ())),
+        }
+
 
 def compile_native(
     ranged: RangedDef, options: Options | None = None, *, cache: CompileCache | None = None
@@ -147,23 +131,12 @@ def compile_native(
 
 def compile_lowered(lowered: Lowered, options: Options) -> NativeProgram:
     """JIT-compile lowered loops (the pipeline's `codegen` pass for the CPU)."""
-    f, phases = _phased(lowered.function)
-    return NativeProgram(lowered, f, phases, compile_function(f), options)
-
-
-def _phased(f: Function) -> tuple[Function, tuple[Stmt, ...]]:
-    """`f` with one PHASE guard per top-level nest (when there are several), and the nests."""
-    phases = f.body.stmts if isinstance(f.body, Block) else (f.body,)
-    if len(phases) > 1:
-        guarded = tuple(
-            If(Bin(BinOp.EQ, VarRef(PHASE), Const(p, DType.INT64)), s) for p, s in enumerate(phases)
-        )
-        f = Function(f.name, f.buffers, (*f.size_params, PHASE), Block(guarded))
-    return f, tuple(phases)
+    f = prepare(get_target(TARGET), lowered.function, options)
+    return NativeProgram(lowered, f, compile_function(f), options)
 
 
 # ------------------------------------------------------------ the compile cache
-# An entry holds the phased Function, its code, and the run-time checks as
+# An entry holds the compiled Function (after the CPU passes), its code, and the run-time checks as
 # (number of the Access in a walk of the ranged def, dimension): spans come from the
 # def at hand, so sources that differ only in layout share the entry.
 
@@ -190,7 +163,7 @@ def program_key(ranged: RangedDef, options: Options) -> dict[str, str]:
         "entry": ranged.name,
         "dtypes": json.dumps([[t.name, t.dtype.value] for t in checked.tensors]),
         "output_bounds": json.dumps(bounds),
-        "target": "llvm",
+        "target": TARGET,
         "options": json.dumps(opts, sort_keys=True),
         "tcc": __version__,
         **environment_key(),
@@ -210,16 +183,10 @@ def _cached_program(ranged: RangedDef, options: Options, cache: CompileCache) ->
     if any(not 0 <= i < len(accesses) for i, _, _ in entry.checks):
         return compile_native(ranged, options)
     checks = tuple(ReadCheck(accesses[i], dim, write) for i, dim, write in entry.checks)
-    f = entry.function
-    unphased = f
-    if PHASE in f.size_params:
-        phases = tuple(s.then for s in f.body.stmts)  # type: ignore[attr-defined]
-        unphased = Function(f.name, f.buffers, f.size_params[:-1], Block(phases))
-    _, phases = _phased(unphased)
-    lowered = Lowered(unphased, checks)
+    lowered = Lowered(entry.function, checks)
     if entry.notes:
         lowered = dataclasses.replace(lowered, notes=entry.notes)
-    return NativeProgram(lowered, f, phases, entry.compiled, options)
+    return NativeProgram(lowered, entry.function, entry.compiled, options)
 
 
 def _build(ranged: RangedDef, options: Options, cache: CompileCache, key: str) -> _Cached | None:
@@ -234,7 +201,7 @@ def _build(ranged: RangedDef, options: Options, cache: CompileCache, key: str) -
             return None
         checks.append((found[0], check.dim, check.write))
     notes = tuple(getattr(lowered, "notes", ()))
-    f, _ = _phased(lowered.function)
+    f = prepare(get_target(TARGET), lowered.function, options)
     compiled, stored = compile_to_object(f)
     metadata = {**stored.metadata, "checks": checks, "notes": list(notes)}
     cache.write(key, dataclasses.replace(stored, metadata=metadata))
@@ -278,33 +245,4 @@ def _accesses(node: object) -> list[Access]:
     return found
 
 
-def _cfunc(compiled: CompiledFunction) -> ctypes._CFuncPtr:
-    f = compiled.function
-    nargs = len(f.buffers) + len(f.size_params) + 2
-    argtypes = [ctypes.c_void_p] * len(f.buffers) + [ctypes.c_int64] * (nargs - len(f.buffers))
-    return ctypes.CFUNCTYPE(None, *argtypes)(compiled.code.address)
-
-
-def _chunks(
-    phase: Stmt, f: Function, env: Mapping[str, int], threads: int
-) -> list[tuple[int, int]]:
-    """[lo, hi) pieces of the phase's top-level parallel loops, one per thread."""
-    whole = [(INT64_MIN, INT64_MAX)]
-    loops = chunk_loops(Function(f.name, f.buffers, f.size_params, phase))
-    if threads <= 1 or not loops:
-        return whole
-    loop: For = loops[0]
-    try:
-        lo, hi = eval_size_expr(loop.lo, env), eval_size_expr(loop.hi, env)
-    except Exception:  # bounds that read outer names: no split  # noqa: BLE001
-        return whole
-    trips = max(0, -(-(hi - lo) // loop.step))
-    parts = max(1, min(threads, trips))
-    if parts <= 1:
-        return whole
-    bounds = [lo + (trips * k // parts) * loop.step for k in range(parts + 1)]
-    bounds[0], bounds[-1] = INT64_MIN, INT64_MAX
-    return list(zip(bounds[:-1], bounds[1:], strict=True))
-
-
-__all__ = ["PHASE", "NativeProgram", "compile_native", "program_key"]
+__all__ = ["NativeProgram", "compile_native", "program_key"]

@@ -31,7 +31,6 @@ from compiler.loops import (
     print_expr,
     print_function,
     run_function,
-    splittable_loop,
     verify,
 )
 from tests.codegen.kit import (
@@ -183,21 +182,6 @@ def test_interpreter_wraps_integers_and_catches_out_of_bounds_reads() -> None:
         run_function(g, {"A": np.zeros(3, np.float32), "O": np.zeros(3, np.float32)}, {"N": 3})
     with pytest.raises(ShapeError, match="needs shape"):
         run_function(g, {"A": np.zeros(3, np.float32), "O": np.zeros(4, np.float32)}, {"N": 3})
-
-
-def test_splittable_loop_is_the_single_outer_parallel_loop() -> None:
-    assert (
-        splittable_loop(matmul(F32)) is matmul(F32).body
-        or splittable_loop(matmul(F32)) == matmul(F32).body
-    )
-    two = func(
-        "two",
-        [A, OUT],
-        "N",
-        pfor("i", 0, "N", store(OUT, ("i",), load(A, "i"))),
-        pfor("j", 0, "N", store(OUT, ("j",), load(A, "j"))),
-    )
-    assert splittable_loop(two) is None
 
 
 def test_conv_with_temp_strided_reduction_runs_the_same_everywhere() -> None:

@@ -1,5 +1,7 @@
-"""Code generation from the loop IR: LLVM (`llvm`, JIT through llvmlite) and the runtime
-that calls compiled code on NumPy arrays (`runtime`). Imports only `compiler.loops`."""
+"""Code generation from the loop IR: the target seam (`target`: protocol and registry),
+the CPU target (`cpu`: its loop pass `cpu_parallel`, LLVM through llvmlite in `llvm`,
+`llvm_emit`, `llvm_parallel`) and the CPU runtime that calls compiled code on NumPy
+arrays (`runtime`). Imports only `compiler.loops`."""
 
 from __future__ import annotations
 

@@ -3,12 +3,14 @@
 Requires: a Function that `compiler.loops.verify` accepts.
 Ensures: one LLVM function with the ABI
 
-    void tcc.<name>(ptr buf0, ptr buf1, ..., i64 size0, ..., i64 chunk_lo, i64 chunk_hi)
+    void tcc.<name>(ptr buf0, ptr buf1, ..., i64 size0, ..., i64 threads, ptr launch)
 
 buffers in declaration order (`noalias`, dense row-major), then the size parameters,
-then the chunk: every parallel loop that is not nested in another loop runs only over
-the part of its range inside [chunk_lo, chunk_hi) (aligned to its step), so a runtime
-can split it across threads; pass (INT64_MIN, INT64_MAX) to run everything.
+then the thread count and the address of a launcher `void launch(ptr thunk, ptr data,
+i64 n)`: the entry runs the whole body, and each parallel loop is outlined and handed
+to `launch` when it has enough work (`codegen.llvm_parallel`; the runtime supplies the
+launcher: `codegen.runtime`). Which loops are parallel is decided before, by the CPU
+target's pass (`codegen.cpu_parallel`).
 
 Lowering choices: loops are one helper (`_loop`: a header with a phi, a body, a latch);
 Local scalars are stack slots in the entry block (mem2reg makes them registers); an
@@ -20,8 +22,9 @@ booleans are i1 in registers and i8 in memory; Alloc calls calloc/free.
 The module gets the host's triple and data layout and is optimised at O3 with loop and
 SLP vectorisation by the new pass builder.
 
-Example: `For(i, 0, N, 1, Store(C, (i,), A[i] + 1.0f), parallel)` becomes a loop from
-`max(0, chunk_lo)` to `min(N, chunk_hi)` that O3 vectorises to `<16 x float>` adds.
+Example: `For(i, 0, N, 1, Store(C, (i,), A[i] + 1.0f), parallel)` becomes a function
+`tcc.f.i.work(A, C, N, first, last)` whose loop O3 vectorises to `<16 x float>` adds,
+called directly for small N and from every thread of the pool for large N.
 """
 
 from __future__ import annotations
@@ -115,6 +118,13 @@ def emit_llvm(f: Function, *, optimised: bool = True) -> str:
     """The LLVM IR text of `f`, optimised unless asked otherwise."""
     module = build_module(f)
     return str(optimise(module)) if optimised else str(module)
+
+
+def object_code(ref: llvm.ModuleRef) -> bytes:
+    """The native object file of an optimised module (what `ExecutionEngine.add_object_file`
+    loads)."""
+    with _LLVM_LOCK:
+        return bytes(_new_target_machine().emit_object(ref))
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Any
 from llvmlite import ir
 
 from compiler.codegen.llvm_math import MathEmitter, intrinsic
+from compiler.codegen.llvm_parallel import emit_parallel
 from compiler.frontend.diagnostics import InternalError
 from compiler.loops import (
     Alloc,
@@ -34,6 +35,7 @@ from compiler.loops import (
     Let,
     Load,
     Local,
+    LoopKind,
     Max,
     Min,
     Mod,
@@ -44,9 +46,9 @@ from compiler.loops import (
     UnaryOp,
     VarRef,
     Visitor,
-    chunk_loops,
 )
 
+_LOOP_KINDS = frozenset({LoopKind.SERIAL, LoopKind.PARALLEL, LoopKind.VECTOR, LoopKind.UNROLL})
 I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
 PTR = ir.PointerType()
 REDUCTION_FLAGS = ("reassoc", "nsz", "contract")
@@ -108,12 +110,16 @@ class _FunctionAttributes(ir.values.FunctionAttributes):
 class FunctionEmitter:
     """Builds `f` into `module`."""
 
-    def __init__(self, module: ir.Module, f: Function) -> None:
+    def __init__(self, module: ir.Module, f: Function, fn: ir.Function | None = None) -> None:
+        """An emitter of `f` into `module`; with `fn`, of a function other than `f`'s
+        entry (an outlined loop body, `codegen.llvm_parallel`), with empty scopes."""
         self.module = module
         self.f = f
-        args = [PTR] * len(f.buffers) + [I64] * (len(f.size_params) + 2)
-        self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), args), name=symbol(f))
-        self.fn.attributes = _FunctionAttributes(["nounwind", *VECTOR_WIDTH_ATTRIBUTES])
+        if fn is None:
+            args = [PTR] * len(f.buffers) + [I64] * (len(f.size_params) + 1) + [PTR]
+            fn = ir.Function(module, ir.FunctionType(ir.VoidType(), args), name=symbol(f))
+            fn.attributes = _FunctionAttributes(["nounwind", *VECTOR_WIDTH_ATTRIBUTES])
+        self.fn = fn
         self.entry = self.fn.append_basic_block("entry")
         self.builder = ir.IRBuilder(self.entry)
         self.math = MathEmitter(module, self.builder)
@@ -121,7 +127,12 @@ class FunctionEmitter:
         self.slots: dict[str, tuple[ir.Value, DType]] = {}
         self.compensation: dict[str, ir.Value] = {}  # Kahan's correction of a float Local
         self.buffers: dict[str, _BufferRef] = {}
-        self.chunked = {id(loop) for loop in chunk_loops(f)}
+        self.threads: ir.Value = ir.Constant(I64, 1)  # the entry's thread count argument
+        self.launch: ir.Value | None = None  # its launcher argument (None: run serially)
+
+    def fork(self, fn: ir.Function) -> FunctionEmitter:
+        """An emitter for another function `fn` of the same module."""
+        return type(self)(self.module, self.f, fn)
 
     def emit(self) -> None:
         f, args = self.f, self.fn.args
@@ -129,10 +140,10 @@ class FunctionEmitter:
             arg.name = b.name
             arg.add_attribute("noalias")
         sizes = args[len(f.buffers) :]
-        for arg, name in zip(sizes, (*f.size_params, "chunk_lo", "chunk_hi"), strict=True):
+        for arg, name in zip(sizes, (*f.size_params, "tcc.threads", "tcc.launch"), strict=True):
             arg.name = name
-            self.values[name] = arg
-        self.chunk = (sizes[-2], sizes[-1])
+        self.values.update(zip(f.size_params, sizes, strict=False))
+        self.threads, self.launch = sizes[-2], sizes[-1]
         for arg, b in zip(args, f.buffers, strict=False):
             self._declare(b, arg)
         self.stmt(f.body)
@@ -181,21 +192,6 @@ class FunctionEmitter:
         b.branch(header)
         b.position_at_end(after)
 
-    def _chunk_bounds(self, lo: ir.Value, hi: ir.Value, step: int) -> tuple[ir.Value, ir.Value]:
-        """[lo, hi) intersected with [chunk_lo, chunk_hi), the start kept on lo's grid."""
-        b = self.builder
-        chunk_lo, chunk_hi = self.chunk
-        later = b.icmp_signed(">", chunk_lo, lo)
-        if step == 1:
-            start = b.select(later, chunk_lo, lo)
-        else:
-            k = b.sdiv(
-                b.add(b.sub(chunk_lo, lo), ir.Constant(I64, step - 1)), ir.Constant(I64, step)
-            )
-            start = b.select(later, b.add(lo, b.mul(k, ir.Constant(I64, step))), lo)
-        end = b.select(b.icmp_signed("<", chunk_hi, hi), chunk_hi, hi)
-        return start, end
-
     @contextmanager
     def _bound(self, var: str, value: ir.Value) -> Iterator[None]:
         self.values[var] = value
@@ -217,9 +213,14 @@ class FunctionEmitter:
             self.stmt(child)
 
     def _stmt_For(self, s: For) -> None:
+        if s.kind not in _LOOP_KINDS:
+            raise InternalError(
+                f"LLVM backend: {s.kind.value} loops are not implemented (loop '{s.var}')"
+            )
+        if s.kind is LoopKind.PARALLEL and self.launch is not None:
+            emit_parallel(self, s)  # on the thread pool (codegen.llvm_parallel)
+            return
         lo, hi = self.expr(s.lo), self.expr(s.hi)
-        if id(s) in self.chunked:
-            lo, hi = self._chunk_bounds(lo, hi, s.step)
         summand = self._sum_term(s)
         if summand is None:
             self._loop(s.var, lo, hi, s.step, lambda: self.stmt(s.body))

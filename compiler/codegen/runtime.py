@@ -1,19 +1,31 @@
-"""Calling JIT-compiled loop-IR functions on NumPy arrays, across threads.
+"""The CPU runtime: calling JIT-compiled loop-IR functions on NumPy arrays.
 
-`compile_function(f)` returns a `CompiledFunction` (cached in memory by the Function's
-full repr, so compiling an equal Function twice is free). Calling it checks the arrays
-and sizes against the Function's buffers (`compiler.loops.check_arguments`: dtype,
-shape, C-contiguity, writeable outputs; a `ShapeError` otherwise), then calls the
-machine code through ctypes, which releases the GIL. When the Function's body is one
-parallel loop (`compiler.loops.splittable_loop`), its iterations are split into
-`threads` contiguous chunks run on a shared thread pool; the caller runs the first
-chunk itself and waits for the rest, and an exception in any chunk is re-raised in the
-caller. Compiled code keeps no state, so several Python threads may call one
-CompiledFunction at once. The MCJIT engine lives as long as the CompiledFunction.
-
-Example:
     cf = compile_function(f)                  # f: C[i] = A[i] + 1 over i < N
     cf({"A": a, "C": c}, {"N": len(a)}, threads=2)
+    cf.call([a.ctypes.data, c.ctypes.data], [len(a)], 2)   # unchecked: a runtime's fast path
+
+One native call runs the whole Function: its entry (`codegen.llvm`) takes the buffers,
+the size parameters, a thread count and the address of a *launcher*, and runs every
+statement itself; each of its parallel loops (`codegen.cpu_parallel` decides which) is
+outlined and, when it has enough work, handed to the launcher (`codegen.llvm_parallel`).
+Two launchers exist (`pool(name)`):
+
+- `"gomp"`: libgomp's native thread pool (`GOMP_parallel`), loaded once with
+  `llvmlite.binding.load_library_permanently("libgomp.so.1")`; the default where it loads;
+- `"python"`: a ctypes callback that runs the outlined body on a shared Python
+  `ThreadPoolExecutor` (`run_chunks`): the fallback where libgomp does not load.
+
+`default_pool()` names the one kernels use. `threads=None` means `DEFAULT_THREADS`
+(`os.cpu_count()`, read once at import). Calling `cf(...)` checks the arrays and sizes
+against the Function's buffers (`compiler.loops.check_arguments`: dtype, shape,
+C-contiguity, writeable outputs; a `ShapeError` otherwise); ctypes releases the GIL
+for the call. Compiled code keeps no state, so several Python threads may call one
+CompiledFunction at once.
+
+Memory: `compile_function` remembers the last `MEMORY_CACHE_SIZE` Functions it compiled
+(an LRU keyed by the Function's repr); a CompiledFunction owns its MCJIT engine, which
+is freed with it once neither that table nor any kernel holds it (`live_functions()`
+counts the ones alive).
 """
 
 from __future__ import annotations
@@ -21,32 +33,55 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
+import llvmlite.binding as llvm
 import numpy as np
 
-from compiler.codegen.llvm import JitCode, jit
+from compiler.codegen import cpu_parallel
+from compiler.codegen.llvm import _LLVM_LOCK, JitCode, _new_target_machine, jit, target_machine
+from compiler.codegen.llvm_parallel import gomp_launcher_module
 from compiler.frontend.diagnostics import OptionsError
-from compiler.loops import Function, check_arguments, eval_size_expr, splittable_loop
+from compiler.loops import Function, check_arguments
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+DEFAULT_THREADS = os.cpu_count() or 1
+MEMORY_CACHE_SIZE = 64  # compiled Functions kept alive by compile_function's table
 
-_CACHE: dict[str, CompiledFunction] = {}
+_CACHE: OrderedDict[str, CompiledFunction] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
+_LIVE: weakref.WeakSet[CompiledFunction] = weakref.WeakSet()
 _POOL: list[ThreadPoolExecutor] = []
 _POOL_LOCK = threading.Lock()
 _WORKER = threading.local()  # .active is True in the pool's threads
 
 
 def compile_function(f: Function) -> CompiledFunction:
-    """JIT-compile `f` (or reuse the compiled code of an equal Function)."""
+    """JIT-compile `f` after the CPU pass (`codegen.cpu_parallel`), or reuse the code
+    of an equal Function compiled recently."""
     key = repr(f)
     with _CACHE_LOCK:
         cached = _CACHE.get(key)
-        if cached is None:
-            cached = _CACHE[key] = CompiledFunction(f, jit(f))
+        if cached is not None:
+            _CACHE.move_to_end(key)
+            return cached
+    g = cpu_parallel.run(f)
+    compiled = CompiledFunction(g, jit(g))
+    with _CACHE_LOCK:
+        cached = _CACHE.setdefault(key, compiled)
+        _CACHE.move_to_end(key)
+        while len(_CACHE) > MEMORY_CACHE_SIZE:
+            _CACHE.popitem(last=False)
     return cached
+
+
+def live_functions() -> int:
+    """How many CompiledFunctions (each with its JIT engine) are alive in this process."""
+    return len(_LIVE)
 
 
 class CompiledFunction:
@@ -56,10 +91,10 @@ class CompiledFunction:
         self.function = f
         self.code = code  # holds the MCJIT engine: the address is valid while it lives
         self._ir_text = ir_text  # code loaded from an object file has no module to print
-        nargs = len(f.buffers) + len(f.size_params) + 2
-        argtypes = [ctypes.c_void_p] * len(f.buffers) + [ctypes.c_int64] * (nargs - len(f.buffers))
-        self._cfunc = ctypes.CFUNCTYPE(None, *argtypes)(code.address)
-        self._split = splittable_loop(f)
+        nbuf = len(f.buffers)
+        argtypes = [ctypes.c_void_p] * nbuf + [ctypes.c_int64] * (len(f.size_params) + 1)
+        self._cfunc = ctypes.CFUNCTYPE(None, *argtypes, ctypes.c_void_p)(code.address)
+        _LIVE.add(self)
 
     def __call__(
         self,
@@ -67,33 +102,128 @@ class CompiledFunction:
         sizes: Mapping[str, int],
         *,
         threads: int | None = None,
+        pool: str | None = None,
     ) -> dict[str, np.ndarray]:
         """Run on `arrays` (outputs written in place); returns the arrays by name."""
         env = check_arguments(self.function, arrays, sizes)
-        threads = _thread_count(threads)
         pointers = [arrays[b.name].ctypes.data for b in self.function.buffers]
-        size_args = [env[name] for name in self.function.size_params]
-
-        def call(lo: int, hi: int) -> None:
-            self._cfunc(*pointers, *size_args, lo, hi)
-
-        run_chunks(call, self.chunks(env, threads))
+        self.call(pointers, [env[n] for n in self.function.size_params], thread_count(threads), pool)
         return dict(arrays)
 
-    def chunks(self, env: Mapping[str, int], threads: int) -> list[tuple[int, int]]:
-        """The [lo, hi) pieces of the parallel loop's range, one per thread (at most)."""
-        loop = self._split
-        if loop is None or threads <= 1:
-            return [(INT64_MIN, INT64_MAX)]
-        lo, hi = eval_size_expr(loop.lo, env), eval_size_expr(loop.hi, env)
-        trips = max(0, -(-(hi - lo) // loop.step))
-        parts = max(1, min(threads, trips))
-        bounds = [lo + (trips * k // parts) * loop.step for k in range(parts + 1)]
-        return list(zip(bounds[:-1], bounds[1:], strict=True))
+    def call(
+        self, pointers: Sequence[int], sizes: Sequence[int], threads: int, pool: str | None = None
+    ) -> None:
+        """One native call, unchecked: buffer addresses and sizes in declaration order."""
+        self._cfunc(*pointers, *sizes, threads, launcher(pool).address)
+
+    def bind(self, pool: str | None = None) -> Callable[..., None]:
+        """`fn(*pointers, *sizes, threads)`: the call with the launcher fixed (fastest)."""
+        address = launcher(pool).address
+        cfunc = self._cfunc
+        return lambda *args: cfunc(*args, address)
 
     def ir(self) -> str:
         """The optimised LLVM IR this function was compiled from."""
         return self._ir_text if self._ir_text is not None else str(self.code.module)
+
+
+def thread_count(threads: int | None) -> int:
+    """`threads`, or DEFAULT_THREADS for None; an OptionsError for anything else."""
+    if threads is None:
+        return DEFAULT_THREADS
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise OptionsError(f"threads must be a positive int, got {threads!r}")
+    return threads
+
+
+# ------------------------------------------------------------------ launchers
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """A native `launch(thunk, data, n)` function: its name and address, and what keeps
+    the address valid (an execution engine, a ctypes callback)."""
+
+    name: str
+    address: int
+    keep: object
+
+
+POOLS = ("gomp", "python")
+_LAUNCHERS: dict[str, Launcher | None] = {}
+_LAUNCHERS_LOCK = threading.Lock()
+
+
+def launcher(name: str | None = None) -> Launcher:
+    """The launcher called `name` (None: `default_pool()`); an OptionsError if it does
+    not exist or cannot load here."""
+    if name is None:
+        name = default_pool()
+    found = _launcher(name)
+    if found is None:
+        raise OptionsError(
+            f"thread pool '{name}' is not available in this process",
+            hint=f"pools: {', '.join(POOLS)}; 'python' always works",
+        )
+    return found
+
+
+def default_pool() -> str:
+    """"gomp" where libgomp loads, else "python"."""
+    return "gomp" if _launcher("gomp") is not None else "python"
+
+
+def _launcher(name: str) -> Launcher | None:
+    if name not in POOLS:
+        raise OptionsError(f"unknown thread pool '{name}'; pools: {', '.join(POOLS)}")
+    with _LAUNCHERS_LOCK:
+        if name not in _LAUNCHERS:
+            _LAUNCHERS[name] = _load_gomp() if name == "gomp" else _python_launcher()
+        return _LAUNCHERS[name]
+
+
+def _load_gomp() -> Launcher | None:
+    """libgomp's pool, or None where libgomp.so.1 does not load."""
+    with _LLVM_LOCK:
+        tm = target_machine()
+        try:
+            llvm.load_library_permanently("libgomp.so.1")
+        except RuntimeError:
+            return None
+        if not llvm.address_of_symbol("GOMP_parallel"):
+            return None
+        module = gomp_launcher_module(tm.triple, str(tm.target_data))
+        ref = llvm.parse_assembly(str(module))
+        ref.verify()
+        engine = llvm.create_mcjit_compiler(ref, _new_target_machine())
+        engine.finalize_object()
+        address = engine.get_function_address("tcc.gomp_launch")
+    return Launcher("gomp", address, (engine, ref)) if address else None
+
+
+_THUNK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+_LAUNCH = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+
+
+_PY_LAUNCHES = [0]
+
+
+def python_launches() -> int:
+    """How many parallel regions the Python pool has run (a test's probe)."""
+    return _PY_LAUNCHES[0]
+
+
+def _python_launch(thunk: int, data: int, n: int) -> None:
+    _PY_LAUNCHES[0] += 1  # under the GIL: ctypes callbacks hold it
+    body = _THUNK(thunk)
+    run_chunks(lambda tid, _: body(data, tid, n), [(t, t + 1) for t in range(n)])
+
+
+def _python_launcher() -> Launcher:
+    callback = _LAUNCH(_python_launch)
+    address = ctypes.cast(callback, ctypes.c_void_p).value
+    assert address is not None
+    return Launcher("python", address, callback)
 
 
 def run_chunks(call: Callable[[int, int], None], chunks: Sequence[tuple[int, int]]) -> None:
@@ -120,14 +250,6 @@ def run_chunks(call: Callable[[int, int], None], chunks: Sequence[tuple[int, int
         raise error
 
 
-def _thread_count(threads: int | None) -> int:
-    if threads is None:
-        return os.cpu_count() or 1
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise OptionsError(f"threads must be a positive int, got {threads!r}")
-    return threads
-
-
 def _pool(workers: int) -> ThreadPoolExecutor:
     """A shared pool with at least `workers` threads (grown by replacing it).
 
@@ -135,7 +257,7 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     Its idle threads exit once it is garbage (ThreadPoolExecutor's weakref)."""
     with _POOL_LOCK:
         if not _POOL or _POOL[0]._max_workers < workers:
-            size = max(workers, os.cpu_count() or 1)
+            size = max(workers, DEFAULT_THREADS)
             _POOL[:] = [
                 ThreadPoolExecutor(
                     max_workers=size, thread_name_prefix="tcc", initializer=_mark_worker
@@ -146,3 +268,19 @@ def _pool(workers: int) -> ThreadPoolExecutor:
 
 def _mark_worker() -> None:
     _WORKER.active = True
+
+
+__all__ = [
+    "DEFAULT_THREADS",
+    "MEMORY_CACHE_SIZE",
+    "POOLS",
+    "CompiledFunction",
+    "Launcher",
+    "compile_function",
+    "default_pool",
+    "launcher",
+    "live_functions",
+    "python_launches",
+    "run_chunks",
+    "thread_count",
+]

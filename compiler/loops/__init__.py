@@ -40,8 +40,6 @@ from compiler.loops.ir import (
     VarRef,
     Visitor,
     children,
-    chunk_loops,
-    splittable_loop,
 )
 from compiler.loops.printer import print_expr, print_function, print_stmt
 from compiler.loops.verify import verify
@@ -50,7 +48,7 @@ __all__ = [
     "MATH_ARITY", "Alloc", "Assign", "Bin", "BinOp", "Block", "Buffer", "Call", "Cast",
     "Const", "DType", "Expr", "FloorDiv", "For", "Function", "If", "Let", "Load", "Local",
     "LoopKind", "Max", "Min", "Mod", "Mutator", "Node", "Role", "Select", "Stmt", "Store",
-    "Unary", "UnaryOp", "VarRef", "Visitor", "check_arguments", "children", "chunk_loops",
+    "Unary", "UnaryOp", "VarRef", "Visitor", "check_arguments", "children",
     "eval_expr", "eval_size_expr", "print_expr", "print_function", "print_stmt",
-    "run_function", "splittable_loop", "verify",
+    "run_function", "verify",
 ]  # fmt: skip

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 import compiler
-import compiler.native as native
 from compiler.codegen import runtime
 from compiler.codegen.cache import compile_to_object
 from compiler.options import Options
@@ -90,28 +89,6 @@ def test_an_error_in_a_worker_chunk_is_raised_in_the_caller() -> None:
     with pytest.raises(ValueError, match="chunk 2 failed"):
         runtime.run_chunks(chunk, [(0, 1), (1, 2), (2, 3), (3, 4)])
     assert sorted(done) == [0, 1, 3]  # the other chunks still ran to the end
-
-
-def test_an_error_in_a_worker_of_a_kernel_call_is_raised(monkeypatch: pytest.MonkeyPatch) -> None:
-    k = _matmul(threads=2)
-    a, b = _mm_inputs(3)
-    real = native._cfunc
-
-    def failing(compiled: runtime.CompiledFunction) -> object:
-        cfunc = real(compiled)
-
-        def call(*args: int) -> None:
-            if args[-2] != runtime.INT64_MIN:  # not the caller's own first chunk
-                raise RuntimeError("worker failed")
-            cfunc(*args)
-
-        return call
-
-    monkeypatch.setattr(native, "_cfunc", failing)
-    with pytest.raises(RuntimeError, match="worker failed"):
-        k(a, b)
-    monkeypatch.setattr(native, "_cfunc", real)
-    np.testing.assert_allclose(k(a, b)[0], a @ b, rtol=1e-5, atol=1e-5)
 
 
 def test_concurrent_defines_of_one_source_compile_it_once(tmp_path: Path) -> None:

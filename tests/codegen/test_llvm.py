@@ -247,7 +247,6 @@ def test_parallel_runs_with_one_and_two_threads_agree() -> None:
         cf(arrays, {"M": 31, "N": 21, "K": 40}, threads=threads)
         results.append(arrays["C"])
     np.testing.assert_array_equal(results[0], results[1])
-    assert cf.chunks({"M": 31, "N": 21, "K": 40}, 2) == [(0, 15), (15, 31)]
     assert compile_function(matmul(F32)) is cf  # the in-memory cache
 
 

@@ -1,0 +1,46 @@
+"""The CPU target ("llvm"): loop IR -> LLVM -> machine code in this process.
+
+`CPU_TARGET` implements `compiler.codegen.target.Target`: its options are
+`compiler.options.Options`, it implements serial, parallel, vector and unroll loops
+(GPU loop kinds are rejected), `compile` emits object code through LLVM
+(`compiler.codegen.llvm`) and `load` links it into an MCJIT engine, giving a
+`compiler.codegen.runtime.CompiledFunction`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from compiler.codegen import llvm as backend
+from compiler.codegen.cache import load_object
+from compiler.codegen.runtime import CompiledFunction
+from compiler.codegen.target import Artefact, LoopPass, register_target
+from compiler.loops import Function, LoopKind
+from compiler.options import Options
+
+CPU_LOOP_KINDS = frozenset({LoopKind.SERIAL, LoopKind.PARALLEL, LoopKind.VECTOR, LoopKind.UNROLL})
+
+
+@dataclass(frozen=True)
+class CpuTarget:
+    """LLVM for the host CPU (see the module doc)."""
+
+    name: str = "llvm"
+    options_type: type = Options
+    loop_kinds: frozenset[LoopKind] = CPU_LOOP_KINDS
+
+    def passes(self, options: Any) -> tuple[LoopPass, ...]:
+        return ()
+
+    def compile(self, function: Function, options: Any) -> Artefact:
+        ref = backend.optimise(backend.build_module(function))
+        return Artefact(self.name, function, backend.object_code(ref), {"ir": str(ref)})
+
+    def load(self, artefact: Artefact) -> CompiledFunction:
+        return load_object(artefact.function, artefact.code, str(artefact.metadata.get("ir", "")))
+
+
+CPU_TARGET = register_target(CpuTarget())
+
+__all__ = ["CPU_LOOP_KINDS", "CPU_TARGET", "CpuTarget"]

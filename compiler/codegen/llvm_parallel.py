@@ -1,0 +1,305 @@
+"""Parallel loops of the CPU target: outlined bodies run by a native thread pool.
+
+Requires: a FunctionEmitter (`codegen.llvm_emit`) positioned at a `parallel` For, with
+no Local enclosing it (`codegen.cpu_parallel` demotes such loops to serial).
+Ensures: the loop runs over its whole range, split across threads when that pays.
+
+A parallel loop `for i in [lo, hi) step s: body` becomes two internal functions and a
+decision in the caller:
+
+    work(ptr noalias buf..., <captured values>..., i64 first, i64 last)
+        for i in [first, last) step s: body             -- the loop itself
+    thunk(ptr ctx, i64 tid, i64 nthreads)
+        unpack ctx = {lo, trips, buffers, values}; run work on thread tid's share:
+        trips split in nthreads contiguous parts, the first `trips % nthreads` one longer
+    caller:
+        trips = max(0, ceil((hi - lo) / s));  work = trips * cost(body)
+        if threads > 1 and trips > 1 and work >= GRAIN: launch(thunk, &ctx, min(threads, trips))
+        else: work(..., lo, hi)                         -- no thread is woken
+
+`launch(fn, data, n)` is the entry's last argument: the runtime passes the address of a
+native launcher that calls libgomp's `GOMP_parallel` with a trampoline reading
+`omp_get_thread_num()` / `omp_get_num_threads()` (`gomp_launcher_module`), or, where
+libgomp does not load, a ctypes callback into a Python thread pool. Buffers and captured
+values are parameters of `work`, so `noalias` and LLVM's vectoriser see the same code as
+in a serial loop; values that are LLVM constants (unit strides) stay constants.
+
+`cost(body)` (the grain-size rule) estimates the operations of one iteration: the loop-IR
+nodes of its statements, each inner loop multiplying its body by its trip count when its
+bounds can be evaluated before the loop (else by `UNKNOWN_TRIPS`).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from llvmlite import ir
+
+from compiler.frontend.diagnostics import InternalError
+from compiler.loops import (
+    Alloc,
+    Block,
+    Buffer,
+    Expr,
+    For,
+    If,
+    Let,
+    Load,
+    Local,
+    Node,
+    Stmt,
+    VarRef,
+    Visitor,
+    children,
+)
+
+I32, I64 = ir.IntType(32), ir.IntType(64)
+F64 = ir.DoubleType()
+PTR = ir.PointerType()
+VOID = ir.VoidType()
+GRAIN = 1 << 15  # estimated operations below which a parallel loop runs on the caller
+UNKNOWN_TRIPS = 16.0  # the trip count assumed for an inner loop with data-dependent bounds
+LAUNCH_TYPE = ir.FunctionType(VOID, [PTR, PTR, I64])  # launch(thunk, data, nthreads)
+THUNK_TYPE = ir.FunctionType(VOID, [PTR, I64, I64])  # thunk(data, tid, nthreads)
+
+
+def emit_parallel(em: Any, loop: For) -> None:
+    """Emit `loop` (see the module doc) at `em`'s builder position."""
+    if em.slots:
+        raise InternalError(f"parallel loop '{loop.var}' inside a Local (not outlined)")
+    b = em.builder
+    lo, hi = em.expr(loop.lo), em.expr(loop.hi)
+    step = ir.Constant(I64, loop.step)
+    trips = b.sdiv(b.add(b.sub(hi, lo), ir.Constant(I64, loop.step - 1)), step)
+    trips = b.select(b.icmp_signed(">", trips, ir.Constant(I64, 0)), trips, ir.Constant(I64, 0))
+    captured = _Captures(em)
+    work = _work_function(em, loop, captured)
+    thunk = _thunk_function(em, loop, captured, work)
+    cost = _as_value(b, _cost(em, loop.body, set()))
+    amount = b.fmul(b.sitofp(trips, F64), cost)
+    split = b.and_(
+        b.and_(
+            b.icmp_signed(">", em.threads, ir.Constant(I64, 1)),
+            b.icmp_signed(">", trips, ir.Constant(I64, 1)),
+        ),
+        b.fcmp_ordered(">=", amount, ir.Constant(F64, float(GRAIN))),
+    )
+    with b.if_else(split) as (threaded, serial):
+        with threaded:
+            ctx = captured.pack(b, em.entry, lo, trips)
+            n = b.select(b.icmp_signed("<", em.threads, trips), em.threads, trips)
+            b.call(_Callee(em.launch, LAUNCH_TYPE), [thunk, ctx, n])
+        with serial:
+            b.call(work, [*captured.values, lo, hi])
+
+
+class _Callee:
+    """A function pointer to call: llvmlite's `IRBuilder.call` reads the callee's
+    `function_type`, which an opaque `ptr` value does not have."""
+
+    def __init__(self, value: ir.Value, function_type: ir.FunctionType) -> None:
+        self.value, self.function_type, self.type = value, function_type, value.type
+
+    def get_reference(self) -> str:
+        return str(self.value.get_reference())
+
+
+class _Captures:
+    """What the loop body may read from the enclosing function: every buffer (pointer
+    and non-constant strides) and every scalar in scope that is not a constant."""
+
+    def __init__(self, em: Any) -> None:
+        self.buffers = list(em.buffers.items())
+        self.names = [n for n, v in em.values.items() if not isinstance(v, ir.Constant)]
+        self.constants = {n: v for n, v in em.values.items() if isinstance(v, ir.Constant)}
+        values: list[ir.Value] = [ref.ptr for _, ref in self.buffers]
+        for _, ref in self.buffers:
+            values += [s for s in ref.strides if not isinstance(s, ir.Constant)]
+        values += [em.values[n] for n in self.names]
+        self.values = values
+        self.types = [v.type for v in values]
+
+    def bind(self, em: Any, sub: Any, args: list[ir.Value]) -> None:
+        """Fill `sub`'s scopes from `args` (in the order of `self.values`)."""
+        it = iter(args)
+        ptrs = {name: next(it) for name, _ in self.buffers}
+        for name, ref in self.buffers:
+            new = copy.copy(ref)
+            new.ptr = ptrs[name]
+            new.strides = [s if isinstance(s, ir.Constant) else next(it) for s in ref.strides]
+            sub.buffers[name] = new
+        sub.values.update(self.constants)
+        sub.values.update({n: next(it) for n in self.names})
+
+    def pack(self, b: ir.IRBuilder, entry: ir.Block, lo: ir.Value, trips: ir.Value) -> ir.Value:
+        """A stack record {lo, trips, values...} (allocated in the entry block)."""
+        ty = self.record_type()
+        with b.goto_block(entry):
+            b.position_at_start(entry)
+            slot = b.alloca(ty, name="par.ctx")
+        for k, v in enumerate([lo, trips, *self.values]):
+            b.store(v, b.gep(slot, [_i32(0), _i32(k)], inbounds=True))
+        return slot
+
+    def record_type(self) -> ir.LiteralStructType:
+        return ir.LiteralStructType([I64, I64, *self.types])
+
+
+def _work_function(em: Any, loop: For, captured: _Captures) -> ir.Function:
+    name = em.module.get_unique_name(f"{em.fn.name}.{loop.var}.work")
+    fn = ir.Function(em.module, ir.FunctionType(VOID, [*captured.types, I64, I64]), name=name)
+    fn.linkage = "internal"
+    fn.attributes = copy.copy(em.fn.attributes)
+    for arg, _ in zip(fn.args, captured.buffers, strict=False):
+        arg.add_attribute("noalias")
+    sub = em.fork(fn)
+    captured.bind(em, sub, list(fn.args[:-2]))
+    first, last = fn.args[-2], fn.args[-1]
+    sub._loop(loop.var, first, last, loop.step, lambda: sub.stmt(loop.body))
+    sub.builder.ret_void()
+    return fn
+
+
+def _thunk_function(em: Any, loop: For, captured: _Captures, work: ir.Function) -> ir.Function:
+    name = em.module.get_unique_name(f"{em.fn.name}.{loop.var}.thread")
+    fn = ir.Function(em.module, THUNK_TYPE, name=name)
+    fn.linkage = "internal"
+    fn.attributes = copy.copy(em.fn.attributes)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    data, tid, n = fn.args
+    ty = captured.record_type()
+    fields = [
+        b.load(b.gep(data, [_i32(0), _i32(k)], inbounds=True, source_etype=ty), typ=t)
+        for k, t in enumerate(ty.elements)
+    ]
+    lo, trips, values = fields[0], fields[1], fields[2:]
+    q, r = b.sdiv(trips, n), b.srem(trips, n)
+    start = b.add(b.mul(tid, q), b.select(b.icmp_signed("<", tid, r), tid, r))
+    count = b.add(q, b.zext(b.icmp_signed("<", tid, r), I64))
+    step = ir.Constant(I64, loop.step)
+    first = b.add(lo, b.mul(start, step))
+    last = b.add(first, b.mul(count, step))
+    b.call(work, [*values, first, last])
+    b.ret_void()
+    return fn
+
+
+# ------------------------------------------------------------------ grain size
+
+
+def _cost(em: Any, s: Stmt | None, inner: set[str]) -> ir.Value | float:
+    """Estimated operations of one run of `s` (see the module doc)."""
+    if s is None:
+        return 0.0
+    b = em.builder
+    if isinstance(s, Block):
+        total: ir.Value | float = 0.0
+        for child in s.stmts:
+            total = _add(b, total, _cost(em, child, inner))
+        return total
+    if isinstance(s, For):
+        body = _cost(em, s.body, inner | {s.var})
+        return _mul(b, _trips(em, s, inner), _add(b, body, 1.0))
+    if isinstance(s, If):
+        branches = _add(b, _cost(em, s.then, inner), _cost(em, s.otherwise, inner))
+        return _add(b, branches, float(_size(s.cond)))
+    if isinstance(s, (Let, Local)):
+        value = s.value if isinstance(s, Let) else s.init
+        return _add(b, _cost(em, s.body, inner), float(_size(value)))
+    if isinstance(s, Alloc):
+        return _cost(em, s.body, inner)
+    return float(_size(s))
+
+
+def _trips(em: Any, s: For, inner: set[str]) -> ir.Value | float:
+    names = _names(s.lo) | _names(s.hi)
+    if names & inner or not names <= set(em.values) or _reads(s.lo) or _reads(s.hi):
+        return UNKNOWN_TRIPS
+    b = em.builder
+    lo, hi = em.expr(s.lo), em.expr(s.hi)
+    span = b.sitofp(b.sub(hi, lo), F64)
+    trips = b.fdiv(span, ir.Constant(F64, float(s.step)))
+    return b.select(b.fcmp_ordered(">", trips, ir.Constant(F64, 0.0)), trips, ir.Constant(F64, 0.0))
+
+
+def _add(b: ir.IRBuilder, x: ir.Value | float, y: ir.Value | float) -> ir.Value | float:
+    if isinstance(x, float) and isinstance(y, float):
+        return x + y
+    return b.fadd(_as_value(b, x), _as_value(b, y))
+
+
+def _mul(b: ir.IRBuilder, x: ir.Value | float, y: ir.Value | float) -> ir.Value | float:
+    if isinstance(x, float) and isinstance(y, float):
+        return x * y
+    return b.fmul(_as_value(b, x), _as_value(b, y))
+
+
+def _as_value(b: ir.IRBuilder, x: ir.Value | float) -> ir.Value:
+    return ir.Constant(F64, x) if isinstance(x, float) else x
+
+
+def _i32(k: int) -> ir.Constant:
+    return ir.Constant(I32, k)
+
+
+def _size(node: Node) -> int:
+    """The loop-IR nodes of `node`, buffers' shapes not counted."""
+    return 1 + sum(_size(c) for c in children(node) if not isinstance(c, Buffer))
+
+
+def _names(e: Expr) -> set[str]:
+    found: set[str] = set()
+
+    class _Names(Visitor):
+        def visit_VarRef(self, node: VarRef) -> None:
+            found.add(node.name)
+
+    _Names().visit(e)
+    return found
+
+
+def _reads(e: Expr) -> bool:
+    found: list[Load] = []
+
+    class _Loads(Visitor):
+        def visit_Load(self, node: Load) -> None:
+            found.append(node)
+
+    _Loads().visit(e)
+    return bool(found)
+
+
+# ------------------------------------------------------------------ the launcher
+
+
+def gomp_launcher_module(triple: str, data_layout: str) -> ir.Module:
+    """`void tcc.gomp_launch(ptr thunk, ptr data, i64 n)`: runs `thunk(data, tid, n')` on
+    n threads of libgomp's pool (n' the team size libgomp gave), the caller included."""
+    module = ir.Module(name="tcc.gomp")
+    module.triple, module.data_layout = triple, data_layout
+    pair = ir.LiteralStructType([PTR, PTR])
+    num = ir.Function(module, ir.FunctionType(I32, []), "omp_get_thread_num")
+    size = ir.Function(module, ir.FunctionType(I32, []), "omp_get_num_threads")
+    parallel = ir.Function(module, ir.FunctionType(VOID, [PTR, PTR, I32, I32]), "GOMP_parallel")
+    tramp = ir.Function(module, ir.FunctionType(VOID, [PTR]), "tcc.gomp_trampoline")
+    tramp.linkage = "internal"
+    b = ir.IRBuilder(tramp.append_basic_block("entry"))
+    (p,) = tramp.args
+    thunk = b.load(b.gep(p, [_i32(0), _i32(0)], source_etype=pair), typ=PTR)
+    data = b.load(b.gep(p, [_i32(0), _i32(1)], source_etype=pair), typ=PTR)
+    tid, n = b.sext(b.call(num, []), I64), b.sext(b.call(size, []), I64)
+    b.call(_Callee(thunk, THUNK_TYPE), [data, tid, n])
+    b.ret_void()
+    launch = ir.Function(module, LAUNCH_TYPE, "tcc.gomp_launch")
+    b = ir.IRBuilder(launch.append_basic_block("entry"))
+    thunk_arg, data_arg, n_arg = launch.args
+    slot = b.alloca(pair)
+    b.store(thunk_arg, b.gep(slot, [_i32(0), _i32(0)]))
+    b.store(data_arg, b.gep(slot, [_i32(0), _i32(1)]))
+    b.call(parallel, [tramp, slot, b.trunc(n_arg, I32), _i32(0)])
+    b.ret_void()
+    return module
+
+
+__all__ = ["GRAIN", "LAUNCH_TYPE", "THUNK_TYPE", "emit_parallel", "gomp_launcher_module"]

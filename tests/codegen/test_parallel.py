@@ -1,0 +1,138 @@
+"""The CPU runtime's parallel loops: the CPU pass, both thread pools, the grain rule,
+and one native call per def (checked against the loop-IR interpreter)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import compiler
+from compiler.codegen import compile_function, cpu_parallel, runtime
+from compiler.codegen.llvm import emit_llvm
+from compiler.loops import Function, LoopKind, run_function
+from compiler.options import Options
+from tests.codegen.kit import F32, add, buf, c, func, load, loop, mul, out, pfor, store
+
+POOLS = ["python"] + (["gomp"] if runtime.default_pool() == "gomp" else [])
+
+
+def _axpb() -> Function:
+    A, Out = buf("A", F32, "N"), out("O", F32, "N")
+    value = add(mul(load(A, "i"), c(2.0, F32)), c(1.0, F32))
+    return func("axpb", [A, Out], "N", pfor("i", 0, "N", store(Out, ("i",), value)))
+
+
+def _two_loops() -> Function:
+    """Two top-level parallel loops (two statements), the second with step 3, and a
+    parallel loop nested in the first (made serial by the CPU pass)."""
+    A, Out, P = buf("A", F32, "N"), out("O", F32, "N"), out("P", F32, "N", "M")
+    first = pfor(
+        "i", 0, "N", pfor("j", 0, "M", store(P, ("i", "j"), mul(load(A, "i"), c(3.0, F32))))
+    )
+    second = pfor("k", 1, "N", store(Out, ("k",), add(load(A, "k"), c(1.0, F32))), step=3)
+    return func("two", [A, Out, P], "N M", first, second)
+
+
+def test_the_cpu_pass_keeps_only_outermost_parallel_loops() -> None:
+    f = cpu_parallel.run(_two_loops())
+    kinds = [lp.kind for lp in cpu_parallel.parallel_loops(f)]
+    assert kinds == [LoopKind.PARALLEL, LoopKind.PARALLEL]
+    inner = f.body.stmts[0].body  # type: ignore[attr-defined]
+    assert inner.kind is LoopKind.SERIAL
+    assert cpu_parallel.run(f) == f  # idempotent
+
+
+def test_a_parallel_loop_under_a_serial_loop_is_made_serial() -> None:
+    A, Out = buf("A", F32, "N"), out("O", F32, "N")
+    f = func(
+        "nested",
+        [A, Out],
+        "N",
+        loop("t", 0, 1, pfor("i", 0, "N", store(Out, ("i",), load(A, "i")))),
+    )
+    assert cpu_parallel.parallel_loops(f) == []
+
+
+@pytest.mark.parametrize("pool", POOLS)
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 4099, 100003])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_both_pools_agree_with_the_interpreter(pool: str, n: int, threads: int) -> None:
+    f = _two_loops()
+    m = 5
+    rng = np.random.default_rng(n)
+    arrays = {
+        "A": rng.standard_normal(n).astype(np.float32),
+        "O": np.zeros(n, np.float32),
+        "P": np.zeros((n, m), np.float32),
+    }
+    want = {k: a.copy() for k, a in arrays.items()}
+    run_function(f, want, {"N": n, "M": m})
+    compile_function(f)(arrays, {"N": n, "M": m}, threads=threads, pool=pool)
+    for name in arrays:
+        np.testing.assert_array_equal(arrays[name], want[name])
+
+
+def test_the_grain_rule_keeps_small_loops_on_the_caller() -> None:
+    cf = compile_function(_axpb())
+    before = runtime.python_launches()
+    for n in (0, 1, 4, 100):
+        a = np.arange(n, dtype=np.float32)
+        o = np.zeros(n, np.float32)
+        cf({"A": a, "O": o}, {"N": n}, threads=4, pool="python")
+        np.testing.assert_array_equal(o, a * 2 + 1)
+    assert runtime.python_launches() == before  # no region was started
+    big = np.arange(1 << 16, dtype=np.float32)
+    o = np.zeros_like(big)
+    cf({"A": big, "O": o}, {"N": big.size}, threads=4, pool="python")
+    np.testing.assert_array_equal(o, big * 2 + 1)
+    assert runtime.python_launches() == before + 1
+    cf({"A": big, "O": o}, {"N": big.size}, threads=1, pool="python")
+    assert runtime.python_launches() == before + 1  # one thread: never a region
+
+
+def test_the_entry_calls_the_launcher_through_its_argument() -> None:
+    text = emit_llvm(cpu_parallel.run(_axpb()), optimised=False)
+    assert "tcc.threads" in text and "tcc.launch" in text
+    assert "axpb.i.work" in text and "axpb.i.thread" in text
+    assert "GOMP" not in text  # object code stays independent of the pool
+
+
+def test_unknown_or_missing_pools_are_options_errors() -> None:
+    with pytest.raises(compiler.OptionsError, match="unknown thread pool 'tbb'"):
+        compile_function(_axpb())(
+            {"A": np.zeros(1, np.float32), "O": np.zeros(1, np.float32)}, {"N": 1}, pool="tbb"
+        )
+
+
+def test_a_kernel_of_three_statements_is_one_native_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    src = """
+    def softmax(float(N, D) X) -> (M, S, Y) {
+        M(n) max=! X(n, d)
+        S(n) +=! exp(X(n, d) - M(n))
+        Y(n, d) = exp(X(n, d) - M(n)) / S(n)
+    }
+    """
+    k = compiler.define(src, options=Options(threads=2), cache=None)
+    calls: list[int] = []
+    compiled = k._native.compiled
+    real = compiled._cfunc
+
+    def counting(*args: object) -> None:
+        calls.append(1)
+        real(*args)
+
+    monkeypatch.setattr(compiled, "_cfunc", counting)
+    x = np.random.default_rng(0).standard_normal((300, 257)).astype(np.float32)
+    got = k(x)
+    assert len(calls) == 1
+    want = compiler.define(src, target="interp")(x)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+    info = k.info()
+    assert info["runtime"] == runtime.default_pool()
+    assert info["threads"] == 2 and info["parallel_loops"] >= 3
+
+
+def test_default_threads_is_read_once() -> None:
+    assert runtime.DEFAULT_THREADS >= 1
+    assert runtime.thread_count(None) == runtime.DEFAULT_THREADS
