@@ -452,6 +452,7 @@ def _run_cache(args: argparse.Namespace) -> int:
     print(f"directory: {info.directory}")
     print(f"entries: {info.entries}")
     print(f"size: {info.size_bytes} bytes ({info.size_bytes / 2**20:.1f} MiB)")
+    print(f"temporaries: {info.temporaries} (left by unfinished writes; stale ones are removed)")
     return 0
 
 

@@ -20,14 +20,29 @@ where re-JITting the optimised IR took 50-170 ms), the optimised IR text (zlib) 
 
 One entry is one file `<key>.tcc`:
 
-    b"TCC-CACHE 1\\n"                                   magic and SCHEMA_VERSION
-    {"key": ..., "sha256": ..., "sizes": [m, o, i]}\\n  header (JSON, one line)
+    b"TCC-CACHE 2\\n"                                   magic and SCHEMA_VERSION
+    {"key": ..., "hmac": ..., "sizes": [m, o, i]}\\n    header (JSON, one line)
     metadata JSON (m bytes) | object code (o bytes) | zlib IR (i bytes)
 
-Writes go to a temporary file in the same directory, are fsync'ed and moved in
-place with `os.replace`, so readers (and other processes writing the same key) see
-either nothing or a whole entry. A file that is truncated, corrupt (checksum), of
-another schema or key, or unreadable is a miss (a debug log) and is rebuilt; a
+Security. An entry is native code that a later `define()` runs, so the disk half
+trusts only what this user wrote (the rules of pip's and ccache's caches and of
+Python's `__pycache__`):
+- the directory is created with mode 0700; a directory (or an entry) that is not
+  owned by the current user or that group or others may write is refused: one
+  `CacheWarning`, then the cache works in memory only (a refused entry is rebuilt);
+- entries are opened with `O_NOFOLLOW | O_NONBLOCK` and must be regular files of
+  at most `MAX_ENTRY_BYTES`: a symlink (to `/dev/zero`, say), a FIFO or a device is
+  a miss, never a hang or an unbounded read;
+- each entry carries an HMAC-SHA256, under a per-user secret (`.secret`, 32 random
+  bytes, mode 0600 in the directory), of its key, sizes and body: an entry copied
+  under another key, or written by anyone who cannot read the secret, is a miss.
+
+Writes go to a temporary file (mode 0600) in the same directory, are fsync'ed and
+moved in place with `os.replace`, so readers (and other processes writing the same
+key) see either nothing or a whole entry. Temporaries left behind by a killed
+writer are counted by `info()` and removed once older than `STALE_TMP_SECONDS`
+(at this process's first write) or by `clear()`. A file that is truncated, corrupt,
+of another schema or key, or unreadable is a miss (a debug log) and is rebuilt; a
 directory that cannot be written gives one `CacheWarning`, then the cache keeps
 working in memory only.
 """
@@ -37,11 +52,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
+import hmac
 import json
 import logging
 import os
-import tempfile
 import threading
+import time
 import warnings
 import zlib
 from collections.abc import Mapping
@@ -55,15 +71,26 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from compiler.codegen import llvm as backend
+from compiler.codegen.cache_files import (
+    Untrusted,
+    check_trusted,
+    load_secret,
+    make_private_directory,
+    read_own_file,
+    write_atomically,
+)
 from compiler.codegen.llvm import JitCode
 from compiler.codegen.llvm_emit import symbol
 from compiler.codegen.runtime import CompiledFunction
 from compiler.frontend.diagnostics import InternalError, OptionsError
 from compiler.loops import ir as L
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MAGIC = b"TCC-CACHE %d\n" % SCHEMA_VERSION
 SUFFIX = ".tcc"
+SECRET_NAME = ".secret"
+MAX_ENTRY_BYTES = 256 * 2**20  # an entry holds one kernel's object code: far less
+STALE_TMP_SECONDS = 3600.0
 log = logging.getLogger("compiler.cache")
 
 
@@ -138,6 +165,7 @@ class CacheInfo:
     directory: Path | None
     entries: int
     size_bytes: int
+    temporaries: int = 0  # `.tmp` files of writers that have not finished (or were killed)
 
 
 class CompileCache:
@@ -145,7 +173,7 @@ class CompileCache:
 
     `directory=None` keeps everything in memory. The memory half holds whatever the
     caller puts there (e.g. a compiled program); `lock(key)` lets concurrent callers
-    compile a key once.
+    compile a key once. The disk half follows the security rules of the module doc.
     """
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
@@ -154,6 +182,9 @@ class CompileCache:
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
         self._disk_ok = self.directory is not None
+        self._secret: bytes | None = None
+        self._swept = False
+        self._warned = False
 
     def __repr__(self) -> str:
         return f"CompileCache({str(self.directory) if self.directory else None!r})"
@@ -186,51 +217,54 @@ class CompileCache:
         return self.directory / f"{key}{SUFFIX}"
 
     def read(self, key: str) -> StoredEntry | None:
-        """The entry for `key` from disk; None if absent, unreadable or invalid."""
-        if not self._disk_ok:
+        """The entry for `key` from disk; None if absent, refused, unreadable or invalid."""
+        if not self._disk_ok or not self._usable(create=False):
             return None
         path = self.path(key)
         try:
-            data = path.read_bytes()
+            data = read_own_file(path, MAX_ENTRY_BYTES)
         except FileNotFoundError:
+            return None
+        except Untrusted as err:
+            self._warn(f"refusing entry {path}: {err}; compiling it again")
             return None
         except OSError as err:
             log.debug("compile cache: cannot read %s: %s", path, err)
             return None
         try:
-            return decode_entry(data, key)
+            return decode_entry(data, key, self._secret or b"")
         except CacheFormatError as err:
             log.debug("compile cache: invalid entry %s (%s); rebuilding", path, err)
             return None
 
     def write(self, key: str, entry: StoredEntry) -> None:
-        """Store `entry` atomically; an unwritable directory disables the disk (one warning)."""
-        if not self._disk_ok:
+        """Store `entry` atomically; an unwritable or untrusted directory disables the
+        disk (one warning)."""
+        if not self._disk_ok or not self._usable(create=True):
             return
-        assert self.directory is not None
+        assert self.directory is not None and self._secret is not None
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            _write_atomically(self.path(key), encode_entry(entry, key))
+            if not self._swept:
+                self._swept = True
+                self._remove_stale_temporaries()
+            write_atomically(self.path(key), encode_entry(entry, key, self._secret))
         except OSError as err:
-            self._disk_ok = False
-            warnings.warn(
-                f"tcc compile cache: cannot write to {self.directory} ({err}); "
-                "caching in memory only",
-                CacheWarning,
-                stacklevel=2,
-            )
+            self._disable(f"cannot write to {self.directory} ({err})")
 
     def info(self) -> CacheInfo:
-        """The directory, the number of entries in it and their total size."""
+        """The directory, the number of entries in it and their total size, and the
+        number of temporaries."""
         files = self._files()
-        return CacheInfo(self.directory, len(files), sum(_size(f) for f in files))
+        temporaries = self._temporaries()
+        return CacheInfo(self.directory, len(files), sum(_size(f) for f in files), len(temporaries))
 
     def clear(self) -> int:
-        """Remove every entry (and this process's memory half); returns how many files."""
+        """Remove every entry and temporary (and this process's memory half); returns
+        how many files."""
         with self._lock:
             self._memory.clear()
         removed = 0
-        for f in self._files(temporaries=True):
+        for f in self._files() + self._temporaries():
             try:
                 f.unlink()
                 removed += 1
@@ -238,13 +272,65 @@ class CompileCache:
                 pass
         return removed
 
-    def _files(self, temporaries: bool = False) -> list[Path]:
+    def _files(self) -> list[Path]:
         if self.directory is None or not self.directory.is_dir():
             return []
-        found = sorted(self.directory.glob(f"*{SUFFIX}"))
-        if temporaries:
-            found += sorted(self.directory.glob(".*.tmp"))
-        return found
+        return sorted(self.directory.glob(f"*{SUFFIX}"))
+
+    def _temporaries(self) -> list[Path]:
+        if self.directory is None or not self.directory.is_dir():
+            return []
+        return sorted(self.directory.glob(".*.tmp"))
+
+    def _remove_stale_temporaries(self) -> None:
+        now = time.time()
+        for f in self._temporaries():
+            try:
+                if now - f.lstat().st_mtime > STALE_TMP_SECONDS:
+                    f.unlink()
+            except OSError:
+                pass
+
+    # ---------------------------------------------------------- trust
+
+    def _usable(self, create: bool) -> bool:
+        """Whether the directory is this user's and private, with the secret loaded
+        (created with `create`); False (and the disk off, one warning) if refused."""
+        if self._secret is not None:
+            return True
+        assert self.directory is not None
+        with self._lock:
+            if self._secret is not None:
+                return True
+            try:
+                if create:
+                    make_private_directory(self.directory)
+                elif not self.directory.exists():
+                    return False
+                check_trusted(os.stat(self.directory), "directory", directory=True)
+                self._secret = load_secret(self.directory / SECRET_NAME, create)
+            except FileNotFoundError:
+                if create:
+                    self._disable(f"cannot create {self.directory}")
+                return False
+            except Untrusted as err:
+                self._disable(f"refusing {self.directory}: {err}")
+                return False
+            except OSError as err:
+                self._disable(f"cannot use {self.directory} ({err})")
+                return False
+        return self._secret is not None
+
+    def _disable(self, why: str) -> None:
+        self._disk_ok = False
+        self._warn(f"{why}; caching in memory only")
+
+    def _warn(self, message: str) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"tcc compile cache: {message}", CacheWarning, stacklevel=4)
+        else:
+            log.debug("compile cache: %s", message)
 
 
 _SHARED: dict[Path | None, CompileCache] = {}
@@ -290,50 +376,41 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem[:16]}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 # ------------------------------------------------------------------ entry format
 
 
-def encode_entry(entry: StoredEntry, key: str) -> bytes:
+def _mac(secret: bytes, key: str, sizes: list[int], body: bytes) -> str:
+    mac = hmac.new(secret, digestmod=hashlib.sha256)
+    mac.update(json.dumps([key, sizes]).encode() + b"\n")
+    mac.update(body)
+    return mac.hexdigest()
+
+
+def encode_entry(entry: StoredEntry, key: str, secret: bytes) -> bytes:
+    """`entry` as the bytes of the file `<key>.tcc`, authenticated under `secret`."""
     meta = json.dumps(entry.metadata, sort_keys=True, allow_nan=True).encode()
     ir_z = zlib.compress(entry.ir_text.encode(), 1)
     body = meta + entry.object_code + ir_z
-    header = {
-        "key": key,
-        "sha256": hashlib.sha256(body).hexdigest(),
-        "sizes": [len(meta), len(entry.object_code), len(ir_z)],
-    }
+    sizes = [len(meta), len(entry.object_code), len(ir_z)]
+    header = {"key": key, "hmac": _mac(secret, key, sizes, body), "sizes": sizes}
     return MAGIC + json.dumps(header).encode() + b"\n" + body
 
 
-def decode_entry(data: bytes, key: str) -> StoredEntry:
-    """The entry in `data`; CacheFormatError unless it is whole, valid and for `key`."""
+def decode_entry(data: bytes, key: str, secret: bytes) -> StoredEntry:
+    """The entry in `data`; CacheFormatError unless it is whole, valid, for `key` and
+    authenticated under `secret`."""
     if not data.startswith(MAGIC):
         raise CacheFormatError("not an entry of this schema version")
     end = data.find(b"\n", len(MAGIC))
     try:
         header = json.loads(data[len(MAGIC) : end]) if end > 0 else None
-        m, o, i = header["sizes"]
+        sizes = header["sizes"]
+        m, o, i = (int(n) for n in sizes)
         body = data[end + 1 :]
-        if header["key"] != key or len(body) != m + o + i:
+        if header["key"] != key or len(body) != m + o + i or min(m, o, i) < 0:
             raise CacheFormatError("wrong key or length")
-        if hashlib.sha256(body).hexdigest() != header["sha256"]:
-            raise CacheFormatError("checksum mismatch")
+        if not hmac.compare_digest(str(header["hmac"]), _mac(secret, key, [m, o, i], body)):
+            raise CacheFormatError("authentication failed (another key, secret or a change)")
         meta = json.loads(body[:m])
         ir_text = zlib.decompress(body[m + o :]).decode()
     except (TypeError, KeyError, ValueError, zlib.error, UnicodeDecodeError) as err:
@@ -477,6 +554,7 @@ __all__ = [
     "CacheInfo",
     "CacheWarning",
     "CompileCache",
+    "MAX_ENTRY_BYTES",
     "StoredEntry",
     "cache_key",
     "compile_to_object",
@@ -490,3 +568,5 @@ __all__ = [
     "resolve_cache",
     "shared_cache",
 ]
+
+_write_atomically = write_atomically  # the name older tests and tools use

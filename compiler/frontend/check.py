@@ -293,9 +293,9 @@ def _check_constrained(expr: Expr, state: DefState, scope: StmtScope, report: Re
             "constrain the index variables the value depends on instead" if kind == "let" else None,
         )
         return
+    # [tcc] An affine expression of sizes only is a guard on the sizes (the statement
+    # runs for the sizes that satisfy it): the gather pass and AD emit such guards.
     problem = _non_affine(expr, state, scope)
-    if problem is None and not any(scope.is_index(v.name) for v in var_uses((expr,))):
-        problem = expr, "an expression without index variables"
     if problem is not None:
         node, what = problem
         report.error(

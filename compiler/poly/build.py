@@ -142,6 +142,26 @@ def _box(ranged: RangedDef, tensor: str, params: tuple[str, ...]) -> isl.Set:
     return box.set_tuple_name(tensor)
 
 
+def reads_in_bounds(ranged: RangedDef, stmt: Stmt, space: StmtSpace, domain: isl.Set) -> isl.Set:
+    """The points of `domain` where every affine read of an input (a tensor of declared
+    shape) is inside that input. For a call whose reads are all in bounds this is
+    `domain` itself; the gather pass uses it so that a piece that runs only for sizes
+    where a read is out of bounds (a forward def valid for some sizes only) is empty."""
+    params = ranged.checked.size_params
+    inputs = {t.name for t in ranged.checked.inputs if t.dims is not None}
+    lets = lets_of(stmt)
+    result = domain
+    for read in reads_of(stmt, set()):
+        if read.access.name not in inputs:
+            continue
+        relation, bad = _relation(read.access, space, domain, lets)
+        if bad:
+            continue
+        box = _box(ranged, read.access.name, params)
+        result = result & relation.intersect_range(box).domain()
+    return result
+
+
 def build_statements(ranged: RangedDef) -> tuple[PolyStmt, ...]:
     """One `PolyStmt` per statement of `ranged`, in textual order."""
     params = ranged.checked.size_params

@@ -74,7 +74,7 @@ from compiler.frontend.scopes import walk
 from compiler.frontend.visit import substitute
 from compiler.names import NameSupply
 from compiler.poly.accesses import lets_of
-from compiler.poly.build import domain_of
+from compiler.poly.build import domain_of, reads_in_bounds
 from compiler.poly.invert import Inexpressible, Piece, choose_inner, invert, schedule_of
 from compiler.poly.isl_bridge import StmtSpace, condition_of, expr_to_aff
 
@@ -175,9 +175,29 @@ def _gather(facts: StmtFacts, ranged: RangedDef) -> list[Stmt]:
             init = _init_stmt(stmt, ranged, outer, hi)
             op = op.base
     result = [] if init is None else [init]
-    for k, piece in enumerate(pieces):
-        result.append(_piece_stmt(stmt, piece, outer, op if k == 0 else op.base))
+    made = [_piece_stmt(stmt, piece, outer, op.base) for piece in pieces]
+    kept = [s for s in made if not _never_in_bounds(s, ranged)] or made
+    for k, piece_stmt in enumerate(kept):
+        result.append(dataclasses.replace(piece_stmt, op=op) if k == 0 else piece_stmt)
     return result
+
+
+def _never_in_bounds(stmt: Stmt, ranged: RangedDef) -> bool:
+    """Whether a piece reads an input out of bounds at every size for which it runs:
+    sizes at which the forward def fails (its output index is negative, say), which
+    range inference would reject in the gradient ("out of bounds for every size").
+    Such a piece is dropped: for the sizes a valid call may have it is empty."""
+    names = tuple(
+        c.expr.name
+        for c in stmt.where
+        if isinstance(c, RangeConstraint) and isinstance(c.expr, Var)
+    )
+    space = StmtSpace(names, ranged.checked.size_params)
+    domain = domain_of(stmt, space, "S")
+    if domain.is_empty():
+        return False
+    bad = domain - reads_in_bounds(ranged, stmt, space, domain)
+    return (domain.params() - bad.params()).is_empty()
 
 
 def _invert(

@@ -421,6 +421,8 @@ class _StmtInference:
         they are out of bounds for every size."""
         bad_by_access: dict[Access, tuple[Access, isl.Set]] = {}
         for c in constraints:
+            if self._reads_what_it_writes(c.access):
+                continue
             bad = domain & c.guard & c.cond.complement()
             if bad.is_empty():
                 continue
@@ -443,6 +445,14 @@ class _StmtInference:
                 f"`{print_expr(ok)}`, which is checked at run time",
                 access.span,
             )
+
+    def _reads_what_it_writes(self, access: Access) -> bool:
+        """`B(x) = B(x) * 2 where x in N - 1:N` after `B(x) = ... where x in 0:N - 1`:
+        the element read is the one this statement writes, so it lies in the output's
+        final shape (the hull of every write), though outside what earlier statements
+        wrote; the earlier extent still bounds variables left to inference."""
+        info = next((t for t in self.state.checked.tensors if t.name == access.name), None)
+        return info is not None and info.role is not Role.INPUT and access == self.stmt.lhs
 
     def _record_output(self, domain: isl.Set) -> None:
         lhs = self.stmt.lhs

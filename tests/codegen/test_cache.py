@@ -60,6 +60,11 @@ def _entries(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.tcc"))
 
 
+def _decode(path: Path) -> C.StoredEntry:
+    """The entry at `path`, authenticated with its directory's secret."""
+    return C.decode_entry(path.read_bytes(), path.stem, (path.parent / ".secret").read_bytes())
+
+
 # ----------------------------------------------------------------------- keys
 
 
@@ -226,20 +231,19 @@ def test_a_damaged_entry_is_rebuilt(tmp_path: Path, case: str) -> None:
         warnings.simplefilter("error")
         k = compiler.define(MATMUL, target="llvm", cache=C.CompileCache(tmp_path))
     _check_matmul(k)
-    key = path.stem
-    assert C.decode_entry(path.read_bytes(), key).object_code  # rewritten, valid again
+    assert _decode(path).object_code  # rewritten, valid again
 
 
 def test_metadata_that_is_not_loop_ir_is_a_miss(tmp_path: Path) -> None:
     cache = C.CompileCache(tmp_path)
     compiler.define(MATMUL, target="llvm", cache=cache)
     (path,) = _entries(tmp_path)
-    entry = C.decode_entry(path.read_bytes(), path.stem)
+    entry = _decode(path)
     bad = C.StoredEntry({"function": {"@": "os.system", "x": 1}, "checks": []}, b"", "")
-    path.write_bytes(C.encode_entry(bad, path.stem))
+    path.write_bytes(C.encode_entry(bad, path.stem, (tmp_path / ".secret").read_bytes()))
     k = compiler.define(MATMUL, target="llvm", cache=C.CompileCache(tmp_path))
     _check_matmul(k)
-    assert C.decode_entry(path.read_bytes(), path.stem).metadata == entry.metadata
+    assert _decode(path).metadata == entry.metadata
 
 
 def test_an_unwritable_directory_warns_once_and_caches_in_memory(tmp_path: Path) -> None:
@@ -300,7 +304,7 @@ from compiler.codegen.cache import StoredEntry, _write_atomically, encode_entry
 path, fill = Path(sys.argv[1]), sys.argv[2]
 for n in range(40):
     entry = StoredEntry({"n": n, "fill": fill}, fill.encode() * 300_000, fill * 1000)
-    _write_atomically(path, encode_entry(entry, "k"))
+    _write_atomically(path, encode_entry(entry, "k", b"s" * 32))
 """
 
 
@@ -313,12 +317,12 @@ def test_concurrent_writers_never_leave_a_partial_entry(tmp_path: Path) -> None:
     seen = 0
     while any(p.poll() is None for p in procs):
         if path.exists():
-            entry = C.decode_entry(path.read_bytes(), "k")  # raises if partial
+            entry = C.decode_entry(path.read_bytes(), "k", b"s" * 32)  # raises if partial
             fill = entry.metadata["fill"]
             assert entry.object_code == fill.encode() * 300_000
             seen += 1
     assert [p.wait() for p in procs] == [0, 0]
-    assert seen > 0 and C.decode_entry(path.read_bytes(), "k").metadata["n"] == 39
+    assert seen > 0 and C.decode_entry(path.read_bytes(), "k", b"s" * 32).metadata["n"] == 39
     assert [p.name for p in tmp_path.iterdir()] == ["k.tcc"]  # no temporaries left
 
 
