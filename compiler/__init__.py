@@ -2,7 +2,8 @@
 
 Public API (see README.md)::
 
-    compiler.define(source, name=None, *, constants=None, target="interp")  -> Kernel
+    compiler.define(source, name=None, *, constants=None, target="llvm", options=None,
+                    backward=None, cache=True)                         -> Kernel
     compiler.infer_shapes(source, name, input_shapes)                      -> {output: shape}
     compiler.pipeline.run(text, name, upto="ranges")                       -> any pass's result
 
