@@ -24,6 +24,7 @@ import os
 import sys
 import tempfile
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -489,10 +490,19 @@ def _dispatch(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> in
     return int(args.run(args))
 
 
+def _show_warning(
+    message: Warning | str, category: type[Warning], *_: object, **__: object
+) -> None:
+    """Python warnings (e.g. the gather pass's budget) as `tcc: warning: ...`."""
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `tcc` with `argv` (default: sys.argv[1:]); return the exit code."""
     try:
-        return int(_dispatch(build_parser(), argv))
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return int(_dispatch(build_parser(), argv))
     except SystemExit as exit_:  # --help and --version
         return 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1
     except TCError as err:
