@@ -457,7 +457,22 @@ def _dispatch(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> in
         getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(extras)}")
     if args.command is None:
         parser.error(f"missing COMMAND; one of: {', '.join(c.name for c in COMMANDS)}")
+    if args.command == "compile":  # a gradient can take a while: a spinner on a TTY
+        return _with_progress(args)
     return int(args.run(args))
+
+
+def _with_progress(args: argparse.Namespace) -> int:
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from compiler.progress import CloseOnWrite, Progress
+
+    with Progress(f"{PROG} {args.command} {getattr(args, 'file', '')}".strip()) as progress:
+        with (
+            redirect_stdout(CloseOnWrite(sys.stdout, progress)),  # type: ignore[arg-type]
+            redirect_stderr(CloseOnWrite(sys.stderr, progress)),  # type: ignore[arg-type]
+        ):
+            return int(args.run(args))
 
 
 def _show_warning(

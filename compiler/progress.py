@@ -6,7 +6,9 @@
 A background thread redraws one line (`\\r`, a spinner frame, the label, the latest
 update) every `interval` seconds, starting after `delay` seconds so quick commands
 print nothing; leaving the block erases the line. Output on a file or a pipe (CI,
-tests, `| less`) never sees it. `Progress(..., enabled=True)` forces it (for tests).
+tests, `| less`) never sees it. `Progress(..., enabled=True)` forces it (for tests). `CloseOnWrite(sys.stdout, p)`
+stops it when the command prints (`tcc compile` runs under one, so deriving a large
+gradient shows a spinner until its text is printed).
 """
 
 from __future__ import annotations
@@ -94,4 +96,20 @@ class Progress:
             self._stop.wait(self.interval)
 
 
-__all__ = ["Progress"]
+class CloseOnWrite:
+    """A text stream that closes `progress` (erasing its line) before its first write,
+    so that a command's own output never lands on the spinner's line."""
+
+    def __init__(self, stream: TextIO, progress: Progress) -> None:
+        self._stream = stream
+        self._progress = progress
+
+    def write(self, text: str) -> int:
+        self._progress.close()
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+
+__all__ = ["CloseOnWrite", "Progress"]

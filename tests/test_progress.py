@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import io
+import os
+import pty
+import subprocess
+import sys
 import time
+
+import pytest
 
 from compiler.progress import Progress
 
@@ -34,3 +40,36 @@ def test_quick_work_prints_nothing_before_the_delay() -> None:
     with Progress("quick", stream=stream, enabled=True, delay=10):
         pass
     assert stream.getvalue() == ""
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WEIRD = "/work/shared/corpus/tc/inf_weird_conv.tc"
+
+
+@pytest.mark.skipif(not os.path.exists(WEIRD), reason="the shared TC corpus is not present")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs a pseudo-terminal")
+def test_tcc_compile_grad_shows_a_spinner_on_a_terminal_only() -> None:
+    # a gradient whose gather pass takes seconds (it runs into the isl budget)
+    argv = [sys.executable, "-m", "compiler", "compile", WEIRD, "--grad"]
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: tcc on the pseudo-terminal
+        try:
+            os.chdir(ROOT)
+            os.execvp(argv[0], argv)
+        finally:
+            os._exit(127)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.waitpid(pid, 0)
+    text = out.decode()
+    assert "| tcc compile" in text
+    assert "def fun_grad" in text
+    piped = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert "tcc compile" not in piped.stderr and "\r" not in piped.stderr
