@@ -167,6 +167,12 @@ class Kernel:
         return output_shapes(self.ranged, sizes)
 
     def __call__(self, *arrays: Any, out: Any = None) -> tuple[np.ndarray, ...]:
+        """Run the def: one array per input, in declaration order (NumPy arrays of the
+        declared dtypes -- `float` is float32 -- or Python numbers for 0-d inputs);
+        returns a tuple with one new array per output, in declaration order. `out=`
+        (a sequence in output order, or a dict by name) gives arrays to write into and
+        return instead; a def that accumulates (`+=` without `!`) adds to their values.
+        A wrong count, rank, dtype or size is a `ShapeError` that names the parameter."""
         inputs, sizes = self._bind(arrays)
         shapes = output_shapes(self.ranged, sizes)
         given = self._outputs_given(out, shapes)
