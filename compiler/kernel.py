@@ -274,7 +274,8 @@ def _check_target(target: str, options: object, backward: object) -> None:
     if target not in AVAILABLE_TARGETS:
         raise OptionsError(
             f"target '{target}' is not available yet",
-            hint="use target='interp' (the NumPy reference evaluator)",
+            hint="use target='llvm' (native CPU code, the default) or 'interp' (the NumPy "
+            "reference evaluator, slow)",
         )
     as_options(options)
     if backward is not None and not isinstance(backward, str):
