@@ -2,7 +2,8 @@
 
 Public API (see README.md)::
 
-    compiler.define(source, name=None, *, constants=None, target="interp")  -> Kernel
+    compiler.define(source, name=None, *, constants=None, target="llvm", options=None,
+                    backward=None, cache=True)                         -> Kernel
     compiler.autotune(source, name, *inputs, budget=60, cache=True)        -> TuneResult
     compiler.infer_shapes(source, name, input_shapes)                      -> {output: shape}
     compiler.pipeline.run(text, name, upto="ranges")                       -> any pass's result
@@ -13,6 +14,8 @@ Every pass is importable from its own module (`compiler.frontend.parser.parse`,
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from compiler.frontend.diagnostics import (
@@ -27,6 +30,8 @@ from compiler.frontend.diagnostics import (
 
 __all__ = [
     "InternalError",
+    "Kernel",
+    "Options",
     "OptionsError",
     "ParseError",
     "RangeError",
@@ -42,11 +47,35 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def define(source: str, name: str | None = None, **kwargs: Any) -> Any:
-    """Compile a TC def into a callable `Kernel` (see `compiler.kernel.define`)."""
+def define(
+    source: str,
+    name: str | None = None,
+    *,
+    constants: Mapping[str, object] | None = None,
+    target: str = "llvm",
+    options: Options | None = None,
+    backward: str | None = None,
+    cache: bool | str | os.PathLike[str] | None = True,
+) -> Kernel:
+    """Compile def `name` of `source` (the only def when None) into a callable `Kernel`.
+
+    `constants` fills `{name}` placeholders (TC's str.format templates); `target` is
+    "llvm" (native, the default) or "interp" (the NumPy reference evaluator);
+    `options` a `compiler.Options` (threads, schedule) for llvm; `backward` names a
+    def of the same source to use as the gradient instead of tcc's AD; `cache` (llvm):
+    True reuses compiled code in memory and on disk, a directory caches there, None in
+    memory only, False never. See `compiler.kernel` and `Kernel.__call__`."""
     from compiler.kernel import define as _define
 
-    return _define(source, name, **kwargs)
+    return _define(
+        source,
+        name,
+        constants=constants,
+        target=target,
+        options=options,
+        backward=backward,
+        cache=cache,
+    )
 
 
 def autotune(source: str, name: str | None = None, *inputs: Any, **kwargs: Any) -> Any:
@@ -74,3 +103,5 @@ def grad(source: str, name: str | None = None, **kwargs: Any) -> str:
 # Imported eagerly: a lazy import of the submodule `compiler.gradcheck` would
 # replace this package attribute with the module.
 from compiler.gradcheck import gradcheck  # noqa: E402
+from compiler.kernel import Kernel  # noqa: E402
+from compiler.options import Options  # noqa: E402  (also makes `compiler.options` usable)

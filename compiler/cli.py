@@ -5,6 +5,8 @@
                                    print canonical TC, rewrite it, or test it
     tcc infer FILE [--entry NAME] [--shape A=4,5 ...]
                                    inferred ranges and output shapes (symbolic, concrete)
+    tcc compile, tcc gradcheck, tcc run, tcc cache: see `tcc COMMAND --help`
+                                   (gradcheck and run live in `compiler/cli_run.py`)
 
 Exit codes: 0 success; 1 a user error (bad TC, a missing or unreadable file, a
 bad flag), printed without a traceback; 2 a compiler bug (an `InternalError` or
@@ -24,11 +26,13 @@ import os
 import sys
 import tempfile
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
+from compiler import cli_run
 from compiler.frontend.diagnostics import Diagnostic, TCError
 
 if TYPE_CHECKING:
@@ -391,45 +395,6 @@ def _print_times(times: list[tuple[str, float]]) -> None:
     print(f"{'total':<12} {total * 1e3:10.2f}  100.0", file=sys.stderr)
 
 
-# -------------------------------------------------------------- tcc gradcheck
-
-
-def _add_gradcheck_args(parser: argparse.ArgumentParser) -> None:
-    _add_infer_args(parser)
-    parser.add_argument("--backward", metavar="NAME", help="check this backward def instead of AD")
-    parser.add_argument("--seed", type=int, default=0, help="random inputs' seed (default 0)")
-    parser.add_argument("--eps", type=float, default=1e-6, help="finite-difference step")
-    parser.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance")
-    parser.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance")
-
-
-def _run_gradcheck(args: argparse.Namespace) -> int:
-    """Random float64 inputs of the given shapes (integer inputs: zeros, valid indices),
-    finite differences against the gradient; a mismatch is a GradcheckError (exit 1)."""
-    import numpy as np
-
-    from compiler.gradcheck import gradcheck
-    from compiler.interp_expr import NP_DTYPE
-    from compiler.kernel import Kernel
-
-    shapes = dict(_parse_shape(s) for s in args.shape)
-    text, _ = read_source(args.file)
-    kernel = Kernel(text, args.entry, backward=args.backward)
-    from compiler.shapes import bind_sizes
-
-    bind_sizes(kernel.ranged, shapes)  # every input's shape given, sizes consistent
-    rng = np.random.default_rng(args.seed)
-    arrays = [
-        rng.standard_normal(shapes[t.name])
-        if t.dtype.is_float
-        else np.zeros(shapes[t.name], dtype=NP_DTYPE[t.dtype])
-        for t in kernel.ranged.checked.inputs
-    ]
-    gradcheck(kernel, *arrays, eps=args.eps, atol=args.atol, rtol=args.rtol, seed=args.seed)
-    print(f"{args.file}: gradcheck ok ({kernel.name})")
-    return 0
-
-
 # ------------------------------------------------------------------ the table
 
 
@@ -483,8 +448,14 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "gradcheck",
         "check a def's gradient against finite differences (float64, random inputs)",
-        _add_gradcheck_args,
-        _run_gradcheck,
+        cli_run.add_gradcheck_args,
+        cli_run.run_gradcheck,
+    ),
+    Command(
+        "run",
+        "run a def on random or .npy inputs: output shapes, checksums, --bench, --grad",
+        cli_run.add_run_args,
+        cli_run.run_run,
     ),
     Command(
         "cache",
@@ -520,13 +491,37 @@ def _dispatch(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> in
         getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(extras)}")
     if args.command is None:
         parser.error(f"missing COMMAND; one of: {', '.join(c.name for c in COMMANDS)}")
+    if args.command == "compile":  # a gradient can take a while: a spinner on a TTY
+        return _with_progress(args)
     return int(args.run(args))
+
+
+def _with_progress(args: argparse.Namespace) -> int:
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from compiler.progress import CloseOnWrite, Progress
+
+    with Progress(f"{PROG} {args.command} {getattr(args, 'file', '')}".strip()) as progress:
+        with (
+            redirect_stdout(CloseOnWrite(sys.stdout, progress)),  # type: ignore[arg-type]
+            redirect_stderr(CloseOnWrite(sys.stderr, progress)),  # type: ignore[arg-type]
+        ):
+            return int(args.run(args))
+
+
+def _show_warning(
+    message: Warning | str, category: type[Warning], *_: object, **__: object
+) -> None:
+    """Python warnings (e.g. the gather pass's budget) as `tcc: warning: ...`."""
+    print(f"{PROG}: warning: {message}", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `tcc` with `argv` (default: sys.argv[1:]); return the exit code."""
     try:
-        return int(_dispatch(build_parser(), argv))
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return int(_dispatch(build_parser(), argv))
     except SystemExit as exit_:  # --help and --version
         return 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1
     except TCError as err:

@@ -11,12 +11,19 @@ rebuilt with every float type promoted to float64 (`float(N) A` -> `double(N) A`
 difference `(<c, f(x + eps e)> - <c, f(x - eps e)>) / (2 eps)`. A mismatch
 (`|a - n| > atol + rtol |n|`) raises `GradcheckError` naming the input, the worst
 element and both values. A user-supplied `backward=` def is checked the same way.
+
+The report says when the check is meaningless rather than the gradient wrong: a NaN
+in either gradient (the def is undefined at these inputs, e.g. `rsqrt` of a negative
+number), or a kink at the worst element -- the one-sided differences
+`(f(x + eps) - f(x)) / eps` and `(f(x) - f(x - eps)) / eps` disagree, which is what a
+tie in a `max=`/`min=` reduction or `min`/`max`/`fabs` at equal values gives.
+`progress(done, total)`, when given, is called after each element's differences.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,7 +32,7 @@ from compiler.frontend import ast
 from compiler.frontend.ast import Cast, ScalarType
 from compiler.frontend.diagnostics import TCError
 from compiler.frontend.parser import parse
-from compiler.frontend.printer import print_module
+from compiler.frontend.printer import print_module, print_stmt
 from compiler.frontend.visit import Mutator
 
 if TYPE_CHECKING:
@@ -43,6 +50,7 @@ def gradcheck(
     atol: float = 1e-5,
     rtol: float = 1e-3,
     seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> None:
     """Raise GradcheckError unless the kernel's vjp matches finite differences."""
     k64 = as_float64(kernel)
@@ -56,46 +64,123 @@ def gradcheck(
         for o in outputs
     )
     analytic = k64.vjp(*inputs, grad_outputs=cot)
-    for pos, info in enumerate(k64.ranged.checked.inputs):
-        if not info.dtype.is_float:
-            continue
+    floats = [p for p, t in enumerate(k64.ranged.checked.inputs) if t.dtype.is_float]
+    total = sum(int(np.size(inputs[p])) for p in floats)
+    done = 0
+    for pos in floats:
+        info = k64.ranged.checked.inputs[pos]
         got = analytic[pos]
-        want = _numeric_grad(k64, inputs, cot, pos, eps)
+        want = _numeric_grad(k64, inputs, cot, pos, eps, progress, done, total)
+        done += int(np.size(inputs[pos]))
         got = np.zeros_like(want) if got is None else np.asarray(got, dtype=np.float64)
-        _compare(kernel.name, info.name, got, want, atol, rtol)
+        _compare(kernel.name, info.name, got, want, atol, rtol, (k64, inputs, cot, pos, eps))
+
+
+def _objective(k64: Kernel, args: Sequence[np.ndarray], cot: Sequence[np.ndarray]) -> float:
+    outs = k64(*args)
+    return sum(float(np.sum(c * o)) for c, o in zip(cot, outs, strict=True))
+
+
+def _moved(inputs: list[np.ndarray], pos: int, e: tuple[int, ...], step: float) -> list[Any]:
+    moved = inputs[pos].copy()
+    moved[e] += step
+    return [*inputs[:pos], moved, *inputs[pos + 1 :]]
 
 
 def _numeric_grad(
-    k64: Kernel, inputs: list[np.ndarray], cot: Sequence[np.ndarray], pos: int, eps: float
+    k64: Kernel,
+    inputs: list[np.ndarray],
+    cot: Sequence[np.ndarray],
+    pos: int,
+    eps: float,
+    progress: Callable[[int, int], None] | None = None,
+    done: int = 0,
+    total: int = 0,
 ) -> np.ndarray:
     x = inputs[pos]
     grad = np.zeros(x.shape, dtype=np.float64)
-    for e in np.ndindex(*x.shape):
-        values = []
-        for sign in (1.0, -1.0):
-            moved = x.copy()
-            moved[e] += sign * eps
-            args = [*inputs[:pos], moved, *inputs[pos + 1 :]]
-            outs = k64(*args)
-            values.append(sum(float(np.sum(c * o)) for c, o in zip(cot, outs, strict=True)))
-        grad[e] = (values[0] - values[1]) / (2 * eps)
+    for k, e in enumerate(np.ndindex(*x.shape)):
+        plus = _objective(k64, _moved(inputs, pos, e, eps), cot)
+        minus = _objective(k64, _moved(inputs, pos, e, -eps), cot)
+        grad[e] = (plus - minus) / (2 * eps)
+        if progress is not None:
+            progress(done + k + 1, total)
     return grad
 
 
+# what is needed to look at one element again: (k64, inputs, cot, pos, eps)
+_Point = tuple[Any, list[np.ndarray], Sequence[np.ndarray], int, float]
+
+
 def _compare(
-    kernel: str, name: str, got: np.ndarray, want: np.ndarray, atol: float, rtol: float
+    kernel: str,
+    name: str,
+    got: np.ndarray,
+    want: np.ndarray,
+    atol: float,
+    rtol: float,
+    point: _Point | None = None,
 ) -> None:
     error = np.abs(got - want) - (atol + rtol * np.abs(want))
     error = np.where(np.isnan(got) != np.isnan(want), np.inf, error)
-    if error.size == 0 or not (error > 0).any():
+    nans = int((np.isnan(got) | np.isnan(want)).sum())
+    if error.size == 0 or not ((error > 0).any() or nans):
         return
+    if nans:
+        error = np.where(np.isnan(got) | np.isnan(want), np.inf, np.nan_to_num(error))
     worst = np.unravel_index(int(np.argmax(error)), error.shape)
+    index = tuple(int(i) for i in worst)
     bad = int((error > 0).sum())
-    raise GradcheckError(
+    report = (
         f"gradcheck failed for input '{name}' of def '{kernel}': {bad} of {error.size} "
-        f"element(s) differ; worst at index {tuple(int(i) for i in worst)}: analytic "
+        f"element(s) differ; worst at index {index}: analytic "
         f"{float(got[worst])!r}, numeric {float(want[worst])!r} (atol={atol}, rtol={rtol})"
     )
+    note = _meaningless(got, want, point, index, atol, rtol)
+    raise GradcheckError(report + (f"\n{note}" if note else ""))
+
+
+def _meaningless(
+    got: np.ndarray,
+    want: np.ndarray,
+    point: _Point | None,
+    index: tuple[int, ...],
+    atol: float,
+    rtol: float,
+) -> str:
+    """Why the check says nothing at these inputs ('' when it does)."""
+    if np.isnan(got).any() or np.isnan(want).any():
+        which = [w for w, a in (("analytic", got), ("numeric", want)) if np.isnan(a).any()]
+        has = "gradients have" if len(which) == 2 else "gradient has"
+        return (
+            f"note: the {' and '.join(which)} {has} NaN elements: the def is undefined at these "
+            "inputs (e.g. sqrt/log/rsqrt of a negative number, 0/0), so the check is "
+            "meaningless here, not a wrong gradient; choose inputs in the def's domain "
+            "(tcc gradcheck --positive NAME, --range NAME=lo:hi)"
+        )
+    if point is None:
+        return ""
+    k64, inputs, cot, pos, eps = point
+    tied = tied_reductions(k64, inputs)
+    if tied:
+        return (
+            f"note: {'; '.join(tied)}: on a tie every tied element gets the full gradient "
+            "(tcc's rule), which finite differences do not see, so the check is meaningless "
+            "at these inputs, not a wrong gradient; retry with other inputs (--seed, "
+            "--range NAME=lo:hi)"
+        )
+    here = _objective(k64, inputs, cot)
+    right = (_objective(k64, _moved(inputs, pos, index, eps), cot) - here) / eps
+    left = (here - _objective(k64, _moved(inputs, pos, index, -eps), cot)) / eps
+    if abs(right - left) > atol + rtol * max(abs(right), abs(left)):
+        return (
+            f"note: the def is not differentiable at this point: the one-sided "
+            f"differences disagree (right {right!r}, left {left!r}), as at a tie in a "
+            "max=/min= reduction or min/max/fabs of equal values; the check is "
+            "meaningless here, not a wrong gradient; retry with other inputs (--seed, "
+            "--range NAME=lo:hi)"
+        )
+    return ""
 
 
 def numeric_jvp(
@@ -167,4 +252,57 @@ def _to64(a: Any, dtype: ScalarType) -> Any:
     return a
 
 
-__all__ = ["GradcheckError", "as_float64", "gradcheck", "numeric_jvp"]
+def tied_reductions(kernel: Kernel, arrays: Sequence[Any]) -> list[str]:
+    """For each `max=`/`min=` statement of the def, a sentence when some output element
+    is attained by more than one reduction instance at these inputs (a tie). Counted by
+    the reference evaluator: a copy of the def with `tie_k(lhs) +=! (rhs == lhs) ? 1 : 0`
+    after each such statement."""
+    from compiler.kernel import Kernel
+
+    definition = parse(kernel.text).get(kernel.name)
+    stmts: list[ast.Stmt] = []
+    counters: list[tuple[str, ast.Stmt]] = []
+    taken = {p.name for p in (*definition.params, *definition.outputs)}
+    for stmt in definition.stmts:
+        stmts.append(stmt)
+        if stmt.op.base not in (ast.AssignOp.MIN, ast.AssignOp.MAX):
+            continue
+        name = _fresh_name(f"tie{len(counters)}", taken)
+        lhs = ast.Access(name, stmt.lhs.args)
+        equal = ast.Compare(ast.CmpOp.EQ, stmt.rhs, stmt.lhs)
+        one, zero = ast.Const(1, ScalarType.INT32), ast.Const(0, ScalarType.INT32)
+        where = tuple(c for c in stmt.where if not isinstance(c, ast.Exists))
+        counter = ast.Stmt(lhs, ast.AssignOp.PLUS_INIT, ast.Select(equal, one, zero), where)
+        stmts.append(counter)
+        counters.append((name, stmt))
+    if not counters:
+        return []
+    outputs = definition.outputs + tuple(ast.Param(n, None, None) for n, _ in counters)
+    text = print_module(
+        ast.Module((dataclasses.replace(definition, outputs=outputs, stmts=tuple(stmts)),))
+    )
+    try:
+        counted = Kernel(text, kernel.name, target="interp")(*arrays)
+    except TCError:
+        return []  # the counting copy does not check: say nothing rather than guess
+    found = []
+    for (_name, stmt), counts in zip(counters, counted[len(definition.outputs) :], strict=True):
+        ties = int(np.sum(np.asarray(counts) > 1))
+        if ties:
+            found.append(
+                f"`{print_stmt(stmt).strip().split(' where ')[0]}` has ties at these inputs "
+                f"({ties} of {np.size(counts)} element(s) reached by more than one term)"
+            )
+    return found
+
+
+def _fresh_name(base: str, taken: set[str]) -> str:
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    taken.add(name)
+    return name
+
+
+__all__ = ["GradcheckError", "as_float64", "gradcheck", "numeric_jvp", "tied_reductions"]

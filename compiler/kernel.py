@@ -214,6 +214,12 @@ class Kernel:
         return output_shapes(self.ranged, sizes)
 
     def __call__(self, *arrays: Any, out: Any = None) -> tuple[np.ndarray, ...]:
+        """Run the def: one array per input, in declaration order (NumPy arrays of the
+        declared dtypes -- `float` is float32 -- or Python numbers for 0-d inputs);
+        returns a tuple with one new array per output, in declaration order. `out=`
+        (a sequence in output order, or a dict by name) gives arrays to write into and
+        return instead; a def that accumulates (`+=` without `!`) adds to their values.
+        A wrong count, rank, dtype or size is a `ShapeError` that names the parameter."""
         inputs, sizes = self._bind(arrays)
         shapes = output_shapes(self.ranged, sizes)
         given = self._outputs_given(out, shapes)
@@ -315,7 +321,8 @@ def _check_target(target: str, options: object, backward: object) -> None:
     if target not in AVAILABLE_TARGETS:
         raise OptionsError(
             f"target '{target}' is not available yet",
-            hint="use target='interp' (the NumPy reference evaluator)",
+            hint="use target='llvm' (native CPU code, the default) or 'interp' (the NumPy "
+            "reference evaluator, slow)",
         )
     as_options(options)
     if backward is not None and not isinstance(backward, str):

@@ -334,7 +334,14 @@ class Module:
             if len(self.defs) == 1:
                 return self.defs[0]
             names = ", ".join(d.name for d in self.defs) or "none"
-            raise TCError(f"the source has {len(self.defs)} defs ({names}); name the entry point")
+            if not self.defs:
+                raise TCError("the source has no defs", hint="write `def NAME(...) -> (...) {...}`")
+            first = self.defs[0].name
+            raise TCError(
+                f"the source has {len(self.defs)} defs ({names}); name the entry point",
+                hint=f"on the command line pass --entry NAME (e.g. --entry {first}); "
+                f"in Python, the name argument (define(source, '{first}'))",
+            )
         for d in self.defs:
             if d.name == name:
                 return d

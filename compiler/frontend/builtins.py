@@ -7,6 +7,8 @@ multi-argument float functions as TC's semantic checker knew them, plus `min` an
 
 from __future__ import annotations
 
+from compiler.frontend.diagnostics import close_names
+
 ARITY: dict[str, int] = {
     # elementary
     "exp": 1, "exp2": 1, "exp10": 1, "expm1": 1,
@@ -32,6 +34,32 @@ ARITY: dict[str, int] = {
 
 # Functions whose result is integral-valued and whose derivative is zero almost everywhere.
 PIECEWISE_CONSTANT = frozenset({"ceil", "floor", "round", "trunc"})
+
+
+# Functions users expect that TC has no builtin for, and how to write them.
+WRITE_INSTEAD: dict[str, str] = {
+    "sigmoid": "1 / (1 + exp(-x))",
+    "relu": "fmax(x, 0)",
+    "abs": "fabs(x)",
+    "softplus": "log1p(exp(x))",
+    "ln": "log(x)",
+    "square": "x * x",
+    "sign": "x > 0 ? 1 : (x < 0 ? -1 : 0)",
+    "clamp": "fmin(fmax(x, lo), hi)",
+}
+
+
+def unknown_function_hint(name: str) -> str | None:
+    """For a name read like a function that is neither a tensor nor a builtin: how to
+    write it, or the close builtins; None when nothing is close."""
+    if name in WRITE_INSTEAD or name.lower() in WRITE_INSTEAD:
+        formula = WRITE_INSTEAD.get(name, WRITE_INSTEAD.get(name.lower()))
+        return f"tcc has no builtin '{name}': write `{formula}`"
+    close = close_names(name, ARITY)
+    if not close:
+        return None
+    listed = ", ".join(f"'{c}'" for c in close)
+    return f"did you mean '{close[0]}'? ('{name}' is no builtin; close ones: {listed})"
 
 
 def arity(name: str) -> int | None:

@@ -119,5 +119,37 @@ class InternalError(Exception):
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
     """A 'did you mean' hint for a misspelled name, or None."""
-    close = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.6)
+    close = close_names(name, candidates, 1)
     return f"did you mean '{close[0]}'?" if close else None
+
+
+def close_names(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
+    """Up to `n` candidates close to `name`, closest first: those within a small edit
+    distance that counts a transposition as one edit (`tahn` -> `tanh` before `tan`),
+    then difflib's similar-looking names."""
+    names = sorted(set(candidates) - {name})
+    limit = 0 if len(name) <= 2 else 1 if len(name) <= 5 else 2
+
+    def key(c: str) -> tuple[int, bool, float, str]:
+        ratio = difflib.SequenceMatcher(None, name, c).ratio()
+        return (edit_distance(name, c), sorted(c) != sorted(name), -ratio, c)
+
+    near = sorted((c for c in names if edit_distance(name, c) <= limit), key=key)
+    similar = difflib.get_close_matches(name, names, n=n, cutoff=0.6)
+    return list(dict.fromkeys(near + similar))[:n]
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Optimal string alignment distance: insertions, deletions, substitutions and
+    transpositions of adjacent characters each cost 1."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], prev2[j - 2] + 1)
+        prev2, prev = prev, row
+    return prev[len(b)]

@@ -34,7 +34,7 @@ from compiler.frontend.ast import (
     UnaryOp,
     Var,
 )
-from compiler.frontend.builtins import ARITY
+from compiler.frontend.builtins import ARITY, unknown_function_hint
 from compiler.frontend.checked import Role, TensorInfo
 from compiler.frontend.diagnostics import InternalError
 from compiler.frontend.scopes import Reporter, Signature, StmtScope, name_span, suggest
@@ -185,11 +185,13 @@ class ExprChecker:
             )
             self.report.error(f"'{name}' is {kind}, not a tensor: it cannot be indexed", span)
             return
-        candidates = (*self.state.tensor_names(), *ARITY)
+        tensors = tuple(self.state.tensor_names())
         self.report.error(
             f"unknown tensor or function '{name}'",
             span,
-            suggest(name, candidates) or "tensors must be declared as inputs or outputs of the def",
+            suggest(name, tensors)
+            or unknown_function_hint(name)
+            or "tensors must be declared as inputs or outputs of the def",
         )
 
     def _call(self, call: Call) -> ScalarType:

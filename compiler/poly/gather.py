@@ -41,13 +41,21 @@ comes first and the gather accumulates with `op` (for `+` and `*`; `min=!` / `ma
 keep `op!` on the first piece, which by TC's definition initialises the whole output).
 A plain `=` whose left-hand side writes an element twice is an error (TC leaves it
 undefined).
+
+Budget: isl's work on one statement is capped (`max_operations`, isl's
+`isl_ctx_set_max_operations`; default `MAX_OPERATIONS`). Past it the statement is kept
+as the scatter it was -- scheduled serially, still correct -- with a
+`GatherBudgetWarning` that says so; a few pathological strided subscripts
+(`2 * h + 3 * w + kh`) would otherwise keep isl busy for minutes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Sequence
+import threading
+import warnings
+from collections.abc import Callable, Sequence
 
 import islpy as isl
 
@@ -78,6 +86,19 @@ from compiler.poly.build import domain_of, reads_in_bounds
 from compiler.poly.invert import Inexpressible, Piece, choose_inner, invert, schedule_of
 from compiler.poly.isl_bridge import StmtSpace, condition_of, expr_to_aff
 
+# isl operations allowed per statement: the gathers of the test suite and the corpus
+# need well under a tenth of it (tests/poly/test_gather_budget.py).
+MAX_OPERATIONS = 3_000_000
+_BUDGET_LOCK = threading.Lock()
+
+
+class GatherBudgetWarning(UserWarning):
+    """The gather pass gave up on a statement within its isl budget: it stays a scatter."""
+
+
+class _OutOfBudget(Exception):
+    pass
+
 
 class WriteKind(enum.Enum):
     """How a statement writes its output."""
@@ -105,8 +126,11 @@ def remaining_scatters(ranged: RangedDef) -> tuple[int, ...]:
     )
 
 
-def scatter_to_gather(ranged: RangedDef) -> RangedDef:
-    """Rewrite every affine scatter of `ranged` as a gather (see the module doc)."""
+def scatter_to_gather(ranged: RangedDef, max_operations: int | None = None) -> RangedDef:
+    """Rewrite every affine scatter of `ranged` as a gather (see the module doc); a
+    statement that needs more than `max_operations` isl operations (default
+    `MAX_OPERATIONS`; 0: no limit) stays a scatter, with a `GatherBudgetWarning`."""
+    budget = MAX_OPERATIONS if max_operations is None else max_operations
     checked = ranged.checked
     if all(write_kind(f) is not WriteKind.SCATTER for f in checked.stmts):
         return ranged
@@ -115,7 +139,17 @@ def scatter_to_gather(ranged: RangedDef) -> RangedDef:
     for stmt, facts in zip(checked.definition.stmts, checked.stmts, strict=True):
         if write_kind(facts) is WriteKind.SCATTER:
             try:
-                new = _gather(dataclasses.replace(facts, stmt=stmt), ranged)
+                new = _budgeted(_gather, budget, dataclasses.replace(facts, stmt=stmt), ranged)
+            except _OutOfBudget:
+                warnings.warn(
+                    f"the scatter -> gather pass gave up on `{print_expr(stmt.lhs)} "
+                    f"{stmt.op.value} ...` "
+                    f"after {budget} isl operations: it stays a scatter, which runs "
+                    "serially (correct, but not parallel)",
+                    GatherBudgetWarning,
+                    stacklevel=2,
+                )
+                new = [stmt]
             except isl.Error as e:
                 raise InternalError(f"isl failed on `{print_stmt(stmt)}`: {e}") from e
             if len(new) > 1 and new[0].op is AssignOp.ASSIGN and stmt.op.init:
@@ -137,6 +171,39 @@ def scatter_to_gather(ranged: RangedDef) -> RangedDef:
         for name, dims in ranged.output_bounds
     )
     return RangedDef(rechecked, bounds, ranged.warnings)
+
+
+def _budgeted(fn: Callable[..., list[Stmt]], budget: int, *args: object) -> list[Stmt]:
+    """`fn(*args)` with isl's operation counter capped at `budget`; `_OutOfBudget` when
+    isl stopped at the cap (a failed call returns NULL, which surfaces as isl.Error or,
+    inside islpy's conversions, as another exception)."""
+    ctx = isl.DEFAULT_CONTEXT
+    with _BUDGET_LOCK:
+        previous = ctx.get_max_operations()
+        ctx.set_max_operations(budget)
+        ctx.reset_operations()
+        try:
+            return fn(*args)
+        except Exception as e:
+            if budget and (_quota_message(e) or _exhausted(ctx)):
+                raise _OutOfBudget from e
+            raise
+        finally:
+            ctx.set_max_operations(previous)
+            ctx.reset_operations()
+
+
+def _quota_message(e: Exception) -> bool:
+    return isinstance(e, isl.Error) and "number of operations exceeded" in str(e)
+
+
+def _exhausted(ctx: isl.Context) -> bool:
+    """Whether the counter is past the cap: then even a trivial isl query fails."""
+    try:  # a valid set that isl must parse and solve afresh (results are cached)
+        isl.Set("[N] -> { [i] : 0 <= i < N and 2 <= i <= 3 }", context=ctx).lexmin()
+    except isl.Error:
+        return True
+    return False
 
 
 def _from_zero(bound: Bound) -> Bound:

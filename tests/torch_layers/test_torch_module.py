@@ -12,7 +12,7 @@ F = torch.nn.functional
 
 import compiler.torch as tct  # noqa: E402
 from compiler import ShapeError, TCError  # noqa: E402
-from tests.torch.tc_layers import CONV_BIAS, SCALE  # noqa: E402
+from tests.torch_layers.tc_layers import CONV_BIAS, SCALE  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_tc_model.py"
 CONV_B = CONV_BIAS.split("def conv_bias_grad")[0]

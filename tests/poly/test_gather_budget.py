@@ -1,0 +1,70 @@
+"""The gather pass's isl budget: past it a scatter stays a scatter (serial, correct)
+with a GatherBudgetWarning, and isl's context is left as it was."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import islpy as isl
+import numpy as np
+import pytest
+
+import compiler
+import compiler.poly.gather as gather
+from compiler.backward import grad
+from compiler.frontend.check import check_def
+from compiler.frontend.parser import parse
+from compiler.poly.gather import GatherBudgetWarning, remaining_scatters, scatter_to_gather
+from compiler.poly.ranges import infer_ranges
+
+ROOT = Path(__file__).resolve().parents[2]
+CONV = (ROOT / "examples" / "conv2d.tc").read_text()
+WEIRD = Path("/work/shared/corpus/tc/inf_weird_conv.tc")
+
+
+def _scatter_form() -> object:
+    return infer_ranges(check_def(parse(grad(CONV, "conv2d", form="scatter")).get()))
+
+
+def test_small_budget_keeps_the_scatter_with_a_warning() -> None:
+    ranged = _scatter_form()
+    with pytest.warns(GatherBudgetWarning, match="stays a scatter, which runs serially"):
+        kept = scatter_to_gather(ranged, max_operations=1000)
+    assert remaining_scatters(kept) == remaining_scatters(ranged) != ()
+    assert isl.DEFAULT_CONTEXT.get_max_operations() == 0  # restored: no limit
+    full = scatter_to_gather(ranged)  # the default budget is ample for a convolution
+    assert remaining_scatters(full) == ()
+
+
+def test_budget_zero_means_no_limit() -> None:
+    assert remaining_scatters(scatter_to_gather(_scatter_form(), max_operations=0)) == ()
+
+
+def test_kept_scatter_computes_the_same_gradient(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in [(2, 3, 7, 5), (4, 3, 3, 2), (4,)]]
+    (out,) = compiler.define(CONV, target="interp")(*arrays)
+    cot = (rng.standard_normal(out.shape).astype(np.float32),)
+    want = compiler.define(CONV, target="interp").vjp(*arrays, grad_outputs=cot)
+    monkeypatch.setattr(gather, "MAX_OPERATIONS", 1000)
+    with pytest.warns(GatherBudgetWarning):
+        got = compiler.define(CONV, target="llvm", cache=False).vjp(*arrays, grad_outputs=cot)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not WEIRD.exists(), reason="the shared TC corpus is not present")
+def test_pathological_strided_gradient_does_not_hang() -> None:
+    # minutes without the budget; a few seconds with it (the timeout only guards a hang)
+    result = subprocess.run(
+        [sys.executable, "-m", "compiler", "compile", str(WEIRD), "--grad"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "def fun_grad" in result.stdout
+    assert "tcc: warning: the scatter -> gather pass gave up on `input_grad(" in result.stderr
