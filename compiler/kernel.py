@@ -22,8 +22,8 @@ also returned. A def whose first write to an output accumulates (`+=` without
 `out=` for it, it emits a `TCWarning` naming the output.
 
 Targets: `"llvm"` (the default: native code through isl and LLVM, see
-`compiler.native`) and `"interp"` (the NumPy reference evaluator, the oracle);
-`"cuda"` is planned. `options` is a `compiler.options.Options`. `backward` names a
+`compiler.native`), `"interp"` (the NumPy reference evaluator, the oracle), and
+`"cuda"` / `"cuda-emulated"` (`compiler.cuda_target`; options: `CudaOptions`). `options` is a `compiler.options.Options`. `backward` names a
 def of the same source that replaces the AD-derived gradient (`k.vjp`, `k.grad`).
 """
 
@@ -50,8 +50,9 @@ from compiler.interp_expr import NP_DTYPE
 from compiler.options import Options, as_options
 from compiler.shapes import output_shapes
 
-TARGETS = ("interp", "llvm", "cuda")
-AVAILABLE_TARGETS = ("interp", "llvm")
+TARGETS = ("interp", "llvm", "cuda", "cuda-emulated")
+AVAILABLE_TARGETS = TARGETS
+CUDA_TARGETS = ("cuda", "cuda-emulated")  # compiler.cuda_target; options: CudaOptions
 
 
 # Gradient kernels by (text, name, backward, target, options, cache): see Kernel.grad.
@@ -121,10 +122,12 @@ class Kernel:
         self._inputs = checked.inputs
         self._outputs = checked.outputs
         self._accumulating = _accumulating_outputs(checked.stmts)
-        self.options = as_options(options)
+        self.options: Any = _target_options(target, options)
         self._native = (
             _compile_native(self.ranged, self.options, self.cache) if target == "llvm" else None
         )
+        if target in CUDA_TARGETS:
+            self._native = _compile_cuda(self.ranged, self.options, target)
 
     def __repr__(self) -> str:
         return f"<Kernel {self.name} target={self.target!r}>"
@@ -270,7 +273,7 @@ def _check_target(target: str, options: object, backward: object) -> None:
             f"target '{target}' is not available yet",
             hint="use target='interp' (the NumPy reference evaluator)",
         )
-    as_options(options)
+    _target_options(target, options)
     if backward is not None and not isinstance(backward, str):
         raise OptionsError(
             f"backward= names a def of the same source, got {type(backward).__name__}",
@@ -340,6 +343,20 @@ def _placeholder(field: str, constants: Mapping[str, object], span: Span) -> str
         return format(constants[key], spec)
     except (TypeError, ValueError) as err:
         raise TCError(f"cannot format constant '{key}' with spec '{spec}': {err}", span) from None
+
+
+def _target_options(target: str, options: object) -> Any:
+    if target in CUDA_TARGETS:
+        from compiler.codegen.cuda_options import as_cuda_options
+
+        return as_cuda_options(options)
+    return as_options(options)
+
+
+def _compile_cuda(ranged: RangedDef, options: Any, target: str) -> Any:
+    from compiler.cuda_target import compile_cuda
+
+    return compile_cuda(ranged, options, emulated=target == "cuda-emulated")
 
 
 def _compile_native(ranged: RangedDef, options: Options, cache: Any) -> Any:
