@@ -105,12 +105,21 @@ def gradient_kernel(kernel: Kernel) -> Kernel:
     """The gradient def compiled for the kernel's target."""
     from compiler.kernel import Kernel
 
+    # the CUDA targets' options (block sizes, atomics) apply to the gradient too
+    options = kernel.options if kernel.target.startswith("cuda") else None
     if kernel.backward is not None:
         return Kernel(
-            kernel.text, kernel.backward, target=kernel.target, cache=getattr(kernel, "cache", True)
+            kernel.text,
+            kernel.backward,
+            target=kernel.target,
+            options=options,
+            cache=getattr(kernel, "cache", True),
         )
     return Kernel(
-        gradient_source(kernel), target=kernel.target, cache=getattr(kernel, "cache", True)
+        gradient_source(kernel),
+        target=kernel.target,
+        options=options,
+        cache=getattr(kernel, "cache", True),
     )
 
 

@@ -356,7 +356,9 @@ def _target_options(target: str, options: object) -> Any:
 def _compile_cuda(ranged: RangedDef, options: Any, target: str) -> Any:
     from compiler.cuda_target import compile_cuda
 
-    return compile_cuda(ranged, options, emulated=target == "cuda-emulated")
+    program = compile_cuda(ranged, options, emulated=target == "cuda-emulated")
+    program.prepare()  # g++ or NVRTC now; no GPU for target "cuda" is an error here
+    return program
 
 
 def _compile_native(ranged: RangedDef, options: Options, cache: Any) -> Any:
