@@ -324,8 +324,9 @@ def _add_compile_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--emit",
-        choices=("loops", "llvm"),
-        help="print the loop nests or the optimised LLVM IR (of the gradient, with --grad)",
+        choices=("loops", "llvm", "cuda"),
+        help="print the loop nests, the optimised LLVM IR or the CUDA C with its launch "
+        "configuration (of the gradient, with --grad)",
     )
 
 
@@ -335,7 +336,7 @@ def _run_compile(args: argparse.Namespace) -> int:
 
     if not args.grad and args.emit is None:
         raise OptionsError(
-            "tcc compile: say what to print", hint="pass --emit loops|llvm or --grad"
+            "tcc compile: say what to print", hint="pass --emit loops|llvm|cuda or --grad"
         )
     text, filename = read_source(args.file)
     entry = args.entry
@@ -364,6 +365,10 @@ def _emit(text: str, filename: str, entry: str | None, emit: str) -> int:
         for note in lowered.notes:
             print(f"// {note}")
         print(print_function(lowered.function))
+    elif emit == "cuda":
+        from compiler.cuda_target import cuda_source
+
+        print(cuda_source(ranged), end="")
     else:
         from compiler.native import compile_native
 

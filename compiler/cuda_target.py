@@ -81,7 +81,7 @@ class CudaProgram:
 
     @cached_property
     def _module(self) -> Any:
-        from compiler.codegen.cuda_driver import compile_source, current_device
+        from compiler.codegen.cuda_driver import current_device
 
         device = current_device()
         image = _image(self.source, self.options.arch or device.arch, self.options.fast_math)
@@ -183,7 +183,9 @@ class CudaProgram:
             module.launch(kernel.name, self.grid(kernel, env), kernel.block, ptrs, size_args,
                           stream)  # fmt: skip
 
-    def _read_error(self, check_id: int, value: int, arrays: Mapping[str, np.ndarray]) -> ShapeError:
+    def _read_error(
+        self, check_id: int, value: int, arrays: Mapping[str, np.ndarray]
+    ) -> ShapeError:
         from compiler.native import NativeProgram
 
         # the LLVM target's wording; it reads only `self.lowered.checks`
@@ -241,4 +243,11 @@ def dtype_ok(dtype: DType) -> bool:
     return dtype is not DType.FLOAT16
 
 
-__all__ = ["CUDA_TARGETS", "CudaProgram", "CudaTarget", "TARGET_OBJECTS", "compile_cuda", "cuda_source"]
+__all__ = [
+    "CUDA_TARGETS",
+    "CudaProgram",
+    "CudaTarget",
+    "TARGET_OBJECTS",
+    "compile_cuda",
+    "cuda_source",
+]

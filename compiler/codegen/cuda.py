@@ -74,7 +74,17 @@ C_TYPE = {
 }
 
 # C precedence, higher binds tighter
-P_TERNARY, P_OR, P_AND, P_EQ, P_REL, P_ADD, P_MUL, P_UNARY, P_POSTFIX = 3, 4, 5, 9, 10, 12, 13, 15, 16
+P_TERNARY, P_OR, P_AND, P_EQ, P_REL, P_ADD, P_MUL, P_UNARY, P_POSTFIX = (
+    3,
+    4,
+    5,
+    9,
+    10,
+    12,
+    13,
+    15,
+    16,
+)
 _PREC = {
     BinOp.OR: P_OR, BinOp.AND: P_AND, BinOp.EQ: P_EQ, BinOp.NE: P_EQ, BinOp.LT: P_REL,
     BinOp.LE: P_REL, BinOp.GT: P_REL, BinOp.GE: P_REL, BinOp.ADD: P_ADD, BinOp.SUB: P_ADD,
@@ -367,8 +377,6 @@ class _KernelEmitter:
         text = f"{op}({inner})" if inner.startswith("-") else f"{op}{inner}"
         if e.op is UnaryOp.NEG and e.dtype.bits < 32 and not e.dtype.is_float:
             return f"({ctype(e.dtype)})({text})", P_UNARY
-        if e.op is UnaryOp.NEG and e.dtype.is_int and e.dtype.is_signed:
-            return f"({ctype(e.dtype)})(0ULL - (unsigned long long)({self.expr(e.x)}))", P_UNARY
         return text, P_UNARY
 
     def _expr_Call(self, e: Call) -> tuple[str, int]:
@@ -452,9 +460,13 @@ def literal(value: bool | int | float, dtype: DType) -> str:
         x = float(value)
         f = dtype is DType.FLOAT32
         if math.isnan(x):
-            return "__int_as_float(0x7fc00000)" if f else "__longlong_as_double(0x7ff8000000000000LL)"
+            return (
+                "__int_as_float(0x7fc00000)" if f else "__longlong_as_double(0x7ff8000000000000LL)"
+            )
         if math.isinf(x):
-            inf = "__int_as_float(0x7f800000)" if f else "__longlong_as_double(0x7ff0000000000000LL)"
+            inf = (
+                "__int_as_float(0x7f800000)" if f else "__longlong_as_double(0x7ff0000000000000LL)"
+            )
             return inf if x > 0 else f"(-{inf})"
         text = repr(x)
         return f"{text}f" if f else text

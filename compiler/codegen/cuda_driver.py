@@ -110,9 +110,7 @@ class Module:
         driver, _ = _bindings()
         holders: list[Any] = [ctypes.c_void_p(p) for p in pointers]
         holders += [ctypes.c_longlong(s) for s in sizes]
-        params = (ctypes.c_void_p * max(1, len(holders)))(
-            *[ctypes.addressof(h) for h in holders]
-        )
+        params = (ctypes.c_void_p * max(1, len(holders)))(*[ctypes.addressof(h) for h in holders])
         _check(driver.cuLaunchKernel(self.function(name), *grid, block, 1, 1, 0, stream,
                                      ctypes.addressof(params), 0), f"cuLaunchKernel({name})")  # fmt: skip
 
@@ -209,4 +207,43 @@ def current_device() -> Device:
         return found
 
 
-__all__ = ["CudaUnavailable", "Device", "Module", "compile_source", "current_device"]
+class DeviceArray:
+    """A C-contiguous array in GPU memory that tcc allocated (an output when the caller's
+    device arrays are not torch tensors). It exposes `__cuda_array_interface__` (so CuPy,
+    Numba and torch can wrap it without a copy: `cupy.asarray(a)`), and `get()` copies it
+    to a NumPy array. The memory is freed with the object."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: Any, device: Device) -> None:
+        import numpy as np
+
+        self.shape, self.dtype, self.device = tuple(shape), np.dtype(dtype), device
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        self.ptr = device.alloc(self.nbytes)
+        device.zero(self.ptr, self.nbytes)
+        device.synchronize()
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (self.ptr, False),
+            "strides": None,
+            "version": 3,
+        }
+
+    def get(self) -> Any:
+        import numpy as np
+
+        host = np.empty(self.shape, self.dtype)
+        self.device.to_host(host, self.ptr)
+        return host
+
+    def __del__(self) -> None:
+        try:
+            self.device.free(self.ptr)
+        except Exception:  # noqa: BLE001, S110  (interpreter shutdown: the context is gone)
+            pass
+
+
+__all__ = ["CudaUnavailable", "Device", "DeviceArray", "Module", "compile_source", "current_device"]

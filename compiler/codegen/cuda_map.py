@@ -44,7 +44,6 @@ from compiler.loops import (
     Assign,
     Bin,
     BinOp,
-    Block,
     Buffer,
     Const,
     DType,

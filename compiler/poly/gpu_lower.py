@@ -60,12 +60,9 @@ def lower_gpu(ranged: RangedDef) -> GpuLowered:
     stmts = gathered.checked.definition.stmts
     scatters = remaining_scatters(gathered)
     notes = tuple(
-        f"statement {k} ({print_stmt(stmts[k]).strip()}): data-dependent scatter"
-        for k in scatters
+        f"statement {k} ({print_stmt(stmts[k]).strip()}): data-dependent scatter" for k in scatters
     )
-    lowered = dataclasses.replace(
-        lowered, function=dataclasses.replace(f, body=body), notes=notes
-    )
+    lowered = dataclasses.replace(lowered, function=dataclasses.replace(f, body=body), notes=notes)
     return GpuLowered(lowered, phases, tuple(n.index for n in sched.nests), scatters)
 
 
