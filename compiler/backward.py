@@ -101,9 +101,15 @@ def gradient_kernel(kernel: Kernel) -> Kernel:
     from compiler.kernel import Kernel, define_ranged
 
     cache = getattr(kernel, "cache", True)
+    # the CUDA targets' options (block sizes, atomics) apply to the gradient too
+    options = kernel.options if kernel.target.startswith("cuda") else None
     if kernel.backward is not None:
-        return Kernel(kernel.text, kernel.backward, target=kernel.target, cache=cache)
-    return define_ranged(gradient_ranged(kernel.ranged), target=kernel.target, cache=cache)
+        return Kernel(
+            kernel.text, kernel.backward, target=kernel.target, options=options, cache=cache
+        )
+    return define_ranged(
+        gradient_ranged(kernel.ranged), target=kernel.target, options=options, cache=cache
+    )
 
 
 def vjp(kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[Any]) -> tuple[Any, ...]:

@@ -330,8 +330,9 @@ def _add_compile_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--emit",
-        choices=("loops", "llvm"),
-        help="print the loop nests or the optimised LLVM IR (of the gradient, with --grad)",
+        choices=("loops", "llvm", "cuda"),
+        help="print the loop nests, the optimised LLVM IR or the CUDA C with its launch "
+        "configuration (of the gradient, with --grad)",
     )
     parser.add_argument(
         "--dump-after",
@@ -356,9 +357,11 @@ def _run_compile(args: argparse.Namespace) -> int:
     dumps = set(args.dump_after)
     if not args.grad and args.emit is None and not dumps:
         raise OptionsError(
-            "tcc compile: say what to print", hint="pass --emit loops|llvm, --grad or --dump-after"
+            "tcc compile: say what to print",
+            hint="pass --emit loops|llvm|cuda, --grad or --dump-after",
         )
     text, filename = read_source(args.file)
+    # --emit cuda: the CUDA target lowers a RangedDef itself (compiler.cuda_target)
     goal = {"loops": "lower", "llvm": "codegen"}.get(args.emit or "", "")
     if not goal:
         goal = ("gather" if args.form == "gather" else "grad") if args.grad else "ranges"
@@ -380,7 +383,11 @@ def _run_compile(args: argparse.Namespace) -> int:
     pipeline.run(text, ctx=ctx, upto=upto, observe=observe)
     if args.emit is not None or dumps:
         print_diagnostics(ctx.diagnostics)
-    if args.emit is not None or args.grad:
+    if args.emit == "cuda":
+        from compiler.cuda_target import cuda_source
+
+        print(cuda_source(results[goal]), end="")
+    elif args.emit is not None or args.grad:
         print(pipeline.dump(results[goal]), end="")
     if args.time_passes:
         _print_times(times)

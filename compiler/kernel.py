@@ -24,8 +24,8 @@ also returned. A def whose first write to an output accumulates (`+=` without
 `out=` for it, it emits a `TCWarning` naming the output.
 
 Targets: `"llvm"` (the default: native code through isl and LLVM, see
-`compiler.native`) and `"interp"` (the NumPy reference evaluator, the oracle);
-`"cuda"` is planned. `options` is a `compiler.options.Options`. `backward` names a
+`compiler.native`), `"interp"` (the NumPy reference evaluator, the oracle), and
+`"cuda"` / `"cuda-emulated"` (`compiler.cuda_target`; options: `CudaOptions`). `options` is a `compiler.options.Options`. `backward` names a
 def of the same source that replaces the AD-derived gradient (`k.vjp`, `k.grad`).
 """
 
@@ -53,8 +53,9 @@ from compiler.interp_expr import NP_DTYPE
 from compiler.options import Options, as_options
 from compiler.shapes import output_shapes
 
-TARGETS = ("interp", "llvm", "cuda")
-AVAILABLE_TARGETS = ("interp", "llvm")
+TARGETS = ("interp", "llvm", "cuda", "cuda-emulated")
+AVAILABLE_TARGETS = TARGETS
+CUDA_TARGETS = ("cuda", "cuda-emulated")  # compiler.cuda_target; options: CudaOptions
 
 
 # Gradient kernels by (text, name, backward, target, options, cache): see Kernel.grad.
@@ -137,10 +138,12 @@ class Kernel:
         self._inputs = checked.inputs
         self._outputs = checked.outputs
         self._accumulating = _accumulating_outputs(checked.stmts)
-        self.options = as_options(options)
+        self.options: Any = _target_options(target, options)
         self._native = (
             _compile_native(ranged, self.options, self.cache) if target == "llvm" else None
         )
+        if target in CUDA_TARGETS:
+            self._native = _compile_cuda(self.ranged, self.options, target)
 
     @property
     def text(self) -> str:
@@ -220,6 +223,10 @@ class Kernel:
         (a sequence in output order, or a dict by name) gives arrays to write into and
         return instead; a def that accumulates (`+=` without `!`) adds to their values.
         A wrong count, rank, dtype or size is a `ShapeError` that names the parameter."""
+        if self.target == "cuda" and any(hasattr(a, "__cuda_array_interface__") for a in arrays):
+            from compiler.cuda_device import device_call  # device arrays stay on the device
+
+            return device_call(self, arrays, out)
         inputs, sizes = self._bind(arrays)
         shapes = output_shapes(self.ranged, sizes)
         given = self._outputs_given(out, shapes)
@@ -324,7 +331,7 @@ def _check_target(target: str, options: object, backward: object) -> None:
             hint="use target='llvm' (native CPU code, the default) or 'interp' (the NumPy "
             "reference evaluator, slow)",
         )
-    as_options(options)
+    _target_options(target, options)
     if backward is not None and not isinstance(backward, str):
         raise OptionsError(
             f"backward= names a def of the same source, got {type(backward).__name__}",
@@ -394,6 +401,22 @@ def _placeholder(field: str, constants: Mapping[str, object], span: Span) -> str
         return format(constants[key], spec)
     except (TypeError, ValueError) as err:
         raise TCError(f"cannot format constant '{key}' with spec '{spec}': {err}", span) from None
+
+
+def _target_options(target: str, options: object) -> Any:
+    if target in CUDA_TARGETS:
+        from compiler.codegen.cuda_options import as_cuda_options
+
+        return as_cuda_options(options)
+    return as_options(options)
+
+
+def _compile_cuda(ranged: RangedDef, options: Any, target: str) -> Any:
+    from compiler.cuda_target import compile_cuda
+
+    program = compile_cuda(ranged, options, emulated=target == "cuda-emulated")
+    program.prepare()  # g++ or NVRTC now; no GPU for target "cuda" is an error here
+    return program
 
 
 def _compile_native(ranged: RangedDef, options: Options, cache: Any) -> Any:

@@ -1,0 +1,388 @@
+"""GPU mapping: a target-only pass from a phased loop-IR Function to CUDA kernels.
+
+Requires: a Function whose top-level nests (*phases*) run one after the other; in a
+phase, the perfectly nested chain of `PARALLEL` loops at its root is a parallel band
+(`poly.gpu_lower` marks it): every iteration of the band writes its own elements.
+Ensures:  `map_to_gpu(f, phases, options, error=...) -> GpuProgram`, one `GpuKernel` per
+phase with its launch configuration, whose loops are `SERIAL`, `GPU_BLOCK` or
+`GPU_THREAD` (no `PARALLEL`, `VECTOR`, `UNROLL` left), plus the temporaries a phase
+allocates at its root, hoisted to kernel parameters the host allocates zeroed.
+
+The mapping (the model default; `CudaOptions` sets block and grid sizes):
+- the band's innermost loops, as many as have bounds free of each other's variables,
+  collapse into one index `t` over the product of their extents, mapped to
+  `blockIdx.x * blockDim.x + threadIdx.x` with a grid-stride loop (so any grid covers any
+  extent; remainders need no guard). The innermost band loop varies fastest with `t`:
+  it is the left-hand side's last variable, unit stride in the output, so neighbouring
+  threads write neighbouring elements (coalesced);
+- the band's next loops outwards map to `blockIdx.y`, then `blockIdx.z` (grid-stride);
+  any further ones stay serial loops in every thread;
+- the loops below the band (reductions) stay inside the thread, accumulating in a
+  register (`Local`);
+- a phase with no parallel band whose only writes are `T[i] = T[i] + v` (v not reading
+  T; a data-dependent scatter) runs its whole root chain in parallel with
+  `AtomicAdd(T, i, v)` when T is float32/float64 and `CudaOptions.atomics`; any other
+  phase runs on a single thread (`<<<1, 1>>>`).
+
+Worked example, matmul `C(m, n) +=! A(m, k) * B(k, n)` (block 256):
+
+    for (m = 0; m < M; m += 1) gpu_block(y) {
+      for (n = 0; n < N; n += 1) gpu_thread(x) {
+        local acc = 0.0f { for (k ...) acc = acc + A[m, k] * B[k, n]; C[m, n] = acc } } }
+    grid = (ceil(N / 256), min(M, 65535), 1), block = (256, 1, 1)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from compiler.codegen.cuda_options import CudaOptions
+from compiler.frontend.diagnostics import InternalError
+from compiler.loops import (
+    Alloc,
+    Assign,
+    Bin,
+    BinOp,
+    Buffer,
+    Const,
+    DType,
+    Expr,
+    FloorDiv,
+    For,
+    Function,
+    Let,
+    Load,
+    Local,
+    LoopKind,
+    Max,
+    Min,
+    Mutator,
+    Node,
+    Stmt,
+    Store,
+    VarRef,
+    Visitor,
+)
+
+I64 = DType.INT64
+ATOMIC_DTYPES = (DType.FLOAT32, DType.FLOAT64)
+
+
+# ------------------------------------------------------------ CUDA-only nodes
+
+
+@dataclass(frozen=True, slots=True)
+class AtomicAdd(Stmt):
+    """`atomicAdd(&buffer[index], value)`: the one write of a data-dependent scatter."""
+
+    buffer: Buffer
+    index: tuple[Expr, ...]
+    value: Expr
+
+
+@dataclass(frozen=True, slots=True)
+class PosDiv(Expr):
+    """`a / b` for int64 operands known to be >= 0 and b >= 1 (index decomposition)."""
+
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return I64
+
+
+@dataclass(frozen=True, slots=True)
+class PosMod(Expr):
+    """`a % b` for int64 operands known to be >= 0 and b >= 1."""
+
+    a: Expr
+    b: Expr
+
+    @property
+    def dtype(self) -> DType:
+        return I64
+
+
+# ------------------------------------------------------------ the result
+
+
+@dataclass(frozen=True)
+class GpuKernel:
+    name: str
+    body: Stmt
+    mode: str  # "parallel" | "atomic" | "serial"
+    block: int  # threads per block (x)
+    grid: tuple[Expr | None, Expr | None, Expr | None]  # blocks in x, y, z (None: default)
+    dims: tuple[tuple[str, str], ...]  # GPU_BLOCK loop variable -> "y" | "z"
+    temps: tuple[Buffer, ...]  # allocated by the host, zero-filled
+
+
+@dataclass(frozen=True)
+class GpuProgram:
+    name: str
+    buffers: tuple[Buffer, ...]
+    size_params: tuple[str, ...]
+    kernels: tuple[GpuKernel, ...]
+
+    def buffers_of(self, kernel: GpuKernel) -> tuple[Buffer, ...]:
+        """The kernel's pointer parameters, in order: the Function's, then its temps."""
+        return self.buffers + kernel.temps
+
+
+def map_to_gpu(
+    f: Function, phases: tuple[Stmt, ...], options: CudaOptions, *, error: str | None = None
+) -> GpuProgram:
+    """One kernel per phase of `f` (see the module doc); `error` names the error-record
+    buffer, whose writes do not count as a phase's writes."""
+    taken = _names(f)
+    kernels = tuple(
+        _map_phase(f"{f.name}_k{p}", phase, f, options, error, set(taken))
+        for p, phase in enumerate(phases)
+    )
+    return GpuProgram(f.name, f.buffers, f.size_params, kernels)
+
+
+def _map_phase(
+    name: str, phase: Stmt, f: Function, options: CudaOptions, error: str | None, taken: set[str]
+) -> GpuKernel:
+    temps: list[Buffer] = []
+    while isinstance(phase, Alloc):
+        temps.append(phase.buffer)
+        phase = phase.body
+    chain = _chain(phase, lambda loop: loop.kind is LoopKind.PARALLEL)
+    mode = "parallel"
+    if not chain:
+        target = _atomic_target(phase, error) if options.atomics else None
+        if target is not None:
+            phase = _Atomics(target).mutate(phase)
+            chain = _chain(phase, lambda loop: True)
+            mode = "atomic"
+    phase = _Serial().mutate(phase)
+    if not chain:
+        one = Const(1, I64)
+        return GpuKernel(name, phase, "serial", 1, (one, one, one), (), tuple(temps))
+    chain = _chain(phase, lambda loop: True)[: len(_chain_vars(chain))]
+    body, grid, dims = _map_band(chain, set(f.size_params), options, taken)
+    return GpuKernel(name, body, mode, options.block, grid, dims, tuple(temps))
+
+
+def _chain(stmt: Stmt, take: object) -> list[For]:
+    """The perfectly nested loops at `stmt`'s root that `take` accepts."""
+    chain: list[For] = []
+    while isinstance(stmt, For) and take(stmt):  # type: ignore[operator]
+        chain.append(stmt)
+        stmt = stmt.body
+    return chain
+
+
+def _chain_vars(chain: list[For]) -> list[str]:
+    return [loop.var for loop in chain]
+
+
+def _map_band(
+    chain: list[For], sizes: set[str], options: CudaOptions, taken: set[str]
+) -> tuple[Stmt, tuple[Expr | None, Expr | None, Expr | None], tuple[tuple[str, str], ...]]:
+    """The mapped nest of the band `chain` and its grid (see the module doc)."""
+    j = len(chain) - 1
+    while j > 0 and _independent(chain[j - 1 :]):
+        j -= 1
+    group, outer = chain[j:], chain[:j]
+    inner_body = chain[-1].body
+    # the thread loop: one loop as it is, or several collapsed into one index
+    if len(group) == 1:
+        loop = group[0]
+        extent = _extent(loop)
+        body: Stmt = dataclasses.replace(loop, body=inner_body, kind=LoopKind.GPU_THREAD)
+    else:
+        body, extent = _collapse(group, inner_body, taken)
+    grid_x = _size_only(_ceil_div(extent, options.block), sizes)
+    if options.grid is not None:
+        grid_x = Const(options.grid, I64) if grid_x is None else _min(grid_x, options.grid)
+    grid: list[Expr | None] = [grid_x, Const(1, I64), Const(1, I64)]
+    dims: list[tuple[str, str]] = []
+    for k, loop in enumerate(reversed(outer)):
+        if k < 2:
+            dim = "yz"[k]
+            grid[1 + k] = _size_only(_extent(loop), sizes)
+            dims.append((loop.var, dim))
+            body = dataclasses.replace(loop, body=body, kind=LoopKind.GPU_BLOCK)
+        else:
+            body = dataclasses.replace(loop, body=body, kind=LoopKind.SERIAL)
+    return body, (grid[0], grid[1], grid[2]), tuple(dims)
+
+
+def _independent(group: list[For]) -> bool:
+    """True when no loop of `group` has a bound that reads a variable of `group`."""
+    names = {loop.var for loop in group}
+    return not any((_free(loop.lo) | _free(loop.hi)) & names for loop in group)
+
+
+def _collapse(group: list[For], body: Stmt, taken: set[str]) -> tuple[Stmt, Expr]:
+    """`for t in 0:prod(extents)` (GPU_THREAD) binding each loop variable from t."""
+    t = _fresh("tcc_t", taken)
+    exts = [_fresh(f"tcc_e{k}", taken) for k in range(len(group))]
+    stride: Expr | None = None  # product of the extents inside loop k
+    lets: list[tuple[str, Expr]] = []
+    for k in reversed(range(len(group))):
+        loop = group[k]
+        q: Expr = VarRef(t) if stride is None else PosDiv(VarRef(t), stride)
+        if k > 0:
+            q = PosMod(q, VarRef(exts[k]))
+        offset = q if loop.step == 1 else Bin(BinOp.MUL, q, Const(loop.step, I64))
+        zero = isinstance(loop.lo, Const) and loop.lo.value == 0
+        lets.append((loop.var, offset if zero else Bin(BinOp.ADD, loop.lo, offset)))
+        size = VarRef(exts[k])
+        stride = size if stride is None else Bin(BinOp.MUL, size, stride)
+    for var, value in lets:  # innermost first: wrap outermost last
+        body = Let(var, value, body)
+    assert stride is not None
+    body = For(t, Const(0, I64), stride, 1, body, LoopKind.GPU_THREAD)
+    total: Expr | None = None
+    for k in reversed(range(len(group))):
+        body = Let(exts[k], _extent(group[k]), body)
+        e = _extent(group[k])
+        total = e if total is None else Bin(BinOp.MUL, e, total)
+    assert total is not None
+    return body, total
+
+
+def _extent(loop: For) -> Expr:
+    """max(0, ceil((hi - lo) / step)) as loop IR."""
+    span: Expr = Bin(BinOp.SUB, loop.hi, loop.lo)
+    if isinstance(loop.lo, Const) and loop.lo.value == 0:
+        span = loop.hi
+    if loop.step != 1:
+        span = FloorDiv(Bin(BinOp.ADD, span, Const(loop.step - 1, I64)), Const(loop.step, I64))
+    return Max(Const(0, I64), span)
+
+
+def _ceil_div(e: Expr, d: int) -> Expr:
+    return FloorDiv(Bin(BinOp.ADD, e, Const(d - 1, I64)), Const(d, I64))
+
+
+def _min(e: Expr, limit: int) -> Expr:
+    return Min(e, Const(limit, I64))
+
+
+def _size_only(e: Expr, sizes: set[str]) -> Expr | None:
+    return e if _free(e) <= sizes else None
+
+
+# ------------------------------------------------------------ atomics
+
+
+def _atomic_target(stmt: Stmt, error: str | None) -> Buffer | None:
+    """The buffer T when every write of `stmt` is `T[i] = T[i] + v` (v not reading T)."""
+    stores: list[Store] = []
+    blocked: list[Node] = []
+    loads: list[Load] = []
+
+    class _Scan(Visitor):
+        def visit_Store(self, node: Store) -> None:
+            if node.buffer.name != error:
+                stores.append(node)
+            self.generic_visit(node)
+
+        def visit_Load(self, node: Load) -> None:
+            loads.append(node)
+            self.generic_visit(node)
+
+        def visit_Local(self, node: Local) -> None:
+            blocked.append(node)
+
+        def visit_Alloc(self, node: Alloc) -> None:
+            blocked.append(node)
+
+        def visit_Assign(self, node: Assign) -> None:
+            blocked.append(node)
+
+    _Scan().visit(stmt)
+    if blocked or not stores:
+        return None
+    target = stores[0].buffer
+    if target.dtype not in ATOMIC_DTYPES:
+        return None
+    own = [ld for ld in loads if ld.buffer.name == target.name]
+    for s in stores:
+        v = s.value
+        if s.buffer != target or not (
+            isinstance(v, Bin) and v.op is BinOp.ADD and v.a == Load(target, s.index)
+        ):
+            return None
+    if len(own) != len(stores):  # T read anywhere but in its own `T[i] + v`
+        return None
+    return target
+
+
+class _Atomics(Mutator):
+    def __init__(self, target: Buffer) -> None:
+        self.target = target
+
+    def mutate_Store(self, node: Store) -> Stmt:
+        if node.buffer != self.target:
+            return node
+        value = node.value
+        assert isinstance(value, Bin)
+        return AtomicAdd(node.buffer, node.index, value.b)
+
+
+class _Serial(Mutator):
+    """Every PARALLEL loop SERIAL (those the band mapping does not take run in a thread)."""
+
+    def mutate_For(self, node: For) -> For:
+        new = self.generic_mutate(node)
+        if new.kind is LoopKind.PARALLEL:
+            return dataclasses.replace(new, kind=LoopKind.SERIAL)
+        if new.kind not in (LoopKind.SERIAL,):
+            raise InternalError(f"GPU mapping: loop {node.var} of kind {node.kind.value}")
+        return new
+
+
+# ------------------------------------------------------------ names
+
+
+def _free(e: Node) -> set[str]:
+    names: set[str] = set()
+
+    class _Names(Visitor):
+        def visit_VarRef(self, node: VarRef) -> None:
+            names.add(node.name)
+
+    _Names().visit(e)
+    return names
+
+
+def _names(f: Function) -> set[str]:
+    names = set(f.size_params) | {b.name for b in f.buffers}
+
+    class _All(Visitor):
+        def visit_VarRef(self, node: VarRef) -> None:
+            names.add(node.name)
+
+        def visit_For(self, node: For) -> None:
+            names.add(node.var)
+            self.generic_visit(node)
+
+        def visit_Let(self, node: Let) -> None:
+            names.add(node.var)
+            self.generic_visit(node)
+
+        def visit_Local(self, node: Local) -> None:
+            names.add(node.var)
+            self.generic_visit(node)
+
+    _All().visit(f.body)
+    return names
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name = base
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
+__all__ = ["AtomicAdd", "GpuKernel", "GpuProgram", "PosDiv", "PosMod", "map_to_gpu"]

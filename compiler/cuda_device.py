@@ -1,0 +1,184 @@
+"""Calling a target="cuda" Kernel on device arrays: memory stays on the GPU.
+
+    C, = k(A_dev, B_dev)              # torch CUDA tensors, CuPy arrays, pycuda GPUArrays, ...
+
+Any object with `__cuda_array_interface__` (version 2 or 3) is a device array: its
+pointer, shape and dtype are read from the interface, validated as NumPy inputs are
+(rank, dtype, C-contiguous), and passed to the kernels as they are, with no copy.
+Outputs are allocated on the device: torch tensors when the inputs are torch tensors
+(launched on torch's current stream), else `codegen.cuda_driver.DeviceArray`s (wrap
+them with `cupy.asarray(...)`, or `.get()` a NumPy copy). `out=` may give device
+arrays to write into. The call synchronises only when it must read the error record
+of a bounds check or free temporaries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from compiler.frontend.diagnostics import ShapeError
+from compiler.interp_expr import NP_DTYPE
+from compiler.poly.astgen import ERROR_BUFFER
+from compiler.shapes import bind_sizes, output_shapes
+
+
+def is_device_array(value: object) -> bool:
+    return hasattr(value, "__cuda_array_interface__")
+
+
+def _view(info: Any, value: Any, what: str) -> tuple[int, tuple[int, ...]]:
+    """(pointer, shape) of a device array, checked against the declaration `info`."""
+    if not is_device_array(value):
+        raise ShapeError(
+            f"{what} '{info.name}' must be a device array like the others "
+            f"(__cuda_array_interface__), got {type(value).__name__}",
+            info.span,
+            hint="on target 'cuda' pass all arrays on the device, or all as NumPy arrays",
+        )
+    face = value.__cuda_array_interface__
+    shape = tuple(int(d) for d in face["shape"])
+    dtype = np.dtype(face["typestr"])
+    expected = np.dtype(NP_DTYPE[info.dtype])
+    if len(shape) != info.rank:
+        raise ShapeError(
+            f"{what} '{info.name}' is declared with rank {info.rank}, got a device array "
+            f"of shape {shape}",
+            info.span,
+        )
+    if dtype != expected:
+        raise ShapeError(
+            f"{what} '{info.name}' is declared {info.dtype.value}, got a device array of "
+            f"dtype {dtype}",
+            info.span,
+            hint=f"convert it on the device to {expected.name}",
+        )
+    strides = face.get("strides")
+    if strides is not None and tuple(strides) != _c_strides(shape, dtype.itemsize):
+        raise ShapeError(
+            f"{what} '{info.name}' must be C-contiguous on the device",
+            info.span,
+            hint="pass a contiguous copy (torch: .contiguous(); CuPy: cupy.ascontiguousarray)",
+        )
+    return int(face["data"][0]), shape
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides, step = [], itemsize
+    for d in reversed(shape):
+        strides.append(step)
+        step *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+def device_call(kernel: Any, arrays: Sequence[Any], out: Any) -> tuple[Any, ...]:
+    """Run `kernel` (target "cuda") on device arrays; see the module doc."""
+    from compiler.codegen.cuda_driver import DeviceArray
+
+    program = kernel._native
+    device, module = program._module
+    infos = kernel._inputs
+    if len(arrays) != len(infos):
+        raise ShapeError(
+            f"def '{kernel.name}' takes {len(infos)} input(s), got {len(arrays)}",
+            kernel.ranged.checked.definition.span,
+        )
+    pointers: dict[str, int] = {}
+    shapes_in: dict[str, tuple[int, ...]] = {}
+    for info, value in zip(infos, arrays, strict=True):
+        pointers[info.name], shapes_in[info.name] = _view(info, value, "input")
+    sizes = bind_sizes(kernel.ranged, shapes_in)
+    shapes = output_shapes(kernel.ranged, sizes)
+    torch_like = next((a for a in arrays if type(a).__module__.startswith("torch")), None)
+    given = _given(kernel, out)
+    results = []
+    for info in kernel._outputs:
+        value = given.get(info.name)
+        if value is None:
+            dtype = np.dtype(NP_DTYPE[info.dtype])
+            if torch_like is not None:
+                value = _torch_zeros(shapes[info.name], dtype, torch_like)
+            else:
+                value = DeviceArray(shapes[info.name], dtype, device)
+        ptr, shape = _view(info, value, "output")
+        if shape != shapes[info.name]:
+            raise ShapeError(
+                f"out= for output '{info.name}' has shape {shape}, expected {shapes[info.name]}",
+                info.span,
+            )
+        pointers[info.name] = ptr
+        results.append(value)
+    stream = _torch_stream(torch_like) if torch_like is not None else 0
+    allocated: list[int] = []
+    error = None
+    if program.lowered.checks:
+        error = device.alloc(16)
+        allocated.append(error)
+        device.zero(error, 16, stream)
+        pointers[ERROR_BUFFER] = error
+    try:
+        program.launch_all(device, module, pointers, sizes, stream=stream, allocated=allocated)
+        if allocated:
+            device.synchronize(stream)
+        if error is not None:
+            record = np.zeros(2, np.int64)
+            device.to_host(record, error)
+            if record[0]:
+                raise program._read_error(int(record[0]) - 1, int(record[1]), _Extents(
+                    {**shapes_in, **shapes}))  # fmt: skip
+    finally:
+        for ptr in allocated:
+            device.free(ptr)
+    return tuple(results)
+
+
+class _Extents(Mapping[str, Any]):
+    """Shapes by name, looking like arrays to `_read_error` (it reads `.shape`)."""
+
+    def __init__(self, shapes: Mapping[str, tuple[int, ...]]) -> None:
+        self.shapes = shapes
+
+    def __getitem__(self, name: str) -> Any:
+        return _Shaped(self.shapes[name])
+
+    def __iter__(self):  # noqa: ANN204
+        return iter(self.shapes)
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+
+class _Shaped:
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+
+
+def _given(kernel: Any, out: Any) -> dict[str, Any]:
+    if out is None:
+        return {}
+    names = [t.name for t in kernel._outputs]
+    if isinstance(out, Mapping):
+        return {k: v for k, v in out.items() if v is not None}
+    if isinstance(out, (tuple, list)) and len(out) == len(names):
+        return {n: v for n, v in zip(names, out, strict=True) if v is not None}
+    raise ShapeError(
+        "out= must be a tuple/list of device arrays (one per output) or a dict by name"
+    )
+
+
+def _torch_zeros(shape: tuple[int, ...], dtype: np.dtype, like: Any) -> Any:
+    import torch
+
+    tdtype = torch.from_numpy(np.empty(0, dtype)).dtype
+    return torch.zeros(shape, dtype=tdtype, device=like.device)
+
+
+def _torch_stream(like: Any) -> int:
+    import torch
+
+    return int(torch.cuda.current_stream(like.device).cuda_stream)
+
+
+__all__ = ["device_call", "is_device_array"]

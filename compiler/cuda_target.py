@@ -1,0 +1,253 @@
+"""The CUDA targets: "cuda" (NVRTC + the driver API) and "cuda-emulated" (g++ on the CPU).
+
+    program = compile_cuda(ranged, options, emulated=True)   # lower, map, emit, build
+    program.source                                            # the CUDA C
+    program.run(inputs, sizes, outputs)                       # NumPy arrays, in place
+
+The pipeline of a CUDA program: `poly.gpu_lower.lower_gpu` (gather form, the GPU
+schedule, parallel bands marked) -> `codegen.cuda_map.map_to_gpu` (grid/block mapping,
+atomics, one kernel per phase) -> `codegen.cuda.emit_cuda` (CUDA C) -> either
+`codegen.cuda_emulation` (g++, ctypes) or `codegen.cuda_driver` (NVRTC, cuLaunchKernel).
+Kernels run one after the other (a phase reads what the previous wrote). A failed
+bounds check of an indirect read lands in the error record, which becomes the same
+`ShapeError` as on the LLVM target.
+
+`CudaTarget` is the target object (name, options type, compile) a target registry can
+hold. Compiled images stay in memory (per process, keyed by the source text), not in the
+on-disk compile cache.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from compiler.codegen.cuda import emit_cuda
+from compiler.codegen.cuda_map import GpuKernel, GpuProgram, map_to_gpu
+from compiler.codegen.cuda_options import (
+    MAX_GRID_X,
+    MAX_GRID_YZ,
+    CudaOptions,
+    as_cuda_options,
+)
+from compiler.frontend.checked import RangedDef
+from compiler.frontend.diagnostics import OptionsError, ShapeError
+from compiler.loops import DType, check_arguments, eval_expr, eval_size_expr
+from compiler.poly.astgen import ERROR_BUFFER, Lowered
+from compiler.poly.gpu_lower import lower_gpu
+
+DEFAULT_BLOCKS = 1024  # blocks along a grid dimension whose extent the host cannot compute
+CUDA_TARGETS = ("cuda", "cuda-emulated")
+
+
+@dataclass(frozen=True)
+class CudaTarget:
+    """A CUDA target as a registry would hold it: its name, options type and compiler."""
+
+    name: str  # "cuda" | "cuda-emulated"
+    options_type: type = CudaOptions
+
+    @property
+    def emulated(self) -> bool:
+        return self.name == "cuda-emulated"
+
+    def compile(self, ranged: RangedDef, options: object = None) -> CudaProgram:
+        return compile_cuda(ranged, as_cuda_options(options), emulated=self.emulated)
+
+
+TARGET_OBJECTS = {name: CudaTarget(name) for name in CUDA_TARGETS}
+
+
+@dataclass(frozen=True)
+class CudaProgram:
+    lowered: Lowered  # the Function (phased), the run-time checks, notes
+    gpu: GpuProgram  # the kernels and their launch configurations
+    source: str  # the CUDA C
+    options: CudaOptions
+    emulated: bool
+    statements: tuple[int, ...]  # the def's statement each kernel comes from
+    scatters: tuple[int, ...]  # statements that remain data-dependent scatters
+
+    @cached_property
+    def _emulation(self) -> Any:
+        from compiler.codegen.cuda_emulation import build_emulated
+
+        return build_emulated(self.source, self.gpu)
+
+    @cached_property
+    def _module(self) -> Any:
+        from compiler.codegen.cuda_driver import current_device
+
+        device = current_device()
+        image = _image(self.source, self.options.arch or device.arch, self.options.fast_math)
+        return device, device.load(image)
+
+    def prepare(self) -> None:
+        """Build the code now (g++ or NVRTC), not at the first call."""
+        if self.emulated:
+            self._emulation  # noqa: B018
+        else:
+            self._module  # noqa: B018
+
+    def grid(self, kernel: GpuKernel, env: Mapping[str, int]) -> tuple[int, int, int]:
+        """The kernel's blocks in x, y, z for these sizes."""
+        limits = (MAX_GRID_X, MAX_GRID_YZ, MAX_GRID_YZ)
+        dims = []
+        for g, limit in zip(kernel.grid, limits, strict=True):
+            n = DEFAULT_BLOCKS if g is None else int(eval_expr(g, dict(env)))
+            dims.append(max(1, min(limit, n)))
+        return dims[0], dims[1], dims[2]
+
+    def run(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        sizes: Mapping[str, int],
+        outputs: Mapping[str, np.ndarray],
+    ) -> None:
+        """Run on NumPy `inputs`, writing `outputs` in place (see the module doc)."""
+        arrays = {**inputs, **outputs}
+        error = None
+        if self.lowered.checks:
+            error = arrays[ERROR_BUFFER] = np.zeros(2, dtype=np.int64)
+        env = check_arguments(self.lowered.function, arrays, sizes)
+        if self.emulated:
+            self._run_emulated(arrays, env)
+        else:
+            self._run_device(arrays, env)
+        if error is not None and error[0]:
+            raise self._read_error(int(error[0]) - 1, int(error[1]), arrays)
+
+    def _temps(self, kernel: GpuKernel, env: Mapping[str, int]) -> list[np.ndarray]:
+        return [
+            np.zeros(tuple(eval_size_expr(d, env) for d in t.shape), t.dtype.np)
+            for t in kernel.temps
+        ]
+
+    def _run_emulated(self, arrays: dict[str, np.ndarray], env: Mapping[str, int]) -> None:
+        lib = self._emulation
+        size_args = [env[n] for n in self.gpu.size_params]
+        for kernel in self.gpu.kernels:
+            temps = self._temps(kernel, env)
+            pointers = [arrays[b.name].ctypes.data for b in self.gpu.buffers]
+            pointers += [t.ctypes.data for t in temps]
+            lib.launch(kernel, self.grid(kernel, env), pointers, size_args)
+
+    def _run_device(self, arrays: dict[str, np.ndarray], env: Mapping[str, int]) -> None:
+        device, module = self._module
+        device_ptrs: dict[str, int] = {}
+        allocated: list[int] = []
+        try:
+            for b in self.gpu.buffers:
+                host = arrays[b.name]
+                ptr = device.alloc(host.nbytes)
+                allocated.append(ptr)
+                device.to_device(ptr, host)
+                device_ptrs[b.name] = ptr
+            self.launch_all(device, module, device_ptrs, env, stream=0, allocated=allocated)
+            device.synchronize(0)
+            for b in self.gpu.buffers:
+                if b.role.value == "out":
+                    device.to_host(arrays[b.name], device_ptrs[b.name])
+        finally:
+            for ptr in allocated:
+                device.free(ptr)
+
+    def launch_all(
+        self,
+        device: Any,
+        module: Any,
+        pointers: Mapping[str, int],
+        env: Mapping[str, int],
+        *,
+        stream: int,
+        allocated: list[int],
+    ) -> None:
+        """Launch every kernel in order on `stream` (temporaries: zeroed device memory,
+        appended to `allocated` for the caller to free after synchronising)."""
+        size_args = [env[n] for n in self.gpu.size_params]
+        for kernel in self.gpu.kernels:
+            temps = []
+            for t in kernel.temps:
+                count = int(np.prod([eval_size_expr(d, env) for d in t.shape], dtype=np.int64))
+                nbytes = count * t.dtype.np.itemsize
+                ptr = device.alloc(nbytes)
+                allocated.append(ptr)
+                device.zero(ptr, nbytes, stream)
+                temps.append(ptr)
+            ptrs = [pointers[b.name] for b in self.gpu.buffers] + temps
+            module.launch(kernel.name, self.grid(kernel, env), kernel.block, ptrs, size_args,
+                          stream)  # fmt: skip
+
+    def _read_error(
+        self, check_id: int, value: int, arrays: Mapping[str, np.ndarray]
+    ) -> ShapeError:
+        from compiler.native import NativeProgram
+
+        # the LLVM target's wording; it reads only `self.lowered.checks`
+        return NativeProgram._read_error(self, check_id, value, arrays)  # type: ignore[arg-type]
+
+
+_IMAGES: dict[tuple[str, str, bool], bytes] = {}
+_IMAGES_LOCK = threading.Lock()
+
+
+def _image(source: str, arch: str, fast_math: bool) -> bytes:
+    """NVRTC's image of `source`, compiled once per process (in memory)."""
+    from compiler.codegen.cuda_driver import compile_source
+
+    key = (source, arch, fast_math)
+    with _IMAGES_LOCK:
+        found = _IMAGES.get(key)
+    if found is None:
+        found = compile_source(source, arch=arch, fast_math=fast_math)
+        with _IMAGES_LOCK:
+            _IMAGES[key] = found
+            while len(_IMAGES) > 256:
+                del _IMAGES[next(iter(_IMAGES))]
+    return found
+
+
+def compile_cuda(
+    ranged: RangedDef, options: CudaOptions | None = None, *, emulated: bool = False
+) -> CudaProgram:
+    """Lower, map and emit `ranged` for a CUDA target (see the module doc). The code is
+    built (g++ / NVRTC) at the first run, or by `CudaProgram.prepare()`."""
+    options = options or CudaOptions()
+    for t in ranged.checked.tensors:
+        if t.dtype.value in ("float16", "half"):
+            raise OptionsError(
+                f"the CUDA targets do not support float16 yet ('{t.name}')",
+                t.span,
+                hint="declare it float (float32)",
+            )
+    gl = lower_gpu(ranged)
+    f = gl.lowered.function
+    gpu = map_to_gpu(f, gl.phases, options, error=ERROR_BUFFER)
+    source = emit_cuda(gpu, fast_math=options.fast_math)
+    return CudaProgram(gl.lowered, gpu, source, options, emulated, gl.statements, gl.scatters)
+
+
+def cuda_source(ranged: RangedDef, options: CudaOptions | None = None) -> str:
+    """The CUDA C of `ranged` with its notes (what `tcc compile --emit cuda` prints)."""
+    program = compile_cuda(ranged, options)
+    notes = "".join(f"// {n}\n" for n in program.lowered.notes)
+    return notes + program.source
+
+
+def dtype_ok(dtype: DType) -> bool:
+    return dtype is not DType.FLOAT16
+
+
+__all__ = [
+    "CUDA_TARGETS",
+    "CudaProgram",
+    "CudaTarget",
+    "TARGET_OBJECTS",
+    "compile_cuda",
+    "cuda_source",
+]

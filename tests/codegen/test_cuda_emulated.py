@@ -1,0 +1,169 @@
+"""target="cuda-emulated": the generated CUDA C compiled by g++ with tcc's emulation
+header, compared with the reference evaluator (target="interp"): every example and its
+gradient, every TC construct of the LLVM end-to-end cases, float32 and float64, odd
+sizes (1, primes), block and grid sizes that do not divide the extents."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from compiler.codegen.cuda_options import CudaOptions
+from compiler.frontend.diagnostics import OptionsError, ShapeError
+from compiler.kernel import define
+from tests.codegen.test_llvm_e2e import CASES
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.tc"))
+ODD = {"N": 3, "M": 5, "K": 7, "C": 2, "H": 11, "W": 7, "KH": 3, "KW": 2, "D": 13, "V": 7}
+ONES = dict.fromkeys(ODD, 1) | {"H": 3, "W": 2, "KH": 3, "KW": 2, "D": 1, "V": 1}
+SMALL = CudaOptions(block=32, grid=3)  # grid-stride loops: each thread does several elements
+
+
+def _inputs(kernel, sizes: dict[str, int], ints: tuple[int, int], seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    args = []
+    for t in kernel.ranged.checked.inputs:
+        shape = tuple(sizes[d.name] if hasattr(d, "name") else d.value for d in t.dims or ())
+        dtype = np.dtype(t.dtype.value)
+        if dtype.kind in "iu":
+            args.append(rng.integers(*ints, size=shape).astype(dtype))
+        else:
+            args.append(rng.standard_normal(shape).astype(dtype))
+    return args
+
+
+def _compare(ref, got_kernel, args: list) -> None:
+    out = None
+    if ref._accumulating:
+        shapes = ref.output_shapes(*args)
+        out = {
+            k: np.full(shapes[k], 0.5, np.dtype(ref.ranged.checked.tensor(k).dtype.value))
+            for k in ref._accumulating
+        }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = ref(*args, out=None if out is None else {k: v.copy() for k, v in out.items()})
+        got = got_kernel(*args, out=None if out is None else {k: v.copy() for k, v in out.items()})
+    for w, g in zip(want, got, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        tol = 1e-4 if w.dtype == np.float32 else 1e-10
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+
+
+def _variants(src: str) -> list[str]:
+    return [src.replace("FT", "float")] + ([src.replace("FT", "double")] if "FT" in src else [])
+
+
+@pytest.mark.parametrize(("case", "src", "ints"), CASES, ids=[c[0] for c in CASES])
+def test_construct_matches_interp(case: str, src: str, ints: tuple[int, int]) -> None:
+    for text in _variants(src):
+        ref = define(text)
+        for options in (None, SMALL):
+            got = define(text, target="cuda-emulated", options=options)
+            _compare(ref, got, _inputs(ref, ODD, ints))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_example_and_gradient_match_interp(path: Path) -> None:
+    src = path.read_text()
+    for text in (src, re.sub(r"\bfloat\b", "double", src)):
+        ref = define(text)
+        got = define(text, target="cuda-emulated", options=SMALL)
+        for sizes in (ODD, ONES):
+            args = _inputs(ref, sizes, (0, 2))
+            _compare(ref, got, args)
+            outs = ref(*args)
+            rng = np.random.default_rng(1)
+            seeds = [rng.standard_normal(o.shape).astype(o.dtype) for o in outs]
+            want = ref.vjp(*args, grad_outputs=seeds)
+            have = got.vjp(*args, grad_outputs=seeds)
+            for w, g in zip(want, have, strict=True):
+                if w is None:
+                    assert g is None
+                    continue
+                tol = 1e-4 if w.dtype == np.float32 else 1e-10
+                np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+
+
+def test_data_dependent_scatter_runs_with_atomics_and_matches_interp() -> None:
+    src = "def emb(float(V, D) E, int32(B) idx) -> (O) { O(b, d) = E(idx(b), d) }"
+    ref = define(src)
+    got = define(src, target="cuda-emulated")
+    serial = define(src, target="cuda-emulated", options=CudaOptions(atomics=False))
+    assert "atomicAdd(&E_grad[" in got.grad._native.source
+    assert "atomicAdd(" not in serial.grad._native.source.replace("tcc_report", "")
+    rng = np.random.default_rng(0)
+    E = rng.standard_normal((5, 3)).astype(np.float32)
+    idx = rng.integers(0, 5, size=11).astype(np.int32)
+    dO = rng.standard_normal((11, 3)).astype(np.float32)
+    want, _ = ref.vjp(E, idx, grad_outputs=(dO,))
+    for k in (got, serial):
+        have, none = k.vjp(E, idx, grad_outputs=(dO,))
+        assert none is None
+        np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-5)
+
+
+def test_integer_histogram_runs_on_one_thread() -> None:
+    src = "def count(int32(N) I) -> (int32(5) H) { H(I(i)) +=! 1 where i in 0:N }"
+    got = define(src, target="cuda-emulated")
+    assert "(one thread)" in got._native.source and "atomicAdd(&H" not in got._native.source
+    I = np.array([0, 4, 4, 1, 4, 0, 2], np.int32)  # noqa: E741
+    np.testing.assert_array_equal(got(I)[0], define(src)(I)[0])
+
+
+def test_indirect_read_out_of_range_is_the_same_shape_error() -> None:
+    src = "def f(float(V, D) E, int32(N) idx) -> (O) { O(n, d) = E(idx(n), d) }"
+    idx = np.array([0, 9, 1], dtype=np.int32)
+    E = np.ones((4, 2), np.float32)
+    with pytest.raises(ShapeError) as want:
+        define(src)(E, idx)
+    with pytest.raises(ShapeError) as got:
+        define(src, target="cuda-emulated")(E, idx)
+    assert got.value.message == want.value.message
+    assert "'E'" in got.value.message and "index 9" in got.value.message
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"block": 0},
+        {"block": 2048},
+        {"block": True},
+        {"grid": 0},
+        {"fast_math": 1},
+        {"arch": "hopper"},
+    ],
+)
+def test_bad_cuda_options_are_options_errors(options: dict) -> None:
+    with pytest.raises(OptionsError, match="CudaOptions"):
+        CudaOptions(**options)
+
+
+def test_cuda_target_takes_cuda_options_only() -> None:
+    from compiler.options import Options
+
+    with pytest.raises(OptionsError, match="CudaOptions"):
+        define("def f(float(N) A) -> (B) { B(i) = A(i) }", target="cuda-emulated",
+               options=Options())  # fmt: skip
+
+
+def test_float16_is_a_clear_error() -> None:
+    with pytest.raises(OptionsError, match="float16"):
+        define("def f(half(N) A) -> (B) { B(i) = A(i) }", target="cuda-emulated")
+
+
+def test_fast_math_uses_intrinsics_and_stays_close() -> None:
+    src = "def f(float(N) A) -> (B) { B(i) = exp(A(i)) + log(1.0 + A(i) * A(i)) }"
+    fast = define(src, target="cuda-emulated", options=CudaOptions(fast_math=True))
+    plain = define(src, target="cuda-emulated")
+    assert "__expf(" in fast._native.source and "__logf(" in fast._native.source
+    assert "expf(" in plain._native.source and "__expf" not in plain._native.source
+    A = np.linspace(-2, 2, 37, dtype=np.float32)
+    np.testing.assert_allclose(fast(A)[0], define(src)(A)[0], rtol=1e-5)

@@ -1,0 +1,116 @@
+"""target="cuda" on a real GPU (NVRTC + the driver API): skipped where there is none.
+
+Every example and gradient equals the reference evaluator on NumPy arrays (copied to
+and from the device); torch CUDA tensors stay on the device (outputs are torch CUDA
+tensors on the same device); a failed indirect-read check is the same ShapeError.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from compiler.codegen.cuda_options import CudaOptions
+from compiler.frontend.diagnostics import ShapeError
+from compiler.kernel import define
+from tests.codegen.test_cuda_emulated import ODD, ONES, SMALL, _inputs
+
+
+def _gpu() -> bool:
+    if importlib.util.find_spec("cuda") is None:
+        return False
+    from compiler.codegen.cuda_driver import CudaUnavailable, current_device
+
+    try:
+        current_device()
+    except CudaUnavailable:
+        return False
+    return True
+
+
+pytestmark = pytest.mark.skipif(not _gpu(), reason="needs an NVIDIA GPU")
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.tc"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+@pytest.mark.parametrize("options", [None, SMALL], ids=["default", "small"])
+def test_example_and_gradient_match_interp_on_the_gpu(
+    path: Path, options: CudaOptions | None
+) -> None:
+    src = path.read_text()
+    for text in (src, re.sub(r"\bfloat\b", "double", src)):
+        ref = define(text)
+        got = define(text, target="cuda", options=options)
+        for sizes in (ODD, ONES):
+            args = _inputs(ref, sizes, (0, 2))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                want, have = ref(*args), got(*args)
+            for w, g in zip(want, have, strict=True):
+                tol = 1e-4 if w.dtype == np.float32 else 1e-10
+                np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+            rng = np.random.default_rng(1)
+            seeds = [rng.standard_normal(o.shape).astype(o.dtype) for o in want]
+            for w, g in zip(
+                ref.vjp(*args, grad_outputs=seeds),
+                got.vjp(*args, grad_outputs=seeds),
+                strict=True,
+            ):
+                if w is not None:
+                    tol = 1e-4 if w.dtype == np.float32 else 1e-10
+                    np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+
+
+def test_torch_cuda_tensors_stay_on_the_device() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    src = (Path(__file__).resolve().parents[2] / "examples" / "matmul.tc").read_text()
+    k = define(src, target="cuda")
+    A = torch.randn(37, 19, device="cuda")
+    B = torch.randn(19, 41, device="cuda")
+    (C,) = k(A, B)
+    assert isinstance(C, torch.Tensor) and C.is_cuda and C.shape == (37, 41)
+    torch.testing.assert_close(C, A @ B, rtol=1e-4, atol=1e-4)
+    out = torch.full((37, 41), 7.0, device="cuda")
+    (C2,) = k(A, B, out=(out,))
+    assert C2 is out
+    torch.testing.assert_close(out, A @ B, rtol=1e-4, atol=1e-4)
+
+
+def test_device_array_outputs_without_torch_inputs() -> None:
+    from compiler.codegen.cuda_driver import DeviceArray, current_device
+
+    device = current_device()
+    k = define("def f(float(N) A) -> (B) { B(i) = A(i) * 2.0 }", target="cuda")
+    host = np.arange(11, dtype=np.float32)
+    A = DeviceArray(host.shape, host.dtype, device)
+    device.to_device(A.ptr, host)
+    (B,) = k(A)
+    assert isinstance(B, DeviceArray)
+    np.testing.assert_array_equal(B.get(), host * 2)
+
+
+def test_indirect_read_out_of_range_is_the_same_shape_error_on_the_gpu() -> None:
+    src = "def f(float(V, D) E, int32(N) idx) -> (O) { O(n, d) = E(idx(n), d) }"
+    idx = np.array([0, 9, 1], dtype=np.int32)
+    E = np.ones((4, 2), np.float32)
+    with pytest.raises(ShapeError) as got:
+        define(src, target="cuda")(E, idx)
+    assert "'E'" in got.value.message and "index 9" in got.value.message
+
+
+def test_embedding_gradient_with_atomics_on_the_gpu() -> None:
+    src = "def emb(float(V, D) E, int32(B) idx) -> (O) { O(b, d) = E(idx(b), d) }"
+    rng = np.random.default_rng(0)
+    E = rng.standard_normal((50, 8)).astype(np.float32)
+    idx = rng.integers(0, 50, size=1000).astype(np.int32)
+    dO = rng.standard_normal((1000, 8)).astype(np.float32)
+    want, _ = define(src).vjp(E, idx, grad_outputs=(dO,))
+    have, _ = define(src, target="cuda").vjp(E, idx, grad_outputs=(dO,))
+    np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-4)
