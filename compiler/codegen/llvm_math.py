@@ -168,7 +168,13 @@ class MathEmitter:
     def finish(self) -> None:
         """Keep the declared vector variants alive (`@llvm.compiler.used`) so the
         vectoriser may call them; once per module, after every call is emitted."""
-        if not self.kept or "llvm.compiler.used" in self.module.globals:
+        if "llvm.compiler.used" in self.module.globals:
+            return
+        # every variant declared in the module, by this emitter or a forked one
+        names = {vector for variants in _STATE.variants.values() for _, vector in variants}
+        kept = {n: g for n, g in self.module.globals.items() if n in names}
+        self.kept = kept
+        if not kept:
             return
         array = ir.ArrayType(ir.PointerType(), len(self.kept))
         used = ir.GlobalVariable(self.module, array, "llvm.compiler.used")
@@ -209,10 +215,13 @@ class MathEmitter:
         mangled = []
         for lanes, vector in _STATE.variants[scalar]:
             if vector not in self.kept:
-                vty = ir.VectorType(ty, lanes)
-                self.kept[vector] = ir.Function(
-                    self.module, ir.FunctionType(vty, [vty] * arity), vector
-                )
+                # another emitter of this module (an outlined parallel body) may have
+                # declared it already: declare each once per module
+                declared = self.module.globals.get(vector)
+                if declared is None:
+                    vty = ir.VectorType(ty, lanes)
+                    declared = ir.Function(self.module, ir.FunctionType(vty, [vty] * arity), vector)
+                self.kept[vector] = declared
             mangled.append(f"_ZGV_LLVM_N{lanes}{'v' * arity}_{_PREFIX}{scalar}({vector})")
         call = self.builder.call(fn, args)
         call.attributes = _CallAttributes()
