@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping
 
-from compiler.autodiff.rewrite import inline_lets, rename_reads
+from compiler.autodiff.rewrite import inline_lets, locate, rename_reads
 from compiler.frontend.ast import (
     Access,
     AssignOp,
@@ -225,7 +225,8 @@ def _recompute_one(versions: Versions, tensor: str, k: int, index: int) -> list[
         if k > 1:
             idx, where = full_box(versions, tensor)
             previous = Access(versions.name(tensor, k - 1), idx)
-            out.append(Stmt(Access(name, idx), AssignOp.ASSIGN, previous, where))
+            copy = Stmt(Access(name, idx), AssignOp.ASSIGN, previous, where)
+            out.append(locate(copy, stmt.span))
         elif op is AssignOp.PLUS:
             op = AssignOp.PLUS_INIT  # version 0 is zeros, the identity of +
     out.append(dataclasses.replace(stmt, lhs=dataclasses.replace(stmt.lhs, name=name), op=op))
