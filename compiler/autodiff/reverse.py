@@ -211,7 +211,7 @@ class _Reverse:
         if base in (AssignOp.ASSIGN, AssignOp.PLUS):
             return adjoint
         if base in (AssignOp.MAX, AssignOp.MIN):
-            result = Access(self.v.name(target, k), stmt.lhs.args)
+            result = Access(self.v.name(target, k), stmt.lhs.args, span=stmt.lhs.span)
             self._need(target, k)
             return al.mul(adjoint, al.indicator(al.eq(stmt.rhs, result))) or adjoint
         if not stmt.op.init:
