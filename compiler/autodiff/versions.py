@@ -7,8 +7,8 @@ version current before s (all reads of a statement see the tensors as they were
 before it started, as `compiler.interp` does). Inputs have one version.
 
 The gradient def names version k < last `T_v<k>` (a fresh name from the
-compilation's `NameSupply`: `T_v<k>_1` if the def already uses `T_v<k>`) and recomputes the versions it
-reads as its own leading statements ("recompute" strategy: the forward is not
+compilation's `NameSupply`: `T_v<k>_1` if the def already uses `T_v<k>`) and
+recomputes the versions it reads as its own leading statements ("recompute" strategy: the forward is not
 changed; the gradient def gets `T_v<k>` as extra outputs, declared with T's shape):
 
     O(i) +=! A(i, j)            O_v1(i) +=! A(i, j)          (recomputed)
