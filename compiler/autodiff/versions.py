@@ -8,8 +8,9 @@ before it started, as `compiler.interp` does). Inputs have one version.
 
 The gradient def names version k < last `T_v<k>` (a fresh name from the
 compilation's `NameSupply`: `T_v<k>_1` if the def already uses `T_v<k>`) and
-recomputes the versions it reads as its own leading statements ("recompute" strategy: the forward is not
-changed; the gradient def gets `T_v<k>` as extra outputs, declared with T's shape):
+recomputes the versions it reads as its own leading statements ("recompute"
+strategy: the forward is not changed; the gradient def gets `T_v<k>` as extra
+outputs, declared with T's shape):
 
     O(i) +=! A(i, j)            O_v1(i) +=! A(i, j)          (recomputed)
     O(i) = O(i) * O(i)    ==>   ... O_grad(i) * O_v1(i) ...  (the adjoint reads O_v1)
