@@ -10,9 +10,10 @@ At define time the source is formatted with `constants` (TC's `str.format`
 templates: `{name}` placeholders, `{{` and `}}` for literal braces), then
 `compiler.pipeline` parses, checks and gives it explicit ranges, once; the native
 target lowers it through the same pipeline (`compiler.native`). A gradient kernel
-is made from the pipeline's IR (`define_ranged`), never from printed text. At call time the arguments are
-validated against the signature -- count, rank, dtype, sizes -- and every
-mismatch is a `ShapeError` that points at the parameter's declaration. Inputs are
+is made from the pipeline's IR (`define_ranged`), never from printed text. At call
+time the arguments are validated against the signature -- count, rank, dtype,
+sizes -- and every mismatch is a `ShapeError` that points at the parameter's
+declaration. Inputs are
 never converted silently: a float64 array for a `float` parameter is an error
 whose hint shows the `astype` to write. Non-contiguous arrays are copied; Python
 numbers are accepted for 0-d inputs.

@@ -1,8 +1,10 @@
 """The layout is the pipeline (STYLE.md rule 1), checked by reading every import.
 
 frontend imports nothing else of ours; autodiff only frontend; poly only frontend
-and loops; codegen only loops; only compiler/poly imports islpy. The leaves
-(diagnostics and source spans) may be imported from anywhere.
+and loops; codegen only loops; loops nothing; only compiler/poly imports islpy. The
+leaves (diagnostics, source spans, the name supply, options) may be imported from
+anywhere and import nothing of ours. Every root module of `compiler/` is listed in
+`ROOT_ALLOWED` with what it may import (a new one must be added there).
 """
 
 from __future__ import annotations
@@ -22,7 +24,38 @@ ALLOWED = {  # layer -> the layers of ours it may import (besides itself and the
     "autodiff": {"frontend"},
     "poly": {"frontend", "loops"},
     "codegen": {"loops"},
+    "loops": set(),
 }
+
+# Root modules -> the packages and root modules they may import (besides the leaves),
+# as they are. Known cycles, to be dissolved by the packages and the target seam of
+# issue 9 (items 4 and 6): kernel <-> backward (Kernel.grad), pipeline <-> native
+# (the codegen pass compiles through the CPU runtime, which lowers through the
+# pipeline), torch <-> torch_module.
+ROOT_ALLOWED: dict[str, set[str]] = {
+    "__init__": {"backward", "gradcheck", "kernel", "shapes"},
+    "__main__": {"cli"},
+    "backward": {"frontend", "kernel", "pipeline"},
+    "cli": {"codegen", "frontend", "gradcheck", "interp_expr", "kernel", "pipeline", "shapes"},
+    "gradcheck": {"frontend", "kernel"},
+    "interp": {"frontend", "interp_domain", "interp_expr", "shapes"},
+    "interp_builtins": set(),
+    "interp_domain": {"frontend", "interp_expr"},
+    "interp_expr": {"frontend", "interp_builtins"},
+    "kernel": {
+        "backward", "codegen", "frontend", "interp", "interp_domain", "interp_expr",
+        "native", "pipeline", "shapes",
+    },
+    "names": set(),
+    "native": {"codegen", "frontend", "loops", "pipeline", "poly"},
+    "options": set(),
+    "pipeline": {"autodiff", "frontend", "loops", "native", "poly"},
+    "shapes": {"frontend", "pipeline"},
+    "torch": {"kernel", "torch_convert", "torch_grad", "torch_module"},
+    "torch_convert": {"frontend", "interp_expr"},
+    "torch_grad": {"backward", "kernel"},
+    "torch_module": {"frontend", "torch", "torch_convert"},
+}  # fmt: skip
 
 
 def _imports(path: Path, root: Path) -> tuple[str, set[str]]:
@@ -48,6 +81,39 @@ def _layer(module: str) -> str | None:
     return parts[1] if parts[0] == "compiler" and len(parts) > 1 else None
 
 
+def _root_module(module: str, root: Path) -> str | None:
+    """The root module's short name (`kernel`, `__init__`), or None inside a package."""
+    parts = module.split(".")
+    if parts == ["compiler"]:
+        return "__init__"
+    return parts[1] if len(parts) == 2 and (root / f"{parts[1]}.py").exists() else None
+
+
+def _target(name: str, root: Path) -> str | None:
+    """The package or root module of ours that an imported name belongs to."""
+    parts = name.split(".")
+    if parts[0] != "compiler" or len(parts) < 2 or name.startswith(LEAVES):
+        return None
+    return parts[1] if (root / parts[1]).is_dir() or (root / f"{parts[1]}.py").exists() else None
+
+
+def root_violations(root: Path) -> list[str]:
+    found = []
+    for path in sorted(root.glob("*.py")):
+        here, names = _imports(path, root)
+        short = _root_module(here, root)
+        if short is None or here.startswith(LEAVES):
+            continue
+        if short not in ROOT_ALLOWED:
+            found.append(f"{here} is a root module missing from ROOT_ALLOWED")
+            continue
+        for name in sorted(names):
+            target = _target(name, root)
+            if target is not None and target != short and target not in ROOT_ALLOWED[short]:
+                found.append(f"{here} imports {name}")
+    return found
+
+
 def violations(root: Path) -> list[str]:
     found = []
     for path in sorted(root.rglob("*.py")):
@@ -67,6 +133,28 @@ def violations(root: Path) -> list[str]:
 def test_layers_import_only_what_rule_1_allows() -> None:
     assert len(list((COMPILER / "frontend").glob("*.py"))) >= 5
     assert violations(COMPILER) == []
+
+
+def test_root_modules_import_only_what_they_are_allowed() -> None:
+    assert len(list(COMPILER.glob("*.py"))) >= 10
+    assert root_violations(COMPILER) == []
+
+
+def test_root_rules_catch_a_new_import_and_an_unlisted_module(tmp_path: Path) -> None:
+    (tmp_path / "compiler" / "poly").mkdir(parents=True)
+    (tmp_path / "compiler" / "names.py").write_text("from compiler.kernel import Kernel\n")
+    (tmp_path / "compiler" / "kernel.py").write_text("")
+    (tmp_path / "compiler" / "shapes.py").write_text("from compiler.poly import gather\n")
+    (tmp_path / "compiler" / "extra.py").write_text("")
+    assert root_violations(tmp_path / "compiler") == [
+        "compiler.extra is a root module missing from ROOT_ALLOWED",
+        "compiler.shapes imports compiler.poly",
+        "compiler.shapes imports compiler.poly.gather",
+    ]
+    assert violations(tmp_path / "compiler") == [
+        "leaf compiler.names imports compiler.kernel",
+        "leaf compiler.names imports compiler.kernel.Kernel",
+    ]
 
 
 def test_the_import_reader_catches_violations(tmp_path: Path) -> None:

@@ -255,12 +255,9 @@ def _derive(kernel: Any) -> str:
 
 def _gather(scatter_text: str) -> Any:
     """The gradient def after the gather pass (a RangedDef)."""
-    from compiler.frontend.check import check_def
-    from compiler.frontend.parser import parse
-    from compiler.poly.gather import scatter_to_gather
-    from compiler.poly.ranges import infer_ranges
+    from compiler import pipeline
 
-    return scatter_to_gather(infer_ranges(check_def(parse(scatter_text, "<gradient>").get())))
+    return pipeline.run(scatter_text, filename="<gradient>", upto="gather")
 
 
 def _scatters(grad_ranged: Any) -> tuple[Scatter, ...]:

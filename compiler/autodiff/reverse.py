@@ -45,6 +45,7 @@ from collections.abc import Iterable, Iterator
 
 from compiler.autodiff import algebra as al
 from compiler.autodiff.algebra import MaybeExpr
+from compiler.autodiff.rewrite import locate
 from compiler.autodiff.rules import CAST, UNSUPPORTED, vjp
 from compiler.autodiff.versions import Versions, analyse, full_box, recompute
 from compiler.frontend.ast import (
@@ -72,6 +73,7 @@ from compiler.frontend.checked import RangedDef
 from compiler.frontend.diagnostics import InternalError, TCError
 from compiler.frontend.printer import print_expr
 from compiler.frontend.scopes import is_constant, name_supply, stmt_names, walk
+from compiler.frontend.source import Span
 from compiler.frontend.types import INDEX_TYPE, expr_type, promote
 from compiler.names import NameSupply
 
@@ -114,6 +116,7 @@ class _Reverse:
         self.needed: set[tuple[str, int]] = set()
         self.active = self._activity()
         self.tmp_count = 0
+        self.span: Span = ranged.checked.definition.span
         self.pending_copy: dict[str, str] = {}
 
     # ------------------------------------------------------------------ driver
@@ -128,34 +131,41 @@ class _Reverse:
             if self.in_grad[name] not in self.started:
                 idx, where = full_box(self.v, name)
                 zero = Const(0, ScalarType.INT32)
-                self.stmts.append(
-                    Stmt(Access(self.in_grad[name], idx), AssignOp.ASSIGN, zero, where)
-                )
+                stmt = Stmt(Access(self.in_grad[name], idx), AssignOp.ASSIGN, zero, where)
+                self.stmts.append(locate(stmt, self._span(name)))
         head, written = recompute(self.v, self.needed)
-        versions = [Param(self.v.name(t, k), self.v.dtype(t), self.v.dims(t)) for t, k in written]
+        versions = [
+            Param(self.v.name(t, k), self.v.dtype(t), self.v.dims(t), span=self._span(t))
+            for t, k in written
+        ]
         return self._assemble(head + self.stmts, versions)
 
     def _assemble(self, stmts: list[Stmt], versions: list[Param]) -> Def:
         inputs = self.checked.definition.params
         read = _names_read(stmts)
         outputs_read = tuple(
-            Param(t.name, t.dtype, self.v.dims(t.name))
+            Param(t.name, t.dtype, self.v.dims(t.name), span=t.span)
             for t in self.checked.outputs
             if t.name in read
         )
         grads_in = tuple(
-            Param(self.out_adjoint[t.name], t.dtype, self.v.dims(t.name))
+            Param(self.out_adjoint[t.name], t.dtype, self.v.dims(t.name), span=t.span)
             for t in self.checked.outputs
         )
         grads_out = tuple(
-            Param(self.in_grad[t.name], t.dtype, tuple(t.dims or ()))
+            Param(self.in_grad[t.name], t.dtype, tuple(t.dims or ()), span=t.span)
             for t in self.checked.inputs
             if t.name in self.wrt
         )
         params = (*inputs, *outputs_read, *grads_in)
         outputs = (*grads_out, *versions, *self.extra)
         _check_unique(params + outputs)
-        return Def(self.def_name, params, outputs, tuple(stmts))
+        span = self.checked.definition.span
+        return Def(self.def_name, params, outputs, tuple(stmts), span=span)
+
+    def _span(self, tensor: str) -> Span:
+        """Where `tensor` is declared (what a diagnostic about its gradient points at)."""
+        return self.checked.tensor(tensor).span
 
     # --------------------------------------------------------------- activity
 
@@ -187,7 +197,8 @@ class _Reverse:
             # then covers its whole shape, so range inference bounds its reads by it.
             idx, where = full_box(self.v, target)
             self._emit(Access(adjoint, idx), Access(self.pending_copy.pop(adjoint), idx), where)
-        seed_access = Access(adjoint, stmt.lhs.args)
+        self.span = forward.span  # generated statements point at their forward statement
+        seed_access = Access(adjoint, stmt.lhs.args, span=stmt.lhs.span)
         self.types[adjoint] = self.v.dtype(target)
         seed = self._seed(stmt, target, k, seed_access)
         for read, contribution, guards in _backprop(stmt.rhs, seed, (), self.types):
@@ -200,7 +211,7 @@ class _Reverse:
         if base in (AssignOp.ASSIGN, AssignOp.PLUS):
             return adjoint
         if base in (AssignOp.MAX, AssignOp.MIN):
-            result = Access(self.v.name(target, k), stmt.lhs.args)
+            result = Access(self.v.name(target, k), stmt.lhs.args, span=stmt.lhs.span)
             self._need(target, k)
             return al.mul(adjoint, al.indicator(al.eq(stmt.rhs, result))) or adjoint
         if not stmt.op.init:
@@ -227,11 +238,11 @@ class _Reverse:
     def _tmp(self, target: str, stmt: Stmt, op: AssignOp, rhs: Expr) -> Access:
         self.tmp_count += 1
         name = self.names.fresh(f"{target}_tmp{self.tmp_count}")
-        self.extra.append(Param(name, None, None))
+        self.extra.append(Param(name, None, None, span=self._span(target)))
         dtype = ScalarType.INT32 if op is AssignOp.PLUS_INIT else self.v.dtype(target)
         self.types[name] = dtype
         access = Access(name, stmt.lhs.args)
-        self.stmts.append(Stmt(access, op, rhs, stmt.where))
+        self.stmts.append(locate(Stmt(access, op, rhs, stmt.where), self.span))
         return access
 
     def _need(self, tensor: str, version: int) -> None:
@@ -263,7 +274,7 @@ class _Reverse:
             value = al.select(cond, value, None) if taken else al.select(cond, None, value)  # type: ignore[assignment]
         extra = self._guard_ranges(tensor, read) if guards else ()
         where = stmt.where + tuple(c for c in extra if c not in stmt.where)
-        self._emit(Access(grad, read.args), value, where)
+        self._emit(Access(grad, read.args, span=read.span), value, where)
 
     def _origin(self, name: str, index: int) -> tuple[str, int]:
         for tensor in self.v.writes:
@@ -301,7 +312,9 @@ class _Reverse:
         return existing
 
     def _declare(self, name: str, tensor: str) -> None:
-        self.extra.append(Param(name, self.v.dtype(tensor), self.v.dims(tensor)))
+        self.extra.append(
+            Param(name, self.v.dtype(tensor), self.v.dims(tensor), span=self._span(tensor))
+        )
         self.types[name] = self.v.dtype(tensor)
 
     def _emit(self, lhs: Access, value: Expr, where: tuple) -> None:
@@ -314,7 +327,7 @@ class _Reverse:
         lhs, where = _constant_subscripts_as_vars(lhs, where, scope)
         op = AssignOp.PLUS if lhs.name in self.started else AssignOp.PLUS_INIT
         self.started.add(lhs.name)
-        self.stmts.append(Stmt(lhs, op, value, where))
+        self.stmts.append(locate(Stmt(lhs, op, value, where), self.span))
 
     def _env(self, where: tuple) -> dict[str, ScalarType]:
         env = dict(self.types)

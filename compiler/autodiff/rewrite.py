@@ -2,8 +2,9 @@
 
     rename_reads(expr, f)     every `Access(name, args)` -> `Access(f(name), args')`
     inline_lets(stmt)         `O(i) = x * x where x = A(i)` -> `O(i) = A(i) * A(i)`
+    locate(stmt, span)        every node without a span gets `span`
 
-Both are `compiler.frontend.visit.Mutator`s: pure, and they return the same object
+All are `compiler.frontend.visit.Mutator`s: pure, and they return the same object
 when nothing changed.
 """
 
@@ -12,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from compiler.frontend.ast import Access, Expr, Let, Stmt
+from compiler.frontend.ast import Access, Expr, Let, Stmt, WhereClause
+from compiler.frontend.source import NO_SPAN, Span
 from compiler.frontend.visit import Mutator, substitute
 
 
@@ -52,3 +54,27 @@ def inline_lets(stmt: Stmt) -> Stmt:
         return stmt
     kept = tuple(c for c in stmt.where if not isinstance(c, Let))
     return _InlineLets(values).stmt(dataclasses.replace(stmt, where=kept))
+
+
+class _Locate(Mutator):
+    def __init__(self, span: Span) -> None:
+        self.span = span
+
+    def expr(self, e: Expr) -> Expr:
+        e = self.generic(e)
+        return dataclasses.replace(e, span=self.span) if e.span == NO_SPAN else e
+
+    def clause(self, c: WhereClause) -> WhereClause:
+        c = super().clause(c)
+        return dataclasses.replace(c, span=self.span) if c.span == NO_SPAN else c
+
+    def stmt(self, s: Stmt) -> Stmt:
+        s = super().stmt(s)
+        return dataclasses.replace(s, span=self.span) if s.span == NO_SPAN else s
+
+
+def locate(stmt: Stmt, span: Span) -> Stmt:
+    """`stmt` with `span` on every node that has none: a generated statement then
+    points at the source statement it comes from (nodes copied from the source keep
+    their own spans)."""
+    return stmt if span == NO_SPAN else _Locate(span).stmt(stmt)

@@ -7,9 +7,10 @@ version current before s (all reads of a statement see the tensors as they were
 before it started, as `compiler.interp` does). Inputs have one version.
 
 The gradient def names version k < last `T_v<k>` (a fresh name from the
-compilation's `NameSupply`: `T_v<k>_1` if the def already uses `T_v<k>`) and recomputes the versions it
-reads as its own leading statements ("recompute" strategy: the forward is not
-changed; the gradient def gets `T_v<k>` as extra outputs, declared with T's shape):
+compilation's `NameSupply`: `T_v<k>_1` if the def already uses `T_v<k>`) and
+recomputes the versions it reads as its own leading statements ("recompute"
+strategy: the forward is not changed; the gradient def gets `T_v<k>` as extra
+outputs, declared with T's shape):
 
     O(i) +=! A(i, j)            O_v1(i) +=! A(i, j)          (recomputed)
     O(i) = O(i) * O(i)    ==>   ... O_grad(i) * O_v1(i) ...  (the adjoint reads O_v1)
@@ -24,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping
 
-from compiler.autodiff.rewrite import inline_lets, rename_reads
+from compiler.autodiff.rewrite import inline_lets, locate, rename_reads
 from compiler.frontend.ast import (
     Access,
     AssignOp,
@@ -225,7 +226,8 @@ def _recompute_one(versions: Versions, tensor: str, k: int, index: int) -> list[
         if k > 1:
             idx, where = full_box(versions, tensor)
             previous = Access(versions.name(tensor, k - 1), idx)
-            out.append(Stmt(Access(name, idx), AssignOp.ASSIGN, previous, where))
+            copy = Stmt(Access(name, idx), AssignOp.ASSIGN, previous, where)
+            out.append(locate(copy, stmt.span))
         elif op is AssignOp.PLUS:
             op = AssignOp.PLUS_INIT  # version 0 is zeros, the identity of +
     out.append(dataclasses.replace(stmt, lhs=dataclasses.replace(stmt.lhs, name=name), op=op))

@@ -462,8 +462,10 @@ def identity(op: AssignOp, dtype: L.DType) -> L.Const:
 
 
 def copy_nest(source: L.Buffer, dest: L.Buffer) -> L.Stmt:
-    """Serial loops copying `source` into `dest` (a snapshot)."""
-    names = [f"s{k}" for k in range(len(source.shape))]
+    """Serial loops copying `source` into `dest` (a snapshot); the loop variables
+    `s0, s1, ...` skip the names of the sizes in the shape (`s0_1` for a size `s0`)."""
+    supply = NameSupply(set().union(*(_free_names(e) for e in source.shape)))
+    names = [supply.fresh(f"s{k}") for k in range(len(source.shape))]
     index = tuple(L.VarRef(n) for n in names)
     body: L.Stmt = L.Store(dest, index, L.Load(source, index))
     for name, extent in reversed(list(zip(names, source.shape, strict=True))):

@@ -1,6 +1,8 @@
 """The one bridge between TC expressions and isl: conversions named by direction.
 
-Only `compiler/poly/` imports islpy, and only through this module's vocabulary:
+Only `compiler/poly/` imports islpy (`tests/test_layering.py` checks it). This
+module owns every conversion between TC expressions and isl objects -- no other
+module builds an isl object from a TC expression or turns one back into TC:
 
     StmtSpace(vars, params)          a named isl space: set dims = index variables,
                                      parameters = size names; `context` says sizes >= 1
@@ -10,6 +12,12 @@ Only `compiler/poly/` imports islpy, and only through this module's vocabulary:
     set_to_expr(params_set, ctx)     parameter-only isl.Set -> TC condition (for messages)
     forall(cond, domain, dims)       the points of the other dims for which `cond` holds
                                      for *every* value of `dims` allowed by `domain`
+
+The other poly modules (`ranges`, `build`, `gather`, `invert`, `schedule`, `tiling`,
+`cpu_model`, `astgen`) do import islpy, to *operate* on the sets and maps built here:
+they intersect, project, compare and schedule them, and `astgen` walks isl's AST.
+What may not leave `compiler/poly/` is any isl object or isl text: passes outside it
+receive TC expressions, `RangedDef`s and loop IR only.
 
 Integer division: TC's `/` on integers is Halide's, which rounds towards negative
 infinity for a positive divisor, and its `%` is never negative; these are exactly isl's

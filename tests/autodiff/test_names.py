@@ -140,3 +140,28 @@ def test_renaming_to_generated_names_keeps_the_gradient(index: int, data: st.Dat
     for w, g in zip(want, got, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
     reparse(other.grad_source)
+
+
+NATIVE_DEFS = (
+    DEFS[5],  # the gradient's scatter `A_grad(i + k)` is gathered: gather names `y`, `x`
+    "def f(double(N) A) -> (O) {\n    O(i) = A(i)\n    O(i) = O(N - 1 - i) * O(i)\n}",
+)
+NATIVE_POOL = (*POOL, "s0", "s1", "u", "t", "acc_1")
+
+
+@pytest.mark.parametrize("index", range(len(NATIVE_DEFS)))
+@settings(max_examples=4, deadline=None)
+@given(data=st.data())
+def test_renamed_native_gradient_equals_the_reference(index: int, data: st.DataObject) -> None:
+    """The same through gather, scheduling and LLVM, against the interpreter."""
+    source = NATIVE_DEFS[index]
+    names = _identifiers(source)
+    targets = data.draw(st.permutations(NATIVE_POOL).map(lambda p: p[: len(names)]))
+    renamed = _rename(source, dict(zip(names, targets, strict=True)))
+    original = compiler.define(source, target="interp")
+    native = compiler.define(renamed, cache=None)
+    arrays = _inputs(original)
+    cot = [RNG.uniform(-1, 1, o.shape) for o in original(*arrays)]
+    want = original.vjp(*arrays, grad_outputs=cot)
+    for w, g in zip(want, native.vjp(*arrays, grad_outputs=cot), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)

@@ -1,0 +1,91 @@
+"""The driver (compiler.pipeline): one pass list, one context, every caller goes
+through it, and the gradient travels as IR from autodiff to code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import compiler
+from compiler import pipeline
+from compiler.frontend.checked import RangedDef
+from compiler.frontend.diagnostics import OptionsError, Severity
+from compiler.options import Options
+
+ROOT = Path(__file__).resolve().parents[1]
+MATMUL = "def matmul(float(M, K) A, float(K, N) B) -> (C) {\n    C(m, n) +=! A(m, k) * B(k, n)\n}\n"
+CONV = (ROOT / "examples" / "conv2d.tc").read_text()
+
+
+def test_pass_list_order() -> None:
+    assert pipeline.PASS_NAMES == (
+        "parse", "select", "check", "ranges", "grad", "gather", "schedule", "lower", "codegen",
+    )  # fmt: skip
+
+
+def test_run_observes_every_pass_and_skips_grad_unless_asked() -> None:
+    seen: list[str] = []
+    result = pipeline.run(MATMUL, upto="lower", observe=lambda n, r, s: seen.append(n))
+    assert seen == ["parse", "select", "check", "ranges", "gather", "schedule", "lower"]
+    assert result.function.name == "matmul"
+    seen.clear()
+    gradient = pipeline.run(
+        MATMUL, upto="gather", grad=True, observe=lambda n, r, s: seen.append(n)
+    )
+    assert seen == ["parse", "select", "check", "ranges", "grad", "gather"]
+    assert isinstance(gradient, RangedDef) and gradient.name == "matmul_grad"
+
+
+def test_unknown_pass_is_an_options_error() -> None:
+    with pytest.raises(OptionsError, match="unknown pass 'lowr'"):
+        pipeline.run(MATMUL, upto="lowr")
+
+
+def test_pipeline_and_kernel_produce_the_same_code() -> None:
+    """Options reach the schedule through the context, as in `Kernel`."""
+    for options in (Options(), Options(tile=(4, 4, 4)), Options(unroll=4, innermost=None)):
+        kernel = compiler.define(MATMUL, options=options, cache=False)
+        lowered = pipeline.run(MATMUL, upto="lower", options=options)
+        assert kernel._native.lowered.function == lowered.function  # type: ignore[union-attr]
+    assert (
+        pipeline.run(MATMUL, upto="lower", options=Options(tile=(4, 4, 4))).function
+        != pipeline.run(MATMUL, upto="lower").function
+    )
+
+
+def test_gradient_is_never_printed_and_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    kernel = compiler.define(MATMUL, target="interp")
+    import compiler.frontend.parser as parser
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the gradient went through text")
+
+    monkeypatch.setattr(parser, "parse", refuse)
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.ones((3, 2), np.float32)
+    ga, gb = kernel.vjp(a, b, grad_outputs=(np.ones((2, 2), np.float32),))
+    np.testing.assert_allclose(ga, np.ones((2, 2)) @ b.T)
+    np.testing.assert_allclose(gb, a.T @ np.ones((2, 2)))
+    assert kernel.grad_source.startswith("def matmul_grad(")
+
+
+def test_gradient_diagnostics_point_at_the_forward_source() -> None:
+    ctx = pipeline.PassContext(filename="conv2d.tc", grad=True)
+    pipeline.run(CONV, ctx=ctx, upto="gather")
+    warnings = [d for d in ctx.diagnostics if "O_grad" in d.message]
+    assert warnings, [d.message for d in ctx.diagnostics]
+    for diag in warnings:
+        assert diag.severity is Severity.WARNING
+        assert diag.span.source is not None and diag.span.source.name == "conv2d.tc"
+        line = CONV.splitlines()[diag.span.line - 1]
+        assert "O(n, m, h, w)" in line  # the forward statement that writes O
+
+
+def test_gradient_error_points_at_the_forward_statement() -> None:
+    src = "def f(float(N) A) -> (O) {\n    O(i) = lgamma(A(i))\n}\n"
+    with pytest.raises(compiler.TCError) as err:
+        pipeline.run(src, filename="lg.tc", upto="grad", grad=True)
+    rendered = str(err.value)
+    assert rendered.startswith("lg.tc:2:12: error: cannot differentiate 'lgamma'"), rendered
