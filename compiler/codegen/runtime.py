@@ -38,6 +38,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -92,8 +93,14 @@ class CompiledFunction:
         self.code = code  # holds the MCJIT engine: the address is valid while it lives
         self._ir_text = ir_text  # code loaded from an object file has no module to print
         nbuf = len(f.buffers)
-        argtypes = [ctypes.c_void_p] * nbuf + [ctypes.c_int64] * (len(f.size_params) + 1)
+        sizes = [ctypes.c_int64] * (len(f.size_params) + 1)
+        argtypes = [ctypes.c_void_p] * nbuf + sizes
         self._cfunc = ctypes.CFUNCTYPE(None, *argtypes, ctypes.c_void_p)(code.address)
+        self._objects = None  # the entry taking the arrays themselves (codegen.llvm)
+        address = code.engine.get_function_address(f"{code.symbol}.objects")
+        if address and DATA_OFFSET:
+            objects = [ctypes.py_object] * nbuf + sizes + [ctypes.c_void_p, ctypes.c_int64]
+            self._objects = ctypes.CFUNCTYPE(None, *objects)(address)
         _LIVE.add(self)
 
     def __call__(
@@ -107,7 +114,9 @@ class CompiledFunction:
         """Run on `arrays` (outputs written in place); returns the arrays by name."""
         env = check_arguments(self.function, arrays, sizes)
         pointers = [arrays[b.name].ctypes.data for b in self.function.buffers]
-        self.call(pointers, [env[n] for n in self.function.size_params], thread_count(threads), pool)
+        self.call(
+            pointers, [env[n] for n in self.function.size_params], thread_count(threads), pool
+        )
         return dict(arrays)
 
     def call(
@@ -117,14 +126,37 @@ class CompiledFunction:
         self._cfunc(*pointers, *sizes, threads, launcher(pool).address)
 
     def bind(self, pool: str | None = None) -> Callable[..., None]:
-        """`fn(*pointers, *sizes, threads)`: the call with the launcher fixed (fastest)."""
+        """`fn(*arrays, *sizes, threads)`, unchecked: the fastest call, the launcher
+        fixed; the arrays (C-contiguous ndarrays of the buffers' dtypes and shapes) in
+        declaration order."""
         address = launcher(pool).address
-        cfunc = self._cfunc
-        return lambda *args: cfunc(*args, address)
+        objects, cfunc, nbuf = self._objects, self._cfunc, len(self.function.buffers)
+        if objects is not None:
+            offset = DATA_OFFSET
+            return lambda *args: objects(*args, address, offset)
+
+        def call(*args: Any) -> None:
+            cfunc(*[a.ctypes.data for a in args[:nbuf]], *args[nbuf:], address)
+
+        return call
 
     def ir(self) -> str:
         """The optimised LLVM IR this function was compiled from."""
         return self._ir_text if self._ir_text is not None else str(self.code.module)
+
+
+def _data_offset() -> int:
+    """Where an ndarray object holds its data pointer (NumPy's PyArrayObject `data`, the
+    first field after the object header), checked on a few arrays; 0 if not found."""
+    samples = [np.zeros(3), np.ones((2, 5), np.float32), np.arange(7)[2:], np.empty(0)]
+    for offset in (16, 24, 32):
+        found = [ctypes.c_void_p.from_address(id(a) + offset).value or 0 for a in samples]
+        if found == [a.ctypes.data for a in samples]:
+            return offset
+    return 0
+
+
+DATA_OFFSET = _data_offset()
 
 
 def thread_count(threads: int | None) -> int:
@@ -169,7 +201,7 @@ def launcher(name: str | None = None) -> Launcher:
 
 
 def default_pool() -> str:
-    """"gomp" where libgomp loads, else "python"."""
+    """ "gomp" where libgomp loads, else "python"."""
     return "gomp" if _launcher("gomp") is not None else "python"
 
 
