@@ -22,10 +22,11 @@ C-contiguity, writeable outputs; a `ShapeError` otherwise); ctypes releases the 
 for the call. Compiled code keeps no state, so several Python threads may call one
 CompiledFunction at once.
 
-Memory: `compile_function` remembers the last `MEMORY_CACHE_SIZE` Functions it compiled
-(an LRU keyed by the Function's repr); a CompiledFunction owns its MCJIT engine, which
-is freed with it once neither that table nor any kernel holds it (`live_functions()`
-counts the ones alive).
+Memory: the runtime keeps the last `MEMORY_CACHE_SIZE` compiled functions used (an LRU
+table: `compile_function` keys it by the Function's repr, `compiler.native` by the
+compile cache's key, `keep`); a CompiledFunction owns its MCJIT engine, which is freed
+with it once neither that table nor any kernel holds it (`live_functions()` counts the
+ones alive). The compile cache's in-memory half holds only weak references to code.
 """
 
 from __future__ import annotations
@@ -73,11 +74,19 @@ def compile_function(f: Function) -> CompiledFunction:
     g = cpu_parallel.run(f)
     compiled = CompiledFunction(g, jit(g))
     with _CACHE_LOCK:
-        cached = _CACHE.setdefault(key, compiled)
+        compiled = _CACHE.get(key, compiled)  # another thread's, if it was first
+    keep(key, compiled)
+    return compiled
+
+
+def keep(key: str, compiled: CompiledFunction) -> None:
+    """Hold `compiled` in the table of recent code (at most MEMORY_CACHE_SIZE entries;
+    the least recently used is dropped first)."""
+    with _CACHE_LOCK:
+        _CACHE[key] = compiled
         _CACHE.move_to_end(key)
         while len(_CACHE) > MEMORY_CACHE_SIZE:
             _CACHE.popitem(last=False)
-    return cached
 
 
 def live_functions() -> int:
@@ -310,6 +319,7 @@ __all__ = [
     "Launcher",
     "compile_function",
     "default_pool",
+    "keep",
     "launcher",
     "live_functions",
     "python_launches",
