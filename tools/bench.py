@@ -8,7 +8,10 @@ reference. Each system runs with the same thread count (OpenBLAS / OMP / MKL
 variables are set before NumPy is imported; `torch.set_num_threads`; tcc's
 `Options(threads=...)`).
 
-Fairness: systems are interleaved in *blocks*: `--block` calls (default 7) of one
+Fairness: torch and tcc share one libgomp (torch bundles `libgomp.so.1`, the soname
+tcc loads), so `--wait-policy` (default passive: idle threads sleep, which on a shared,
+loaded machine is an order of magnitude faster than spinning) applies to both. Systems
+are interleaved in *blocks*: `--block` calls (default 7) of one
 system, then the same number of the next, `--repeat` rounds (default 7). A block's
 figure is the median of its calls, so the first call after a switch (which pays for
 the other runtime's threads still spinning, or its caches) does not decide it; the
@@ -551,7 +554,8 @@ def format_table(rows: Sequence[Row], threads: int) -> str:
         f"{'kernel':36} {'kind':7} {'tcc ms':>9} {'numpy ms':>9} {'torch ms':>9} "
         f"{'tcc/np':>7} {'tcc/torch':>9} {'compile ms':>10} {'max err':>8}"
     )
-    lines = [f"threads={threads}; medians of interleaved blocks", head]
+    policy = os.environ.get("OMP_WAIT_POLICY", "default")
+    lines = [f"threads={threads}; OMP_WAIT_POLICY={policy}; medians of interleaved blocks", head]
     ratios: dict[tuple[str, str], list[float]] = {}
     for r in rows:
         t, n, p = r.median("tcc"), r.median("numpy"), r.median("torch")
@@ -587,12 +591,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-backward", action="store_true", help="forward rows only")
     parser.add_argument("--small", action="store_true", help="tiny sizes (smoke test)")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch even if installed")
+    parser.add_argument(
+        "--wait-policy",
+        default="passive",
+        choices=("passive", "active"),
+        help="OMP_WAIT_POLICY of the libgomp torch and tcc share",
+    )
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
     if args.threads < 1 or args.repeat < 1 or args.block < 1:
         parser.error("--threads, --repeat and --block must be at least 1")
     for var in _THREAD_VARS:  # before NumPy / torch load their thread pools
         os.environ[var] = str(args.threads)
+    # torch and tcc share one libgomp (same soname): one wait policy for both
+    os.environ["OMP_WAIT_POLICY"] = args.wait_policy
     torch = None
     if not args.no_torch:
         try:
