@@ -139,14 +139,15 @@ class CompiledFunction:
         """`fn(*arrays, *sizes, threads)`, unchecked: the fastest call, the launcher
         fixed; the arrays (C-contiguous ndarrays of the buffers' dtypes and shapes) in
         declaration order."""
-        address = launcher(pool).address
+        # the default pool is looked up at call time: a forked child switches it
+        where = [launcher(pool).address] if pool is not None else _default_address()
         objects, cfunc, nbuf = self._objects, self._cfunc, len(self.function.buffers)
         if objects is not None:
             offset = DATA_OFFSET
-            return lambda *args: objects(*args, address, offset)
+            return lambda *args: objects(*args, where[0], offset)
 
         def call(*args: Any) -> None:
-            cfunc(*[a.ctypes.data for a in args[:nbuf]], *args[nbuf:], address)
+            cfunc(*[a.ctypes.data for a in args[:nbuf]], *args[nbuf:], where[0])
 
         return call
 
@@ -211,8 +212,39 @@ def launcher(name: str | None = None) -> Launcher:
 
 
 def default_pool() -> str:
-    """ "gomp" where libgomp loads, else "python"."""
+    """ "gomp" where libgomp loads (and this is not a forked child), else "python"."""
+    if _FORKED:
+        return "python"
     return "gomp" if _launcher("gomp") is not None else "python"
+
+
+_FORKED = False
+_DEFAULT_ADDRESS: list[int] = []  # [address of the default pool's launcher], set once
+
+
+def _default_address() -> list[int]:
+    with _LAUNCHERS_LOCK:
+        found = bool(_DEFAULT_ADDRESS)
+    if not found:
+        address = launcher(None).address
+        with _LAUNCHERS_LOCK:
+            if not _DEFAULT_ADDRESS:
+                _DEFAULT_ADDRESS.append(address)
+    return _DEFAULT_ADDRESS
+
+
+def _after_fork_in_child() -> None:
+    """libgomp's pool does not survive fork (its threads are gone, and a parallel region
+    would wait for them forever), nor does a ThreadPoolExecutor: a forked child runs
+    parallel loops on a fresh Python pool."""
+    global _FORKED
+    _FORKED = True
+    _POOL.clear()
+    _PY_LAUNCHES[0] = 0
+    if _DEFAULT_ADDRESS:
+        found = _LAUNCHERS.get("python") or _python_launcher()
+        _LAUNCHERS["python"] = found
+        _DEFAULT_ADDRESS[0] = found.address
 
 
 def _launcher(name: str) -> Launcher | None:
@@ -330,6 +362,8 @@ def _pool(workers: int) -> ThreadPoolExecutor:
 def _mark_worker() -> None:
     _WORKER.active = True
 
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 __all__ = [
     "DEFAULT_THREADS",
