@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from compiler import pipeline
+from compiler.callplan import MAX_PLANS, CallPlan, make_plan, signature
 from compiler.frontend.ast import AssignOp, ScalarType
 from compiler.frontend.checked import RangedDef, StmtFacts, TensorInfo
 from compiler.frontend.diagnostics import OptionsError, ShapeError, TCError, did_you_mean
@@ -159,6 +160,7 @@ class Kernel:
         """The source as given to `define` (printed from the IR, as `text`, for a
         kernel made from IR)."""
         return self._source if self._source is not None else self.text
+        self._plans: dict[tuple[Any, ...], CallPlan] = {}  # per input signature
 
     def __repr__(self) -> str:
         return f"<Kernel {self.name} target={self.target!r}>"
@@ -214,6 +216,10 @@ class Kernel:
 
     def output_shapes(self, *arrays: Any) -> dict[str, tuple[int, ...]]:
         """The shape of every output for these inputs, by name."""
+        key = signature(arrays)
+        plan = self._plans.get(key) if key is not None else None
+        if plan is not None:
+            return dict(plan.output_shapes)
         _, sizes = self._bind(arrays)
         return output_shapes(self.ranged, sizes)
 
@@ -228,18 +234,19 @@ class Kernel:
             from compiler.cuda_device import device_call  # device arrays stay on the device
 
             return device_call(self, arrays, out)
+        key = signature(arrays) if out is None and self.target == "llvm" else None
+        if key is not None:
+            plan = self._plans.get(key)
+            if plan is not None:  # this signature was checked before: only allocate and run
+                if self._accumulating:
+                    self._warn_accumulating({})
+                return plan.run(arrays)
         inputs, sizes = self._bind(arrays)
         shapes = output_shapes(self.ranged, sizes)
         given = self._outputs_given(out, shapes)
-        for output in self._accumulating:
-            if output not in given:
-                warnings.warn(
-                    f"def '{self.name}' accumulates into output '{output}' (its first write "
-                    f"is not an `op!` initialisation), which starts at zero; pass out= to "
-                    f"accumulate into your own data",
-                    TCWarning,
-                    stacklevel=2,
-                )
+        self._warn_accumulating(given)
+        if key is not None:
+            self._remember_plan(key, sizes, shapes)
         results = self._evaluate(inputs, sizes, given, shapes)
         returned = []
         for info in self._outputs:
@@ -249,6 +256,29 @@ class Kernel:
             else:
                 returned.append(results[info.name])
         return tuple(returned)
+
+    def _warn_accumulating(self, given: Mapping[str, np.ndarray]) -> None:
+        for output in self._accumulating:
+            if output not in given:
+                warnings.warn(
+                    f"def '{self.name}' accumulates into output '{output}' (its first write "
+                    f"is not an `op!` initialisation), which starts at zero; pass out= to "
+                    f"accumulate into your own data",
+                    TCWarning,
+                    stacklevel=3,
+                )
+
+    def _remember_plan(
+        self, key: tuple[Any, ...], sizes: Mapping[str, int], shapes: Mapping[str, Any]
+    ) -> None:
+        """Keep the call plan of this signature (`compiler.callplan`), at most MAX_PLANS."""
+        outputs = [(t.name, np.dtype(NP_DTYPE[t.dtype])) for t in self._outputs]
+        plan = make_plan(self._native, [t.name for t in self._inputs], outputs, sizes, shapes)
+        if plan is None:
+            return
+        while len(self._plans) >= MAX_PLANS:
+            self._plans.pop(next(iter(self._plans)), None)
+        self._plans[key] = plan
 
     def _evaluate(
         self,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,7 @@ from compiler.codegen.runtime import (
     CompiledFunction,
     compile_function,
     default_pool,
+    keep,
     thread_count,
 )
 from compiler.codegen.target import get_target, prepare
@@ -136,15 +138,18 @@ def compile_lowered(lowered: Lowered, options: Options) -> NativeProgram:
 
 
 # ------------------------------------------------------------ the compile cache
-# An entry holds the compiled Function (after the CPU passes), its code, and the run-time checks as
-# (number of the Access in a walk of the ranged def, dimension): spans come from the
-# def at hand, so sources that differ only in layout share the entry.
+# An entry holds the compiled Function (after the CPU passes), a weak reference to its
+# code, and the run-time checks as (number of the Access in a walk of the ranged def,
+# dimension): spans come from the def at hand, so sources that differ only in layout
+# share the entry. The code (and its JIT engine) lives while a program uses it or the
+# runtime's bounded table of recent code (`runtime.keep`) holds it; after that a define
+# reloads it from disk (or compiles it again, for an in-memory cache).
 
 
 @dataclass(frozen=True)
 class _Cached:
     function: Function
-    compiled: CompiledFunction
+    code: weakref.ref[CompiledFunction]
     checks: tuple[tuple[int, int, bool], ...]  # (Access number, dimension, write)
     notes: tuple[str, ...] = ()
 
@@ -174,11 +179,14 @@ def _cached_program(ranged: RangedDef, options: Options, cache: CompileCache) ->
     key = cache_key(program_key(ranged, options))
     with cache.lock(key):
         entry = cache.get(key)
-        if not isinstance(entry, _Cached):
-            entry = _load(cache, key) or _build(ranged, options, cache, key)
-            if entry is None:  # a check that cannot be named by position: no caching
+        compiled = entry.code() if isinstance(entry, _Cached) else None
+        if compiled is None or not isinstance(entry, _Cached):
+            found = _load(cache, key) or _build(ranged, options, cache, key)
+            if found is None:  # a check that cannot be named by position: no caching
                 return compile_native(ranged, options)
+            entry, compiled = found
             cache.put(key, entry)
+        keep(key, compiled)
     accesses = _accesses(ranged.checked.definition)
     if any(not 0 <= i < len(accesses) for i, _, _ in entry.checks):
         return compile_native(ranged, options)
@@ -186,10 +194,12 @@ def _cached_program(ranged: RangedDef, options: Options, cache: CompileCache) ->
     lowered = Lowered(entry.function, checks)
     if entry.notes:
         lowered = dataclasses.replace(lowered, notes=entry.notes)
-    return NativeProgram(lowered, entry.function, entry.compiled, options)
+    return NativeProgram(lowered, entry.function, compiled, options)
 
 
-def _build(ranged: RangedDef, options: Options, cache: CompileCache, key: str) -> _Cached | None:
+def _build(
+    ranged: RangedDef, options: Options, cache: CompileCache, key: str
+) -> tuple[_Cached, CompiledFunction] | None:
     lowered = pipeline.lower(ranged, options)
     accesses = _accesses(ranged.checked.definition)
     checks = []
@@ -205,10 +215,10 @@ def _build(ranged: RangedDef, options: Options, cache: CompileCache, key: str) -
     compiled, stored = compile_to_object(f)
     metadata = {**stored.metadata, "checks": checks, "notes": list(notes)}
     cache.write(key, dataclasses.replace(stored, metadata=metadata))
-    return _Cached(f, compiled, tuple(checks), notes)
+    return _Cached(f, weakref.ref(compiled), tuple(checks), notes), compiled
 
 
-def _load(cache: CompileCache, key: str) -> _Cached | None:
+def _load(cache: CompileCache, key: str) -> tuple[_Cached, CompiledFunction] | None:
     stored = cache.read(key)
     if stored is None:
         return None
@@ -220,7 +230,7 @@ def _load(cache: CompileCache, key: str) -> _Cached | None:
     except (CacheFormatError, InternalError, KeyError, TypeError, ValueError, RuntimeError) as err:
         logging.getLogger("compiler.cache").debug("compile cache: entry %s unusable: %s", key, err)
         return None
-    return _Cached(f, compiled, checks, notes)
+    return _Cached(f, weakref.ref(compiled), checks, notes), compiled
 
 
 def _check_entry(stored: list) -> tuple[int, int, bool]:

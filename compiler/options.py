@@ -1,7 +1,7 @@
 """Compilation options: one frozen dataclass, validated when it is made.
 
     Options()                           all defaults: the CPU model chooses the schedule
-    Options(threads=2)                  split the outermost parallel loop across 2 threads
+    Options(threads=2)                  run parallel loops on 2 threads
     Options(innermost=None)             the literal order: output variables, then the
                                         reduction, accumulated in a register
     Options(innermost="n", unroll=4, block=4)   what the model picks for matmul
@@ -28,8 +28,13 @@ CPU schedule fields (the native targets read them; `poly.schedule` applies them,
   `()` tiles nothing; None lets the model choose (`compiler/poly/tiling.py`). The tile
   loops run above the point loops, the first output loop's outermost (parallel);
   sizes need not divide the extents (partial tiles get `min` bounds).
-- `threads`: the number of threads the outermost parallel loop of each statement is
-  split across at call time; None means one per core.
+- `threads`: the number of threads each statement's outermost parallel loop runs on
+  (the CPU runtime's native pool, when the loop has enough work:
+  `compiler.codegen.llvm_parallel`); None means one per core (`os.cpu_count()`, read
+  once by `compiler.codegen.runtime`).
+
+`Options` are the CPU ("llvm") target's options; another target declares its own
+options class (`compiler.codegen.target`).
 
 A leaf module (imports only the diagnostics), so every layer may read it. Options
 travel as a value; environment variables are read only by the CLI (STYLE.md rule 16).

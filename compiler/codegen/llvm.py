@@ -91,8 +91,35 @@ def build_module(f: Function) -> ir.Module:
     tm = target_machine()
     module.triple = tm.triple
     module.data_layout = str(tm.target_data)
-    FunctionEmitter(module, f).emit()
+    emitter = FunctionEmitter(module, f)
+    emitter.emit()
+    _objects_entry(module, f, emitter.fn)
     return module
+
+
+def objects_symbol(f: Function) -> str:
+    """The name of `f`'s second entry, which takes NumPy arrays (see `_objects_entry`)."""
+    return f"{symbol(f)}.objects"
+
+
+def _objects_entry(module: ir.Module, f: Function, entry: ir.Function) -> None:
+    """`void tcc.<name>.objects(ptr array0, ..., i64 size0, ..., i64 threads, ptr launch,
+    i64 offset)`: the entry called with the buffers' PyArrayObject pointers, each data
+    pointer read at `offset` bytes (NumPy's `PyArray_DATA`; the runtime measures the
+    offset once and passes 0 when it cannot, never calling this entry then). It saves
+    the runtime the per-call `ndarray.ctypes.data` lookups."""
+    ty = ir.FunctionType(ir.VoidType(), [*entry.function_type.args, ir.IntType(64)])
+    fn = ir.Function(module, ty, name=objects_symbol(f))
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    nbuf = len(f.buffers)
+    offset = fn.args[-1]
+    data = [
+        b.load(b.gep(arg, [offset], inbounds=True, source_etype=ir.IntType(8)), typ=arg.type)
+        for arg in fn.args[:nbuf]
+    ]
+    b.call(entry, [*data, *fn.args[nbuf:-1]])
+    b.ret_void()
+    entry.attributes.add("noinline")  # one copy of the kernel's code, not two
 
 
 def optimise(module: ir.Module) -> llvm.ModuleRef:

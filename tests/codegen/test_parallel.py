@@ -3,6 +3,10 @@ and one native call per def (checked against the loop-IR interpreter)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import numpy as np
 import pytest
 
@@ -113,15 +117,17 @@ def test_a_kernel_of_three_statements_is_one_native_call(monkeypatch: pytest.Mon
     }
     """
     k = compiler.define(src, options=Options(threads=2), cache=None)
-    calls: list[int] = []
+    calls: list[str] = []
     compiled = k._native.compiled
-    real = compiled._cfunc
+    for entry in ("_cfunc", "_objects"):  # the entry taking addresses, the one taking arrays
+        real = getattr(compiled, entry)
+        if real is not None:
 
-    def counting(*args: object) -> None:
-        calls.append(1)
-        real(*args)
+            def counting(*args: object, real: object = real, entry: str = entry) -> None:
+                calls.append(entry)
+                real(*args)  # type: ignore[operator]
 
-    monkeypatch.setattr(compiled, "_cfunc", counting)
+            monkeypatch.setattr(compiled, entry, counting)
     x = np.random.default_rng(0).standard_normal((300, 257)).astype(np.float32)
     got = k(x)
     assert len(calls) == 1
@@ -136,3 +142,29 @@ def test_a_kernel_of_three_statements_is_one_native_call(monkeypatch: pytest.Mon
 def test_default_threads_is_read_once() -> None:
     assert runtime.DEFAULT_THREADS >= 1
     assert runtime.thread_count(None) == runtime.DEFAULT_THREADS
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_runs_parallel_kernels_on_the_python_pool() -> None:
+    k = compiler.define("def f(float(N) A) -> (B) { B(i) = A(i) * 3 }", options=Options(threads=2))
+    a = np.arange(1 << 18, dtype=np.float32)
+    np.testing.assert_array_equal(k(a)[0], a * 3)  # the parent's pool has run a region
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if the kernel ran, right, on the Python pool
+        ok = False
+        try:
+            ok = bool(np.array_equal(k(a)[0], a * 3)) and runtime.python_launches() == 1
+            ok = ok and k.info()["runtime"] == "python"
+        finally:
+            os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung")

@@ -1,4 +1,4 @@
-"""tools/bench.py: a smoke run at tiny sizes through the reference evaluator."""
+"""tools/bench.py: a smoke run at tiny sizes, and the block-interleaved measurement."""
 
 from __future__ import annotations
 
@@ -11,18 +11,34 @@ def test_small_run_checks_every_case_and_prints_the_table(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     names = [c.name for c in bench._cases()]
-    assert bench.main(["--small", "--target", "interp", "--repeat", "1", "--no-torch"]) == 0
-    out = capsys.readouterr().out
-    lines = out.splitlines()
+    calls = [c.name for c in bench._cases() if c.call]
+    argv = ["--small", "--target", "interp", "--repeat", "1", "--block", "1", "--no-torch"]
+    assert bench.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("threads=")
-    rows = {line[:34].strip(): line.split() for line in lines[2:-1]}
-    assert sorted(rows) == sorted(names)
-    for name, fields in rows.items():
-        assert float(fields[-1]) < 1e-4, f"{name}: tcc differs from the NumPy reference"
-    assert lines[-1].startswith("geometric mean")
+    rows = [(line[:36].strip(), line[36:].split()) for line in lines[2:]]
+    body = [(n, f) for n, f in rows if not n.startswith("geometric mean")]
+    kinds: dict[str, list[str]] = {}
+    for name, fields in body:
+        kinds.setdefault(name, []).append(fields[0])
+        if fields[0] == "fwd":
+            assert float(fields[-1]) < 1e-4, f"{name}: tcc differs from the NumPy reference"
+    assert sorted(kinds) == sorted(names)
+    for name, got in kinds.items():
+        assert got == (["fwd", "fwd+bwd", "vjp"] if name in calls else ["fwd", "fwd+bwd"])
+    assert rows[-1][0] == "geometric mean (no call rows)"  # no torch: fwd only
+
+
+def test_blocks_interleave_systems_and_take_block_medians() -> None:
+    order: list[str] = []
+    runners = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
+    times = bench.measure(runners, blocks=2, block=3)
+    assert order == ["a"] * 3 + ["b"] * 3 + ["a"] * 3 + ["b"] * 3
+    assert {k: len(v) for k, v in times.items()} == {"a": 2, "b": 2}
 
 
 def test_bad_arguments_exit_with_usage() -> None:
-    with pytest.raises(SystemExit) as err:
-        bench.main(["--threads", "0"])
-    assert err.value.code == 2
+    for argv in (["--threads", "0"], ["--block", "0"]):
+        with pytest.raises(SystemExit) as err:
+            bench.main(argv)
+        assert err.value.code == 2

@@ -1,0 +1,100 @@
+"""Per-signature call plans: the Python work of a native Kernel call, done once.
+
+A `Kernel` call validates its arguments (count, rank, dtype, sizes: `Kernel._bind`),
+binds the size parameters, computes the output shapes and lays out the native
+arguments. All of that depends only on the inputs' shapes and dtypes, so the first call
+with a new signature builds a `CallPlan`, and a later call whose arrays have the same
+shapes and dtypes (and are C-contiguous NumPy arrays, called without `out=`) only
+allocates the outputs and makes one native call:
+
+    plan = make_plan(program, input_names, output_names, sizes, shapes)
+    outputs = plan.run(arrays)          # a tuple in declaration order
+
+`signature(arrays)` is the plan's key, or None when the arrays do not qualify (then
+the full checks run, and raise the same ShapeErrors as ever). A Kernel keeps at most
+`MAX_PLANS` plans (the oldest is dropped first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from compiler.native import NativeProgram
+
+MAX_PLANS = 32
+_NDARRAY = np.ndarray
+
+
+def signature(arrays: Sequence[Any]) -> tuple[Any, ...] | None:
+    """(shape, dtype) per array, or None unless all are C-contiguous ndarrays."""
+    key = []
+    for a in arrays:
+        if type(a) is not _NDARRAY or not a.flags.c_contiguous:
+            return None
+        key.append((a.shape, a.dtype))
+    return tuple(key)
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """One signature's call (see the module doc)."""
+
+    program: NativeProgram
+    output_shapes: Mapping[str, tuple[int, ...]]
+    outputs: tuple[tuple[tuple[int, ...], np.dtype[Any]], ...]  # shape, dtype per output
+    slots: tuple[int, ...]  # per buffer: index into (inputs..., outputs..., error buffer)
+    sizes: tuple[int, ...]
+    threads: int
+    checked: bool  # whether the program reports read errors
+    names: tuple[str, ...]  # of inputs and outputs, in the order of the slots' values
+    call: Callable[..., None]
+
+    def run(self, arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+        """Fresh zeroed outputs, computed from `arrays` (the plan's signature)."""
+        outs = [np.zeros(shape, dtype) for shape, dtype in self.outputs]
+        values = [*arrays, *outs]
+        if self.checked:
+            error = np.zeros(2, np.int64)
+            values.append(error)
+        self.call(*[values[i] for i in self.slots], *self.sizes, self.threads)
+        if self.checked and error[0]:
+            raise self.program.read_error(error, dict(zip(self.names, values, strict=False)))
+        return tuple(outs)
+
+
+def make_plan(
+    program: NativeProgram,
+    inputs: Sequence[str],
+    outputs: Sequence[tuple[str, np.dtype[Any]]],
+    sizes: Mapping[str, int],
+    shapes: Mapping[str, tuple[int, ...]],
+) -> CallPlan | None:
+    """The plan for one signature, or None if the program's buffers are not all inputs,
+    outputs and the error buffer."""
+    from compiler.poly.astgen import ERROR_BUFFER
+
+    names = (*inputs, *(name for name, _ in outputs))
+    index = {name: k for k, name in enumerate(names)}
+    index[ERROR_BUFFER] = len(names)
+    f = program.function
+    if any(b.name not in index for b in f.buffers) or any(n not in sizes for n in f.size_params):
+        return None
+    return CallPlan(
+        program=program,
+        output_shapes=dict(shapes),
+        outputs=tuple((tuple(shapes[name]), np.dtype(dtype)) for name, dtype in outputs),
+        slots=tuple(index[b.name] for b in f.buffers),
+        sizes=tuple(int(sizes[n]) for n in f.size_params),
+        threads=program.threads,
+        checked=bool(program.lowered.checks),
+        names=names,
+        call=program.compiled.bind(),
+    )
+
+
+__all__ = ["MAX_PLANS", "CallPlan", "make_plan", "signature"]
