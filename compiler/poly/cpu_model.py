@@ -61,6 +61,7 @@ from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff
 UNROLL = 4  # unroll-and-jam factor of the innermost reduction loop
 BLOCK = 4  # register-blocking factor of an output loop
 SHORT = 16  # a constant extent up to this is short
+LANES = 16  # register tile width along the innermost loop (poly/regtile.py)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class LoopOrder:
     innermost: tuple[str, ...] = ()
     register: bool = True  # accumulate in a register (only for reductions)
     jams: tuple[tuple[str, int], ...] = ()  # (loop variable, factor), outermost first
+    lanes: int = 1  # register tile width along the innermost loop (1: none)
 
 
 def literal_order(facts: StmtFacts) -> LoopOrder:
@@ -104,10 +106,13 @@ def choose_order(
     if block_var is not None and block > 1:
         others = (*(v for v in others if v != block_var), block_var)
         jams.append((block_var, block))
-    unroll = UNROLL if options.unroll is None else options.unroll
+    lanes = LANES if options.register_tile is None else options.register_tile
+    unroll = (UNROLL if lanes <= 1 else 1) if options.unroll is None else options.unroll
     if unroll > 1:
         jams.append((facts.reduction_vars[-1], unroll))
-    return LoopOrder(others, facts.reduction_vars, (j,), register=False, jams=tuple(jams))
+    return LoopOrder(
+        others, facts.reduction_vars, (j,), register=False, jams=tuple(jams), lanes=lanes
+    )
 
 
 def _memory_legal(facts: StmtFacts, injective: bool, self_reads: bool) -> bool:
