@@ -28,6 +28,10 @@ CPU schedule fields (the native targets read them; `poly.schedule` applies them,
   `()` tiles nothing; None lets the model choose (`compiler/poly/tiling.py`). The tile
   loops run above the point loops, the first output loop's outermost (parallel);
   sizes need not divide the extents (partial tiles get `min` bounds).
+- `register_tile`: register tiling of a statement in memory form: the innermost loop
+  moves above the reduction loops in steps of this many lanes, the tile of outputs
+  (block x lanes) accumulates in registers for the whole reduction
+  (`compiler/poly/regtile.py`); 1: off; None lets the model choose.
 - `threads`: the number of threads each statement's outermost parallel loop runs on
   (the CPU runtime's native pool, when the loop has enough work:
   `compiler.codegen.llvm_parallel`); None means one per core (`os.cpu_count()`, read
@@ -48,6 +52,7 @@ from compiler.frontend.diagnostics import OptionsError
 
 AUTO = "auto"
 MAX_FACTOR = 16
+MAX_LANES = 64
 MAX_TILE = 1 << 20
 
 
@@ -60,6 +65,7 @@ class Options:
     unroll: int | None = None
     block: int | None = None
     tile: tuple[int, ...] | None = None
+    register_tile: int | None = None  # lanes of the register tile (poly/regtile.py)
 
     def __post_init__(self) -> None:
         t = self.threads
@@ -78,15 +84,16 @@ class Options:
             )
         for field in ("unroll", "block"):
             _check_factor(field, getattr(self, field))
+        _check_factor("register_tile", self.register_tile, MAX_LANES)
         _check_tile(self.tile)
 
 
-def _check_factor(field: str, value: object) -> None:
+def _check_factor(field: str, value: object, limit: int = MAX_FACTOR) -> None:
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_FACTOR:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
         raise OptionsError(
-            f"Options.{field} must be None or an int in 1..{MAX_FACTOR}, got {value!r}",
+            f"Options.{field} must be None or an int in 1..{limit}, got {value!r}",
             hint=f"Options({field}=1) turns it off; None lets the model choose",
         )
 

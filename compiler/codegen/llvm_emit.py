@@ -107,6 +107,14 @@ class _FunctionAttributes(ir.values.FunctionAttributes):
     _known = ir.values.FunctionAttributes._known | frozenset(VECTOR_WIDTH_ATTRIBUTES)
 
 
+class _LoopID(ir.values.MDValue):
+    """A distinct, self-referencing `!llvm.loop` node (llvmlite makes only uniqued ones)."""
+
+    def descr(self, buf: list[str]) -> None:
+        ops = ", ".join(op.get_reference() for op in self.operands)
+        buf += (f"distinct !{{ {self.get_reference()}, {ops} }}", "\n")
+
+
 class FunctionEmitter:
     """Builds `f` into `module`."""
 
@@ -171,7 +179,13 @@ class FunctionEmitter:
         return self.builder.gep(ref.ptr, [offset], inbounds=True, source_etype=ty), ty
 
     def _loop(
-        self, var: str, lo: ir.Value, hi: ir.Value, step: int, body: Callable[[], None]
+        self,
+        var: str,
+        lo: ir.Value,
+        hi: ir.Value,
+        step: int,
+        body: Callable[[], None],
+        lanes: bool = False,
     ) -> None:
         """The one loop shape: header (phi, compare) -> body -> latch (i += step)."""
         b = self.builder
@@ -189,8 +203,18 @@ class FunctionEmitter:
         body()
         del self.values[var]
         i.add_incoming(b.add(i, ir.Constant(I64, step), flags=["nsw"]), b.block)
-        b.branch(header)
+        latch = b.branch(header)
+        if lanes:  # the lanes of a register tile: SLP vectorises across them, not the loop
+            latch.set_metadata("llvm.loop", self._scalar_loop_id())
         b.position_at_end(after)
+
+    def _scalar_loop_id(self) -> ir.values.MDValue:
+        m = self.module
+        ops = [
+            m.add_metadata(["llvm.loop.vectorize.width", ir.Constant(ir.IntType(32), 1)]),
+            m.add_metadata(["llvm.loop.interleave.count", ir.Constant(ir.IntType(32), 1)]),
+        ]
+        return _LoopID(m, ops, name=str(len(m.metadata)))
 
     @contextmanager
     def _bound(self, var: str, value: ir.Value) -> Iterator[None]:
@@ -223,7 +247,7 @@ class FunctionEmitter:
         lo, hi = self.expr(s.lo), self.expr(s.hi)
         summand = self._sum_term(s)
         if summand is None:
-            self._loop(s.var, lo, hi, s.step, lambda: self.stmt(s.body))
+            self._loop(s.var, lo, hi, s.step, lambda: self.stmt(s.body), _lanes(s.body))
             return
         acc, x = summand
         b = self.builder
@@ -513,6 +537,13 @@ def cast(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:
     if dst.bits < src.bits:
         return b.trunc(x, to)
     return b.sext(x, to) if signed else b.zext(x, to)
+
+
+def _lanes(s: Stmt) -> bool:
+    """A block of updates of two or more Locals: the lanes of a register tile."""
+    if not isinstance(s, Block) or not all(isinstance(c, Assign) for c in s.stmts):
+        return False
+    return len({c.var for c in s.stmts if isinstance(c, Assign)}) > 1
 
 
 def _mentions(e: Expr, var: str) -> bool:

@@ -54,6 +54,7 @@ from compiler.poly.lower_expr import (
     const,
     dtype_of,
 )
+from compiler.poly.regtile import register_tile
 from compiler.poly.schedule import Nest, NestKind, Schedule, schedule
 from compiler.poly.tiling import TileBand, tile_band
 
@@ -287,6 +288,13 @@ class _NestLowering:
         if not (self.nest.unproven or self.nest.write_checks):
             for var, factor in self.nest.jams:
                 body = unroll_and_jam(body, var, factor)
+            if self.nest.lanes > 1 and self.nest.innermost:
+                first = self.nest.inner[0]
+                stmt = self.facts.stmt
+                # a cache-tiled reduction visits each element once per reduction tile
+                whole = stmt.op.init and not self.nest.tiles
+                start = identity(stmt.op, self.target.dtype) if whole else None
+                body = register_tile(body, self.nest.innermost[0], first, self.nest.lanes, start)
         if not self.nest.snapshot:
             return body
         old = self.buffers[self.nest.target]

@@ -74,6 +74,7 @@ class Nest:
     innermost: tuple[str, ...] = ()  # a band below `inner` (memory accumulation)
     jams: tuple[tuple[str, int], ...] = ()  # unroll-and-jam (loop variable, factor)
     tiles: tuple[int, ...] = ()  # one tile size per loop of `bands` (poly.tiling), or ()
+    lanes: int = 1  # register tile width along `innermost` (poly.regtile), 1: none
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -168,6 +169,7 @@ def _nests_of(
         innermost=order.innermost,
         jams=order.jams,
         tiles=choose_tiles(facts, order, options),
+        lanes=order.lanes,
     )
     if not stmt.op.init:
         return [main]

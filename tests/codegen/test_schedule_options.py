@@ -105,11 +105,13 @@ def _loops(s: L.Stmt) -> list[L.For]:
 def test_matmul_structure_follows_the_options() -> None:
     src = PROGRAMS["matmul"].replace("FT", "float")
     ranged = infer_ranges(check_def(parse(src).get()))
-    f = lower(ranged, Options(unroll=1, block=1, tile=()))  # tiling: tests/codegen/test_tiling
+    f = lower(
+        ranged, Options(unroll=1, block=1, tile=(), register_tile=1)
+    )  # tiling: tests/codegen/test_tiling
     init, main = f.body.stmts  # type: ignore[attr-defined]
     assert [lp.var for lp in _loops(main)] == ["m", "k", "n"]
     assert main.kind is L.LoopKind.PARALLEL
-    f = lower(ranged, Options(unroll=2, block=3))
+    f = lower(ranged, Options(unroll=2, block=3, register_tile=1))
     steps = {(lp.var, lp.step) for lp in _loops(f.body)}
     assert {("m", 3), ("m", 1), ("k", 2), ("k", 1)} <= steps
 

@@ -1,0 +1,251 @@
+"""Register tiling of a memory-form reduction nest: a pure `Stmt -> Stmt` transform.
+
+Requires: the lowered loops of one statement in memory form (`poly.cpu_model`): the
+innermost loop `j` below the reduction loops, accumulating into the output in memory
+(`O[.., j] = O[.., j] + e`), usually after unroll-and-jam (`poly.jam`); the name of the
+first reduction loop. What `cpu_model` checked for memory form makes this legal:
+distinct `j` write distinct elements, and each element's contributions keep their order.
+Ensures:  `register_tile(stmt, j, first_reduction, width)` runs the same instances with
+the same per-element order, so results equal the memory form's exactly. Each loop over
+the first reduction variable whose `j` loops all have the same bounds (not depending
+on the reduction loops) and only such accumulating stores becomes
+
+    for j in lo : lo + (extent // width) * width step width     (full tiles, no guard)
+      local acc_t_0 = O[t, j] ... local acc_t_{width-1} = O[t, j + width - 1]
+        <the reduction loops, each `j` loop replaced by its body for the lanes
+         j, j + 1, ..., j + width - 1, accumulating into the locals>
+        O[t, j + l] = acc_t_l   for every target t and lane l
+    <the reduction loops again, their `j` loops over the remainder only>
+
+so a tile of `targets x width` output elements stays in registers for the whole
+reduction (LLVM's SLP vectoriser turns the lanes into vector registers: the
+vectorised dimension is explicit). Reads may use `j` in any affine way (a strided
+`I[2 * j + k]` reads lanes 2 apart). Anything else is left unchanged.
+
+Worked example (conv, `m` jammed by 2, width 2), the reduction `c, kw`:
+
+    for c / for kw / for w in 0:W'                   for w in 0:(W' // 2) * 2 step 2
+      O[m, w] = O[m, w] + I[c, w+kw] * K[m, c, kw]     local a00 = O[m, w], a01 = O[m, w+1],
+      O[m+1, w] = O[m+1, w] + I[c, w+kw]*K[m+1,..]           a10 = O[m+1, w], a11 = ...
+                                              ==>        for c / for kw
+                                                           a00 = a00 + I[c, w+kw] * K[m, c, kw]
+                                                           a01 = a01 + I[c, w+1+kw] * K[m, c, kw]
+                                                           a10 = ...; a11 = ...
+                                                         O[m, w] = a00; ...
+                                                     for c / for kw / for w in (W' // 2) * 2:W'
+                                                       ... the original body
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from compiler import loops as L
+from compiler.poly.lower_expr import I64, const
+
+
+def register_tile(
+    stmt: L.Stmt, j: str, first_reduction: str, width: int, identity: L.Const | None = None
+) -> L.Stmt:
+    """`stmt` with every qualifying reduction nest register-tiled (module doc).
+    `identity`: the value every output element holds before the nest (an `op!`
+    statement after its Init nest), or None when unknown."""
+    if width <= 1:
+        return stmt
+    return _Tiler(j, first_reduction, width, identity).mutate(stmt)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Target:
+    buffer: L.Buffer
+    index: tuple[L.Expr, ...]  # with `j` free
+
+
+class _Tiler(L.Mutator):
+    def __init__(self, j: str, first_reduction: str, width: int, identity: L.Const | None) -> None:
+        self.j = j
+        self.first = first_reduction
+        self.width = width
+        self.identity = identity
+        self.count = 0
+
+    def mutate_For(self, node: L.For) -> L.Stmt:
+        if node.var != self.first:
+            return self.generic_mutate(node)
+        found = _Inner(self.j)
+        if not found.scan(node, set()) or not found.loops:
+            return node
+        lo, hi = found.bounds  # type: ignore[misc]
+        extent = L.Max(L.Bin(L.BinOp.SUB, hi, lo), const(0, I64))
+        whole = L.Bin(
+            L.BinOp.MUL, L.FloorDiv(extent, const(self.width, I64)), const(self.width, I64)
+        )
+        split = L.Bin(L.BinOp.ADD, lo, whole)
+        self.count += 1
+        names = {t: f"acc{self.count}_{k}" for k, t in enumerate(found.targets)}
+        lanes = range(self.width)
+        body: L.Stmt = _Lanes(self.j, self.width, names).mutate(node)
+        stores = [
+            L.Store(
+                t.buffer,
+                _at(t.index, self.j, lane),
+                L.VarRef(_lane(names[t], lane), t.buffer.dtype),
+            )
+            for t in found.targets
+            for lane in lanes
+        ]
+        body = L.Block((body, *stores))
+        for t in reversed(found.targets):
+            for lane in reversed(lanes):
+                init: L.Expr = L.Load(t.buffer, _at(t.index, self.j, lane))
+                if self.identity is not None:
+                    init = L.Const(self.identity.value, t.buffer.dtype)
+                body = L.Local(_lane(names[t], lane), t.buffer.dtype, init, body)
+        main = L.For(self.j, lo, split, self.width, body)
+        rest = _Restrict(self.j, split).mutate(node)
+        if self.identity is None:
+            return L.Block((main, rest))
+        # Every element starts at the identity: the last partial tile is a full tile
+        # ending at `hi`, whose lanes before `split` recompute (from the identity, in
+        # the same order) the values already stored there.
+        short = L.Bin(L.BinOp.LT, extent, const(self.width, I64))
+        last = L.Let(self.j, L.Bin(L.BinOp.SUB, hi, const(self.width, I64)), body)
+        tail = L.If(L.Bin(L.BinOp.LT, split, hi), L.If(short, rest, last))
+        return L.Block((main, tail))
+
+
+class _Inner:
+    """Checks the nest below a reduction loop and collects its `j` loops' targets."""
+
+    def __init__(self, j: str) -> None:
+        self.j = j
+        self.loops = 0
+        self.bounds: tuple[L.Expr, L.Expr] | None = None
+        self.targets: list[_Target] = []
+
+    def scan(self, s: L.Stmt, bound: set[str]) -> bool:
+        if isinstance(s, L.Block):
+            return all(self.scan(c, bound) for c in s.stmts)
+        if not isinstance(s, L.For):
+            return False
+        if s.var != self.j:
+            if _names(s.lo, s.hi) & {self.j}:
+                return False
+            return self.scan(s.body, bound | {s.var})
+        if s.step != 1 or _names(s.lo, s.hi) & bound:
+            return False
+        if self.bounds is None:
+            self.bounds = (s.lo, s.hi)
+        elif self.bounds != (s.lo, s.hi):
+            return False
+        self.loops += 1
+        stores = s.body.stmts if isinstance(s.body, L.Block) else (s.body,)
+        return all(self._store(st) for st in stores)
+
+    def _store(self, s: L.Stmt) -> bool:
+        if not isinstance(s, L.Store) or not s.index:
+            return False
+        last = s.index[-1]
+        if last != L.VarRef(self.j) or _names(*s.index[:-1]) & {self.j}:
+            return False
+        loads = _loads_of(s.value, s.buffer.name)
+        if loads != [s.index]:
+            return False  # exactly one read of the output: the element written
+        target = _Target(s.buffer, s.index)
+        if target not in self.targets:
+            self.targets.append(target)
+        return True
+
+
+class _Lanes(L.Mutator):
+    """Each `j` loop becomes its body for every lane, accumulating into the locals."""
+
+    def __init__(self, j: str, width: int, names: dict[_Target, str]) -> None:
+        self.j = j
+        self.width = width
+        self.names = names
+
+    def mutate_For(self, node: L.For) -> L.Stmt:
+        if node.var != self.j:
+            return self.generic_mutate(node)
+        stores = node.body.stmts if isinstance(node.body, L.Block) else (node.body,)
+        out: list[L.Stmt] = []
+        for st in stores:
+            assert isinstance(st, L.Store)
+            name = self.names[_Target(st.buffer, st.index)]
+            for lane in range(self.width):
+                acc = L.VarRef(_lane(name, lane), st.buffer.dtype)
+                value = _Replace(st.buffer.name, acc).mutate(st.value)
+                out.append(L.Assign(acc.name, _shift(value, self.j, lane)))
+        return L.Block(tuple(out))
+
+
+class _Restrict(L.Mutator):
+    """Every `j` loop starts at `lo` (the remainder after the full tiles)."""
+
+    def __init__(self, j: str, lo: L.Expr) -> None:
+        self.j = j
+        self.lo = lo
+
+    def mutate_For(self, node: L.For) -> L.Stmt:
+        if node.var == self.j:
+            return dataclasses.replace(node, lo=self.lo)
+        return self.generic_mutate(node)
+
+
+class _Replace(L.Mutator):
+    def __init__(self, buffer: str, acc: L.VarRef) -> None:
+        self.buffer = buffer
+        self.acc = acc
+
+    def mutate_Load(self, node: L.Load) -> L.Expr:
+        return self.acc if node.buffer.name == self.buffer else self.generic_mutate(node)
+
+
+def _lane(name: str, lane: int) -> str:
+    return f"{name}_{lane}"
+
+
+def _at(index: tuple[L.Expr, ...], j: str, lane: int) -> tuple[L.Expr, ...]:
+    return tuple(_shift(e, j, lane) for e in index)
+
+
+def _shift(e: L.Expr, var: str, offset: int) -> L.Expr:
+    if offset == 0:
+        return e
+    shifted = L.Bin(L.BinOp.ADD, L.VarRef(var), const(offset, I64))
+
+    class _Shift(L.Mutator):
+        def mutate_VarRef(self, node: L.VarRef) -> L.Expr:
+            return shifted if node.name == var else node
+
+    return _Shift().mutate(e)
+
+
+def _names(*exprs: L.Expr) -> set[str]:
+    found: set[str] = set()
+
+    class _Find(L.Visitor):
+        def visit_VarRef(self, node: L.VarRef) -> None:
+            found.add(node.name)
+
+    for e in exprs:
+        _Find().visit(e)
+    return found
+
+
+def _loads_of(e: L.Expr, buffer: str) -> list[tuple[L.Expr, ...]]:
+    found: list[tuple[L.Expr, ...]] = []
+
+    class _Find(L.Visitor):
+        def visit_Load(self, node: L.Load) -> None:
+            if node.buffer.name == buffer:
+                found.append(node.index)
+            for i in node.index:
+                self.visit(i)
+
+    _Find().visit(e)
+    return found
+
+
+__all__ = ["register_tile"]

@@ -1,0 +1,149 @@
+"""Register-tiled contractions (`compiler/poly/regtile.py`) against the reference
+evaluator: convolutions with strides and dilations, odd sizes (1, primes, extents
+below and between multiples of the lane count), `+=!` and accumulating `+=`, forced
+and model-chosen lane counts; and the shape of the generated loops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import compiler
+from compiler import loops as L
+from compiler.frontend.check import check_def
+from compiler.frontend.parser import parse
+from compiler.options import Options
+from compiler.poly.astgen import lower
+from compiler.poly.ranges import infer_ranges
+
+
+def conv_source(stride: int, dilation: int, op: str = "+=!", name: str = "conv") -> str:
+    h = f"{stride} * h + {dilation} * kh" if stride > 1 or dilation > 1 else "h + kh"
+    w = f"{stride} * w + {dilation} * kw" if stride > 1 or dilation > 1 else "w + kw"
+    return (
+        f"def {name}(float(N, C, H, W) I, float(M, C, KH, KW) W1) -> (O) {{\n"
+        f"    O(n, m, h, w) {op} I(n, c, {h}, {w}) * W1(m, c, kh, kw)\n}}"
+    )
+
+
+def _check(
+    text: str, arrays: list[np.ndarray], options: Options, out: np.ndarray | None = None
+) -> None:
+    want = compiler.define(text, target="interp")
+    got = compiler.define(text, target="llvm", options=options, cache=None)
+    if out is None:
+        (e,), (g,) = want(*arrays), got(*arrays)
+    else:
+        (e,), (g,) = want(*arrays, out=(out.copy(),)), got(*arrays, out=(out.copy(),))
+    np.testing.assert_allclose(
+        g, e, rtol=2e-5, atol=2e-5 * max(1.0, float(np.abs(e).max(initial=0)))
+    )
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.sampled_from([1, 2]),
+    c=st.sampled_from([1, 3]),
+    m=st.sampled_from([1, 2, 5, 7]),
+    kh=st.sampled_from([1, 2, 3]),
+    kw=st.sampled_from([1, 3]),
+    out_w=st.sampled_from([1, 7, 15, 16, 17, 31, 33, 47]),
+    out_h=st.sampled_from([1, 3]),
+    stride=st.sampled_from([1, 2, 3]),
+    dilation=st.sampled_from([1, 2]),
+    lanes=st.sampled_from([None, 4, 8, 16]),
+    block=st.sampled_from([None, 1, 3]),
+    seed=st.integers(0, 2**16),
+)
+def test_convolutions_match_the_reference(
+    n: int, c: int, m: int, kh: int, kw: int, out_w: int, out_h: int, stride: int,
+    dilation: int, lanes: int | None, block: int | None, seed: int,
+) -> None:  # fmt: skip
+    rng = np.random.default_rng(seed)
+    height = stride * (out_h - 1) + dilation * (kh - 1) + 1
+    width = stride * (out_w - 1) + dilation * (kw - 1) + 1
+    arrays = [
+        rng.standard_normal((n, c, height, width)).astype(np.float32),
+        rng.standard_normal((m, c, kh, kw)).astype(np.float32),
+    ]
+    text = conv_source(stride, dilation, name=f"conv_{stride}_{dilation}")
+    _check(text, arrays, Options(threads=2, register_tile=lanes, block=block))
+
+
+@pytest.mark.parametrize("width", [5, 16, 29])
+def test_accumulating_without_init_adds_to_the_given_output(width: int) -> None:
+    rng = np.random.default_rng(width)
+    arrays = [
+        rng.standard_normal((2, 3, 4, width + 2)).astype(np.float32),
+        rng.standard_normal((4, 3, 3, 3)).astype(np.float32),
+    ]
+    out = rng.standard_normal((2, 4, 2, width)).astype(np.float32)
+    text = conv_source(1, 1, op="+=", name="conv_acc")
+    _check(text, arrays, Options(register_tile=8), out=out)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (5, 300, 45), (37, 129, 16), (8, 3, 33)])
+def test_forced_register_tile_on_matmul_with_cache_tiles(shape: tuple[int, int, int]) -> None:
+    m, k, n = shape
+    rng = np.random.default_rng(m * k)
+    text = "def mm(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
+    arrays = [
+        rng.standard_normal((m, k)).astype(np.float32),
+        rng.standard_normal((k, n)).astype(np.float32),
+    ]
+    _check(text, arrays, Options(register_tile=16))
+
+
+def _lowered(text: str, options: Options) -> L.Function:
+    return lower(infer_ranges(check_def(parse(text).get())), options)
+
+
+def _find(s: L.Node, kind: type) -> list[L.Node]:
+    found: list[L.Node] = []
+
+    class _V(L.Visitor):
+        def generic_visit(self, node: L.Node) -> None:
+            if isinstance(node, kind):
+                found.append(node)
+            super().generic_visit(node)
+
+    _V().visit(s)
+    return found
+
+
+def test_the_full_tile_keeps_outputs_in_locals_without_guards() -> None:
+    f = _lowered(conv_source(2, 1), Options(register_tile=8, block=2))
+    tiles = [lp for lp in _find(f.body, L.For) if lp.var == "w" and lp.step == 8]
+    # one tile loop for the blocked output channels (2 x 8 accumulators), one for the
+    # channel left over when M is odd (1 x 8)
+    assert sorted(len(_find(t.body, L.Local)) for t in tiles) == [8, 16]
+    for tile in tiles:
+        assert not _find(tile.body, L.If)  # full tiles: no guard inside
+        reads = [ld for ld in _find(tile.body, L.Load) if ld.buffer.name == "O"]
+        assert not reads  # `+=!` after its Init: the accumulators start at 0
+
+
+def test_the_model_register_tiles_convolutions_but_not_matmul() -> None:
+    conv = _lowered(conv_source(1, 1), Options())
+    assert any(lp.var == "w" and lp.step == 16 for lp in _find(conv.body, L.For))
+    mm = _lowered(
+        "def mm(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }", Options()
+    )
+    assert not _find(mm.body, L.Local)
+
+
+def test_conv_gradients_are_register_tiled_and_correct() -> None:
+    text = conv_source(1, 1, name="convg")
+    k = compiler.define(text, target="llvm", cache=None)
+    rng = np.random.default_rng(3)
+    i = rng.standard_normal((2, 3, 9, 21)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    (o,) = k(i, w)
+    g = rng.standard_normal(o.shape).astype(np.float32)
+    ref = compiler.define(text, target="interp")
+    got = k.vjp(i, w, grad_outputs=(g,))
+    want = ref.vjp(i, w, grad_outputs=(g,))
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
