@@ -89,8 +89,7 @@ def device_call(kernel: Any, arrays: Sequence[Any], out: Any) -> tuple[Any, ...]
     shapes_in: dict[str, tuple[int, ...]] = {}
     for info, value in zip(infos, arrays, strict=True):
         pointers[info.name], shapes_in[info.name] = _view(info, value, "input")
-    sizes = bind_sizes(kernel.ranged, shapes_in)
-    shapes = output_shapes(kernel.ranged, sizes)
+    sizes, shapes = _signature(program, kernel, shapes_in)
     torch_like = next((a for a in arrays if type(a).__module__.startswith("torch")), None)
     given = _given(kernel, out)
     results = []
@@ -153,6 +152,23 @@ class _Extents(Mapping[str, Any]):
 class _Shaped:
     def __init__(self, shape: tuple[int, ...]) -> None:
         self.shape = shape
+
+
+def _signature(
+    program: Any, kernel: Any, shapes_in: dict[str, tuple[int, ...]]
+) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
+    """The sizes and output shapes for these input shapes (remembered per shapes: the
+    host's work per call should be a few launches, not shape inference)."""
+    memo = program.__dict__.setdefault("_signatures", {})
+    key = tuple(shapes_in.items())
+    found = memo.get(key)
+    if found is None:
+        sizes = bind_sizes(kernel.ranged, shapes_in)
+        found = (sizes, output_shapes(kernel.ranged, sizes))
+        if len(memo) > 64:
+            memo.clear()
+        memo[key] = found
+    return found
 
 
 def _given(kernel: Any, out: Any) -> dict[str, Any]:
