@@ -170,10 +170,11 @@ class Kernel:
         return output_shapes(self.ranged, sizes)
 
     def __call__(self, *arrays: Any, out: Any = None) -> tuple[np.ndarray, ...]:
-        if self.target == "cuda" and any(hasattr(a, "__cuda_array_interface__") for a in arrays):
-            from compiler.cuda_device import device_call  # device arrays stay on the device
+        if self.target == "cuda":
+            from compiler.cuda_device import device_call, is_device_array
 
-            return device_call(self, arrays, out)
+            if any(is_device_array(a) for a in arrays):  # device arrays stay on the device
+                return device_call(self, arrays, out)
         inputs, sizes = self._bind(arrays)
         shapes = output_shapes(self.ranged, sizes)
         given = self._outputs_given(out, shapes)

@@ -135,3 +135,19 @@ def test_literals_have_the_right_type() -> None:
     assert literal(-(2**63), DType.INT64) == "(-9223372036854775807LL - 1LL)"
     assert literal(3, DType.INT8) == "((signed char)3)"
     assert literal(float("inf"), DType.FLOAT32) == "__int_as_float(0x7f800000)"
+
+
+def test_tcc_compile_emits_cuda_with_launch_comments() -> None:
+    import sys
+
+    def tcc(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "compiler", "compile", "examples/conv2d.tc", *args]
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+
+    fwd = tcc("--emit", "cuda")
+    assert fwd.returncode == 0, fwd.stderr
+    assert fwd.stdout.count('extern "C" __global__') == 2
+    assert "// launch: conv2d_k0<<<dim3(" in fwd.stdout
+    back = tcc("--grad", "--emit", "cuda")
+    assert back.returncode == 0, back.stderr
+    assert "conv2d_grad_k" in back.stdout and "atomicAdd(&" not in back.stdout
