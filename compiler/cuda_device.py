@@ -26,7 +26,38 @@ from compiler.shapes import bind_sizes, output_shapes
 
 
 def is_device_array(value: object) -> bool:
-    return hasattr(value, "__cuda_array_interface__")
+    """True for a device array (a torch tensor only when it is on a CUDA device)."""
+    if _is_torch(value):
+        return bool(value.is_cuda)  # type: ignore[attr-defined]
+    return hasattr(type(value), "__cuda_array_interface__") or hasattr(
+        value, "__cuda_array_interface__"
+    )
+
+
+def _is_torch(value: object) -> bool:
+    return type(value).__module__.startswith("torch")
+
+
+def _interface(value: Any) -> tuple[int, tuple[int, ...], np.dtype, bool]:
+    """(pointer, shape, dtype, C-contiguous); torch tensors are read directly (reading
+    their `__cuda_array_interface__` costs tens of microseconds a call)."""
+    if _is_torch(value):
+        dtype = _TORCH_DTYPES.get(value.dtype)
+        if dtype is None:
+            import torch
+
+            dtype = torch.empty(0, dtype=value.dtype).numpy().dtype
+            _TORCH_DTYPES[value.dtype] = dtype
+        return int(value.data_ptr()), tuple(value.shape), dtype, bool(value.is_contiguous())
+    face = value.__cuda_array_interface__
+    shape = tuple(int(d) for d in face["shape"])
+    dtype = np.dtype(face["typestr"])
+    strides = face.get("strides")
+    contiguous = strides is None or tuple(strides) == _c_strides(shape, dtype.itemsize)
+    return int(face["data"][0]), shape, dtype, contiguous
+
+
+_TORCH_DTYPES: dict[Any, np.dtype] = {}
 
 
 def _view(info: Any, value: Any, what: str) -> tuple[int, tuple[int, ...]]:
@@ -38,9 +69,7 @@ def _view(info: Any, value: Any, what: str) -> tuple[int, tuple[int, ...]]:
             info.span,
             hint="on target 'cuda' pass all arrays on the device, or all as NumPy arrays",
         )
-    face = value.__cuda_array_interface__
-    shape = tuple(int(d) for d in face["shape"])
-    dtype = np.dtype(face["typestr"])
+    ptr, shape, dtype, contiguous = _interface(value)
     expected = np.dtype(NP_DTYPE[info.dtype])
     if len(shape) != info.rank:
         raise ShapeError(
@@ -55,14 +84,13 @@ def _view(info: Any, value: Any, what: str) -> tuple[int, tuple[int, ...]]:
             info.span,
             hint=f"convert it on the device to {expected.name}",
         )
-    strides = face.get("strides")
-    if strides is not None and tuple(strides) != _c_strides(shape, dtype.itemsize):
+    if not contiguous:
         raise ShapeError(
             f"{what} '{info.name}' must be C-contiguous on the device",
             info.span,
             hint="pass a contiguous copy (torch: .contiguous(); CuPy: cupy.ascontiguousarray)",
         )
-    return int(face["data"][0]), shape
+    return ptr, shape
 
 
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
@@ -89,8 +117,7 @@ def device_call(kernel: Any, arrays: Sequence[Any], out: Any) -> tuple[Any, ...]
     shapes_in: dict[str, tuple[int, ...]] = {}
     for info, value in zip(infos, arrays, strict=True):
         pointers[info.name], shapes_in[info.name] = _view(info, value, "input")
-    sizes = bind_sizes(kernel.ranged, shapes_in)
-    shapes = output_shapes(kernel.ranged, sizes)
+    sizes, shapes = _signature(program, kernel, shapes_in)
     torch_like = next((a for a in arrays if type(a).__module__.startswith("torch")), None)
     given = _given(kernel, out)
     results = []
@@ -153,6 +180,23 @@ class _Extents(Mapping[str, Any]):
 class _Shaped:
     def __init__(self, shape: tuple[int, ...]) -> None:
         self.shape = shape
+
+
+def _signature(
+    program: Any, kernel: Any, shapes_in: dict[str, tuple[int, ...]]
+) -> tuple[dict[str, int], dict[str, tuple[int, ...]]]:
+    """The sizes and output shapes for these input shapes (remembered per shapes: the
+    host's work per call should be a few launches, not shape inference)."""
+    memo = program.__dict__.setdefault("_signatures", {})
+    key = tuple(shapes_in.items())
+    found = memo.get(key)
+    if found is None:
+        sizes = bind_sizes(kernel.ranged, shapes_in)
+        found = (sizes, output_shapes(kernel.ranged, sizes))
+        if len(memo) > 64:
+            memo.clear()
+        memo[key] = found
+    return found
 
 
 def _given(kernel: Any, out: Any) -> dict[str, Any]:

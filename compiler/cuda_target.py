@@ -94,6 +94,21 @@ class CudaProgram:
         else:
             self._module  # noqa: B018
 
+    @cached_property
+    def _grids(self) -> dict[tuple[int, ...], list[tuple[int, int, int]]]:
+        return {}  # sizes -> every kernel's grid: computed once per signature
+
+    def grids(self, env: Mapping[str, int]) -> list[tuple[int, int, int]]:
+        """Every kernel's grid for these sizes (remembered per sizes)."""
+        key = tuple(env[n] for n in self.gpu.size_params)
+        found = self._grids.get(key)
+        if found is None:
+            found = [self.grid(k, env) for k in self.gpu.kernels]
+            if len(self._grids) > 64:
+                self._grids.clear()
+            self._grids[key] = found
+        return found
+
     def grid(self, kernel: GpuKernel, env: Mapping[str, int]) -> tuple[int, int, int]:
         """The kernel's blocks in x, y, z for these sizes."""
         limits = (MAX_GRID_X, MAX_GRID_YZ, MAX_GRID_YZ)
@@ -131,11 +146,11 @@ class CudaProgram:
     def _run_emulated(self, arrays: dict[str, np.ndarray], env: Mapping[str, int]) -> None:
         lib = self._emulation
         size_args = [env[n] for n in self.gpu.size_params]
-        for kernel in self.gpu.kernels:
+        for kernel, grid in zip(self.gpu.kernels, self.grids(env), strict=True):
             temps = self._temps(kernel, env)
             pointers = [arrays[b.name].ctypes.data for b in self.gpu.buffers]
             pointers += [t.ctypes.data for t in temps]
-            lib.launch(kernel, self.grid(kernel, env), pointers, size_args)
+            lib.launch(kernel, grid, pointers, size_args)
 
     def _run_device(self, arrays: dict[str, np.ndarray], env: Mapping[str, int]) -> None:
         device, module = self._module
@@ -170,7 +185,7 @@ class CudaProgram:
         """Launch every kernel in order on `stream` (temporaries: zeroed device memory,
         appended to `allocated` for the caller to free after synchronising)."""
         size_args = [env[n] for n in self.gpu.size_params]
-        for kernel in self.gpu.kernels:
+        for kernel, grid in zip(self.gpu.kernels, self.grids(env), strict=True):
             temps = []
             for t in kernel.temps:
                 count = int(np.prod([eval_size_expr(d, env) for d in t.shape], dtype=np.int64))
@@ -180,8 +195,7 @@ class CudaProgram:
                 device.zero(ptr, nbytes, stream)
                 temps.append(ptr)
             ptrs = [pointers[b.name] for b in self.gpu.buffers] + temps
-            module.launch(kernel.name, self.grid(kernel, env), kernel.block, ptrs, size_args,
-                          stream)  # fmt: skip
+            module.launch(kernel.name, grid, kernel.block, ptrs, size_args, stream)
 
     def _read_error(
         self, check_id: int, value: int, arrays: Mapping[str, np.ndarray]

@@ -230,10 +230,11 @@ class Kernel:
         (a sequence in output order, or a dict by name) gives arrays to write into and
         return instead; a def that accumulates (`+=` without `!`) adds to their values.
         A wrong count, rank, dtype or size is a `ShapeError` that names the parameter."""
-        if self.target == "cuda" and any(hasattr(a, "__cuda_array_interface__") for a in arrays):
-            from compiler.cuda_device import device_call  # device arrays stay on the device
+        if self.target == "cuda":
+            from compiler.cuda_device import device_call, is_device_array
 
-            return device_call(self, arrays, out)
+            if any(is_device_array(a) for a in arrays):  # device arrays stay on the device
+                return device_call(self, arrays, out)
         key = signature(arrays) if out is None and self.target == "llvm" else None
         if key is not None:
             plan = self._plans.get(key)

@@ -149,6 +149,13 @@ def _backward(work: Work) -> Work:
     return replace(work, backward=run_backward(work.text, work.entry or {}))
 
 
+def _cuda_emulated(work: Work) -> Work:
+    from tools.corpus_cuda import run_cuda_emulated
+
+    notes = run_cuda_emulated(work.text, work.entry or {}, work.gradient)
+    return replace(work, warnings=work.warnings + notes)
+
+
 STAGES: tuple[Stage, ...] = (
     Stage("parse", _parse),
     Stage("check", _check),
@@ -159,6 +166,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("grad", _grad),  # gradient (AD + gather) checked in float64 through interp
     Stage("grad-llvm", _grad_llvm),  # after grad: the same points, vjp == interp's
     Stage("backward", _backward),  # the source's own `<def>_grad`, checked like `grad`
+    Stage("cuda-emulated", _cuda_emulated),  # CUDA C on the CPU: kernel and vjp == interp
 )
 
 # Where a negative entry's `expected_error` says the original TC failed.

@@ -435,20 +435,20 @@ def _full(kernel: Any, point: Point, target: str) -> str:
     return f"{target}: full gradcheck"
 
 
-def _agree(kernel: Any, point: Point) -> None:
+def _agree(kernel: Any, point: Point, target: str = "llvm") -> None:
     """The kernel's vjp must equal the reference evaluator's at the same point."""
     got = _vjp(kernel, point.args, point.cotangents)
     names = [t.name for t in kernel.ranged.checked.inputs]
     for name, g, w in zip(names, got, point.vjp, strict=True):
         if (g is None) != (w is None):
-            raise InternalError(f"llvm and interp disagree on whether '{name}' has a gradient")
+            raise InternalError(f"{target} and interp disagree on whether '{name}' has a gradient")
         if g is None or w is None:
             continue
         limit = AGREE_RTOL * max(1.0, float(np.max(np.abs(w), initial=0.0)))
         worst = float(np.max(np.abs(np.asarray(g) - w), initial=0.0))
         if not worst <= limit:
             raise InternalError(
-                f"llvm's gradient of '{name}' differs from interp's: max abs difference "
+                f"{target}'s gradient of '{name}' differs from interp's: max abs difference "
                 f"{worst:g} (limit {limit:g})"
             )
 

@@ -23,16 +23,17 @@ from compiler.frontend.printer import print_def
 from tools.corpus_interp import _input
 
 
-def run_llvm(text: str, entry: Mapping[str, Any]) -> tuple[str, ...]:
-    """Compare llvm with interp on `entry`; raise on a mismatch; notes for the report."""
+def run_llvm(text: str, entry: Mapping[str, Any], target: str = "llvm") -> tuple[str, ...]:
+    """Compare `target` (llvm, or cuda-emulated for tools.corpus_cuda) with interp on
+    `entry`; raise on a mismatch; notes for the report."""
     notes = []
-    _compare(text, entry, float64=False)
+    _compare(text, entry, float64=False, target=target)
     wide = _as_float64(text, entry["def"])
     if wide is not None:
         try:
-            _compare(wide, entry, float64=True)
+            _compare(wide, entry, float64=True, target=target)
         except TCError as err:
-            notes.append(f"llvm: float64 variant not run: {err.message}")
+            notes.append(f"{target}: float64 variant not run: {err.message}")
     return tuple(notes)
 
 
@@ -48,11 +49,11 @@ def _as_float64(text: str, name: str) -> str | None:
     return print_def(dataclasses.replace(definition, params=params))
 
 
-def _compare(text: str, entry: Mapping[str, Any], *, float64: bool) -> None:
+def _compare(text: str, entry: Mapping[str, Any], *, float64: bool, target: str) -> None:
     from compiler.kernel import define
 
     ref = define(text, entry["def"])
-    fast = define(text, entry["def"], target="llvm")
+    fast = define(text, entry["def"], target=target)
     rng = np.random.default_rng(zlib.crc32(f"{entry['file']}:{entry['def']}".encode()))
     args = []
     for t, (name, shape) in zip(
@@ -75,12 +76,12 @@ def _compare(text: str, entry: Mapping[str, Any], *, float64: bool) -> None:
     for name, w, g in zip(names, want, got, strict=True):
         if w.shape != g.shape or w.dtype != g.dtype:
             raise InternalError(
-                f"llvm: output '{name}' is {g.dtype}{g.shape}, interp {w.dtype}{w.shape}"
+                f"{target}: output '{name}' is {g.dtype}{g.shape}, interp {w.dtype}{w.shape}"
             )
         rtol = 1e-10 if w.dtype == np.float64 else 1e-4
         if not np.allclose(g, w, rtol=rtol, atol=rtol, equal_nan=True):
             worst = float(np.max(np.abs(g.astype(np.float64) - w.astype(np.float64))))
             raise InternalError(
-                f"llvm differs from interp in output '{name}'"
+                f"{target} differs from interp in output '{name}'"
                 f"{' (float64 variant)' if float64 else ''}: max abs difference {worst:g}"
             )
