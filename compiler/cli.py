@@ -343,24 +343,34 @@ def _run_compile(args: argparse.Namespace) -> int:
         )
     text, filename = read_source(args.file)
     entry = args.entry
+    user_sizes: frozenset[str] | None = None
     if args.grad:
+        user_sizes = cli_run.size_names(text, args.entry)
         text = grad(text, args.entry, form=args.form)
         filename = f"{filename} (gradient)"
         entry = None
         if args.emit is None:
             print(text, end="")
             return 0
-    return _emit(text, filename, entry, args.emit)
+    return _emit(text, filename, entry, args.emit, user_sizes)
 
 
-def _emit(text: str, filename: str, entry: str | None, emit: str) -> int:
+def _emit(
+    text: str,
+    filename: str,
+    entry: str | None,
+    emit: str,
+    user_sizes: frozenset[str] | None = None,
+) -> int:
     from compiler.frontend.check import check_def
     from compiler.frontend.parser import parse
     from compiler.loops import print_function
     from compiler.poly.ranges import infer_ranges
 
     ranged = infer_ranges(check_def(parse(text, filename).get(entry)))
-    print_diagnostics(ranged.checked.warnings + ranged.warnings)
+    print_diagnostics(
+        cli_run.actionable(ranged.checked.warnings + ranged.warnings, ranged, user_sizes)
+    )
     if emit == "loops":
         from compiler.poly.astgen import lower_native
 

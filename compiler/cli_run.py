@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import tempfile
 import time
@@ -33,9 +34,50 @@ from typing import Any
 
 import numpy as np
 
-from compiler.frontend.diagnostics import OptionsError
+from compiler.frontend.diagnostics import Diagnostic, OptionsError
 
 TARGET_CHOICES = ("llvm", "interp")
+
+
+# ------------------------------------------------------- gradient warnings
+
+
+def size_names(text: str, entry: str | None) -> frozenset[str]:
+    """The size parameters of def `entry` of `text` (as the user wrote them)."""
+    from compiler.frontend.check import check_def
+    from compiler.frontend.parser import parse
+
+    return frozenset(check_def(parse(text).get(entry)).size_params)
+
+
+def actionable(
+    warnings: Sequence[Diagnostic], ranged: Any, user_sizes: frozenset[str] | None
+) -> list[Diagnostic]:
+    """The warnings of a gradient def a user can act on. The gradient takes each output
+    gradient with sizes of its own (`O_grad` as `float(N, M, O_D2, O_D3)`, which must
+    equal O's shape); warnings that those sizes might not fit the reads are checked
+    at run time anyway and are left out, with one note saying so."""
+    if user_sizes is None:
+        return list(warnings)
+    invented = set(ranged.checked.size_params) - user_sizes
+    if not invented:
+        return list(warnings)
+    pattern = re.compile(r"\b(" + "|".join(sorted(map(re.escape, invented))) + r")\b")
+    kept = [w for w in warnings if not pattern.search(w.message)]
+    dropped = len(warnings) - len(kept)
+    if dropped:
+        from compiler.frontend.diagnostics import Severity
+
+        sizes = ", ".join(sorted(invented))
+        kept.append(
+            Diagnostic(
+                Severity.NOTE,
+                f"{dropped} bounds check(s) on the output gradients' sizes ({sizes}: the "
+                "gradient def declares each output gradient with sizes of its own, which "
+                "must be the output's shape) run at call time; not shown",
+            )
+        )
+    return kept
 
 
 # ------------------------------------------------------------------ flags
