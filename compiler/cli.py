@@ -276,7 +276,7 @@ def _run_infer(args: argparse.Namespace) -> int:
     from compiler.poly.ranges import infer_ranges
     from compiler.shapes import bind_sizes, output_shapes
 
-    shapes = dict(_parse_shape(s) for s in args.shape)
+    shapes = cli_run.parse_shapes(args.shape)  # also several in one flag: A=4,5,B=5,6
     module, _ = load_module(args.file)
     ranged = infer_ranges(check_def(module.get(args.entry)))
     print_diagnostics(ranged.checked.warnings + ranged.warnings)
