@@ -345,8 +345,9 @@ def _run_compile(args: argparse.Namespace) -> int:
     entry = args.entry
     user_sizes: frozenset[str] | None = None
     if args.grad:
-        user_sizes = cli_run.size_names(text, args.entry)
-        text = grad(text, args.entry, form=args.form)
+        with cli_run.named_source(filename, text):  # errors name the file, not <string>
+            user_sizes = cli_run.size_names(text, args.entry)
+            text = grad(text, args.entry, form=args.form)
         filename = f"{filename} (gradient)"
         entry = None
         if args.emit is None:

@@ -157,3 +157,20 @@ def test_actionable_keeps_warnings_about_the_users_sizes() -> None:
     kept = actionable([mine, theirs], ranged, frozenset({"N"}))
     assert kept[0] == mine and len(kept) == 2 and kept[1].severity is Severity.NOTE
     assert actionable([mine, theirs], ranged, None) == [mine, theirs]
+
+
+def test_gradient_errors_name_the_users_file(tmp_path: Path) -> None:
+    f = tmp_path / "lg.tc"
+    f.write_text("def f(float(N) A) -> (O) {\n    O(i) = lgamma(A(i))\n}\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "compiler", "compile", str(f), "--grad"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"{f}:2:12: error: cannot differentiate 'lgamma'")
+    r = tcc(str(f), "--shape", "A=0")
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"{f}:1:7: error: dimension 0 of 'A' has size 0")
