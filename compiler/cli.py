@@ -275,7 +275,7 @@ def _run_infer(args: argparse.Namespace) -> int:
     from compiler.frontend.printer import print_expr
     from compiler.shapes import bind_sizes, output_shapes
 
-    shapes = dict(_parse_shape(s) for s in args.shape)
+    shapes = cli_run.parse_shapes(args.shape)  # also several in one flag: A=4,5,B=5,6
     text, filename = read_source(args.file)
     ctx = pipeline.PassContext(filename=filename, entry=args.entry)
     ranged = pipeline.run(text, ctx=ctx, upto="ranges")
@@ -382,7 +382,11 @@ def _run_compile(args: argparse.Namespace) -> int:
 
     pipeline.run(text, ctx=ctx, upto=upto, observe=observe)
     if args.emit is not None or dumps:
-        print_diagnostics(ctx.diagnostics)
+        diagnostics = list(ctx.diagnostics)
+        if args.grad and "grad" in results and "ranges" in results:
+            user_sizes = frozenset(results["ranges"].checked.size_params)  # type: ignore[attr-defined]
+            diagnostics = cli_run.actionable(diagnostics, results["grad"], user_sizes)
+        print_diagnostics(diagnostics)
     if args.emit == "cuda":
         from compiler.cuda_target import cuda_source
 

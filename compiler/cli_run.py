@@ -23,19 +23,87 @@ in `compiler.cli.COMMANDS`.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+import re
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from compiler.frontend.diagnostics import OptionsError
+from compiler.frontend.diagnostics import Diagnostic, OptionsError, TCError
 
 TARGET_CHOICES = ("llvm", "interp")
+
+
+# ------------------------------------------------------- file names in errors
+
+
+@contextmanager
+def named_source(name: str, text: str) -> Iterator[None]:
+    """Errors raised inside about `text` -- parsed by the library as "<string>" --
+    name the file it came from instead (`conv.tc:2:12`, not `<string>:2:12`)."""
+    try:
+        yield
+    except TCError as err:
+        err.diagnostics = tuple(_renamed(d, name, text) for d in err.diagnostics)
+        raise
+
+
+def _renamed(diag: Diagnostic, name: str, text: str) -> Diagnostic:
+    from compiler.frontend.source import Source
+
+    source = diag.span.source
+    if source is None or source.name != "<string>" or source.text != text:
+        return diag
+    span = dataclasses.replace(diag.span, source=Source(name, text))
+    return dataclasses.replace(diag, span=span)
+
+
+# ------------------------------------------------------- gradient warnings
+
+
+def size_names(text: str, entry: str | None) -> frozenset[str]:
+    """The size parameters of def `entry` of `text` (as the user wrote them)."""
+    from compiler.frontend.check import check_def
+    from compiler.frontend.parser import parse
+
+    return frozenset(check_def(parse(text).get(entry)).size_params)
+
+
+def actionable(
+    warnings: Sequence[Diagnostic], ranged: Any, user_sizes: frozenset[str] | None
+) -> list[Diagnostic]:
+    """The warnings of a gradient def a user can act on. The gradient takes each output
+    gradient with sizes of its own (`O_grad` as `float(N, M, O_D2, O_D3)`, which must
+    equal O's shape); warnings that those sizes might not fit the reads are checked
+    at run time anyway and are left out, with one note saying so."""
+    if user_sizes is None:
+        return list(warnings)
+    invented = set(ranged.checked.size_params) - user_sizes
+    if not invented:
+        return list(warnings)
+    pattern = re.compile(r"\b(" + "|".join(sorted(map(re.escape, invented))) + r")\b")
+    kept = [w for w in warnings if not pattern.search(w.message)]
+    dropped = len(warnings) - len(kept)
+    if dropped:
+        from compiler.frontend.diagnostics import Severity
+
+        sizes = ", ".join(sorted(invented))
+        kept.append(
+            Diagnostic(
+                Severity.NOTE,
+                f"{dropped} bounds check(s) on the output gradients' sizes ({sizes}: the "
+                "gradient def declares each output gradient with sizes of its own, which "
+                "must be the output's shape) run at call time; not shown",
+            )
+        )
+    return kept
 
 
 # ------------------------------------------------------------------ flags
@@ -153,9 +221,10 @@ def run_gradcheck(args: argparse.Namespace) -> int:
     from compiler.progress import Progress
 
     shapes = parse_shapes(args.shape)
-    text, _ = read_source(args.file)
-    kernel = Kernel(text, args.entry, backward=args.backward)
-    arrays = _draw(kernel.ranged, shapes, args, float64=True)
+    text, filename = read_source(args.file)
+    with named_source(filename, text):
+        kernel = Kernel(text, args.entry, backward=args.backward)
+        arrays = _draw(kernel.ranged, shapes, args, float64=True)
     with Progress(f"gradcheck {kernel.name}") as progress:
         gradcheck(
             kernel,
@@ -211,11 +280,11 @@ def run_run(args: argparse.Namespace) -> int:
     loaded = _load_inputs(args.input)
     for name, array in loaded.items():
         shapes[name] = tuple(array.shape)
-    text, _ = read_source(args.file)
+    text, filename = read_source(args.file)
     options = Options(threads=args.threads) if args.threads is not None else None
-    with Progress(f"tcc run: compiling {args.entry or args.file}"):
+    with Progress(f"tcc run: compiling {args.entry or args.file}"), named_source(filename, text):
         kernel = Kernel(text, args.entry, target=args.target, options=options)
-    arrays = _draw(kernel.ranged, shapes, args)
+        arrays = _draw(kernel.ranged, shapes, args)
     arrays.update(loaded)
     inputs = [arrays[t.name] for t in kernel.ranged.checked.inputs]
     with Progress(f"tcc run {kernel.name}"):

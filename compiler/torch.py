@@ -22,11 +22,12 @@ gradient tensors before they reach a `backward=` def (for layers with temporary
 outputs whose gradients the backward def does not take), as in TC's Python API; it
 may be given to `define` or to each call. Integer inputs get no gradient; integer
 outputs are marked non-differentiable. The backward is not itself differentiable
-(`once_differentiable`: `create_graph=True` through a TC layer raises).
+(a second derivative through a TC layer raises a TCError that says so).
 
 Under `torch.no_grad()` / `torch.inference_mode()`, or when no input requires grad,
-the kernel runs directly and the outputs have no `grad_fn`. torch.compile and
-TorchScript are not supported. Without PyTorch, importing this module is an
+the kernel runs directly and the outputs have no `grad_fn`. Under torch.compile a
+TC layer call is a graph break (`torch.compiler.disable`): it runs eagerly, with
+autograd, and Dynamo does not trace into it. TorchScript is not supported. Without PyTorch, importing this module is an
 ImportError that says `pip install torch==2.13.0`.
 """
 
@@ -43,9 +44,8 @@ except ImportError as err:  # pragma: no cover - exercised by a test that hides 
         "(or pip install -e '.[torch]')"
     ) from err
 
-from torch.autograd.function import once_differentiable
 
-from compiler.frontend.diagnostics import OptionsError
+from compiler.frontend.diagnostics import OptionsError, TCError
 from compiler.kernel import Kernel
 from compiler.options import as_options
 from compiler.torch_convert import array_to_tensor, tensor_to_array, torch_dtype
@@ -133,6 +133,9 @@ class TCLayer:
         """The def's output names, in declaration order."""
         return tuple(t.name for t in self.kernel.ranged.checked.outputs)
 
+    # torch.compile: Dynamo does not trace into tcc (native code, NumPy); the call is a
+    # graph break, run eagerly, instead of a trace attempt and a warning on every call.
+    @torch.compiler.disable
     def __call__(
         self, *tensors: Any, reorder_function: ReorderFunction | None = None
     ) -> tuple[torch.Tensor, ...]:
@@ -206,27 +209,70 @@ class _TCFunction(torch.autograd.Function):
         return outputs
 
     @staticmethod
-    @once_differentiable
     def backward(ctx: Any, *grad_outputs: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        layer: TCLayer = ctx.layer
-        saved = ctx.saved_tensors
-        inputs, outputs = saved[: ctx.n_inputs], saved[ctx.n_inputs :]
-        in_infos = layer.kernel.ranged.checked.inputs
-        out_infos = layer.kernel.ranged.checked.outputs
-        grads = [
-            g if t.dtype.is_float else torch.zeros_like(o)
-            for g, t, o in zip(grad_outputs, out_infos, outputs, strict=True)
+        with torch.no_grad():
+            result = _gradients(ctx, *grad_outputs)
+        if not torch.is_grad_enabled():
+            return result
+        # create_graph=True: tie the gradients to everything they depend on through a
+        # node whose backward raises, so a second derivative (gradgradcheck, double
+        # backward) is a clear error, never a silent zero
+        depends = [
+            t
+            for t in (*ctx.saved_tensors[: ctx.n_inputs], *grad_outputs)
+            if isinstance(t, torch.Tensor) and t.requires_grad
         ]
-        if ctx.reorder is not None:
-            grads = list(ctx.reorder(list(grads)))
-        grad_arrays = [_grad_array(g, i) for i, g in enumerate(grads)]
-        results = layer.gradients.input_gradients(
-            [tensor_to_array(t, v) for t, v in zip(in_infos, inputs, strict=True)],
-            [tensor_to_array(t, v, "output") for t, v in zip(out_infos, outputs, strict=True)],
-            grad_arrays,
-            ctx.needs_input_grad[2:],
+        present = [k for k, g in enumerate(result) if g is not None]
+        if not depends or not present:
+            return result
+        tied = _NotTwice.apply(
+            ctx.layer.name, len(present), *(result[k] for k in present), *depends
         )
-        return (None, None, *(None if r is None else array_to_tensor(r) for r in results))
+        out = list(result)
+        for k, g in zip(present, tied, strict=True):
+            out[k] = g
+        return tuple(out)
+
+
+class _NotTwice(torch.autograd.Function):
+    """Identity on the first `n` tensors; differentiating through it raises."""
+
+    @staticmethod
+    def forward(ctx: Any, name: str, n: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ctx.name = name
+        return tuple(t.clone() for t in tensors[:n])
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[None, ...]:
+        raise TCError(
+            f"cannot differentiate twice through TC layer '{ctx.name}': the backward of a TC "
+            "layer is not itself differentiable (second derivatives, e.g. "
+            "torch.autograd.gradgradcheck or a backward through create_graph=True gradients)",
+            hint="use first derivatives only; torch.autograd.gradcheck works",
+        )
+
+
+def _gradients(ctx: Any, *grad_outputs: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    """The input gradients (tcc's kernels run on arrays: outside autograd)."""
+    layer: TCLayer = ctx.layer
+    saved = ctx.saved_tensors
+    inputs, outputs = saved[: ctx.n_inputs], saved[ctx.n_inputs :]
+    in_infos = layer.kernel.ranged.checked.inputs
+    out_infos = layer.kernel.ranged.checked.outputs
+    grads = [
+        g if t.dtype.is_float else torch.zeros_like(o)
+        for g, t, o in zip(grad_outputs, out_infos, outputs, strict=True)
+    ]
+    if ctx.reorder is not None:
+        grads = list(ctx.reorder(list(grads)))
+    grad_arrays = [_grad_array(g, i) for i, g in enumerate(grads)]
+    results = layer.gradients.input_gradients(
+        [tensor_to_array(t, v) for t, v in zip(in_infos, inputs, strict=True)],
+        [tensor_to_array(t, v, "output") for t, v in zip(out_infos, outputs, strict=True)],
+        grad_arrays,
+        ctx.needs_input_grad[2:],
+    )
+    return (None, None, *(None if r is None else array_to_tensor(r) for r in results))
 
 
 def _grad_array(grad: Any, position: int) -> Any:

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import compiler.torch as tct  # noqa: E402
 from compiler.options import Options  # noqa: E402
+from compiler.progress import Progress  # noqa: E402
 
 CONV = """
 def conv(float(N, C, H, W) I, float(M, C, KH, KW) W1, float(M) B) -> (O) {
@@ -108,26 +109,40 @@ def make_data(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return images, labels
 
 
-def train(model: nn.Module, target: torch.Tensor, images: torch.Tensor, steps: int) -> list[float]:
+def train(
+    model: nn.Module,
+    target: torch.Tensor,
+    images: torch.Tensor,
+    steps: int,
+    progress: Progress | None = None,
+    label: str = "",
+) -> list[float]:
     opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
     losses = []
-    for _ in range(steps):
+    for step in range(steps):
         opt.zero_grad()
         loss = model(images, target)
         loss.backward()
         opt.step()
         losses.append(loss.item())
+        if progress is not None:
+            progress.update(f"{label} step", step + 1, steps)
     return losses
 
 
-def compare(steps: int, seed: int = 0, threads: int | None = 1) -> tuple[list[float], list[float]]:
+def compare(
+    steps: int, seed: int = 0, threads: int | None = 1, progress: Progress | None = None
+) -> tuple[list[float], list[float]]:
     """Train both models from the same weights; return the two loss curves."""
     torch.manual_seed(seed)
     images, labels = make_data(seed)
     tc_model = TCNet(Options(threads=threads))
     torch_model = TorchNet(tc_model)
     onehot = F.one_hot(labels, K).float()
-    return train(tc_model, onehot, images, steps), train(torch_model, labels, images, steps)
+    return (
+        train(tc_model, onehot, images, steps, progress, "TC model"),
+        train(torch_model, labels, images, steps, progress, "torch.nn model"),
+    )
 
 
 def plot(tc_losses: list[float], torch_losses: list[float], path: Path) -> bool:
@@ -158,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, default=Path(__file__).with_suffix(".png"))
     args = parser.parse_args(argv)
     start = time.perf_counter()
-    tc_losses, torch_losses = compare(args.steps)
+    with Progress("train_tc_model") as progress:  # a spinner on a terminal only
+        tc_losses, torch_losses = compare(args.steps, progress=progress)
     elapsed = time.perf_counter() - start
     diff = max(abs(a - b) for a, b in zip(tc_losses, torch_losses, strict=True))
     print(f"{args.steps} steps in {elapsed:.1f} s (both models, compilation included)")

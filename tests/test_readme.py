@@ -1,6 +1,7 @@
 """Every fenced ```python block of README.md runs as written, each in a fresh process
 from the repository root (so `open("examples/...")` works and nothing leaks between
-blocks). A block whose first line is `# needs: torch` is skipped without PyTorch."""
+blocks). A block whose first line is `# needs: MODULE[, MODULE...]` (e.g.
+`# needs: torch`) is skipped when one of those Python modules is not installed."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-NEEDS_TORCH = "# needs: torch"
+NEEDS = "# needs:"
 
 
 def python_blocks(text: str) -> list[tuple[int, str]]:
@@ -41,8 +42,11 @@ def test_block_extraction() -> None:
 
 @pytest.mark.parametrize("line,code", BLOCKS, ids=[f"README.md:{n}" for n, _ in BLOCKS])
 def test_readme_block_runs(line: int, code: str) -> None:
-    if code.startswith(NEEDS_TORCH) and importlib.util.find_spec("torch") is None:
-        pytest.skip("PyTorch is not installed (pip install torch==2.13.0)")
+    first = code.splitlines()[0] if code else ""
+    if first.startswith(NEEDS):
+        for module in (m.strip() for m in first[len(NEEDS) :].split(",")):
+            if module and importlib.util.find_spec(module) is None:
+                pytest.skip(f"README.md:{line} needs {module}, which is not installed")
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     result = subprocess.run(
         [sys.executable, "-c", code],

@@ -130,3 +130,47 @@ def test_count_flops() -> None:
     sizes = bind_sizes(k.ranged, {"I": (2, 3, 8, 7), "W1": (4, 3, 3, 2), "B": (4,)})
     points = 2 * 4 * 6 * 6  # output elements
     assert count_flops(k.ranged, sizes) == points * 3 * 3 * 2 * 2 + points
+
+
+def test_gradient_loops_leave_out_warnings_about_invented_sizes() -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "compiler", "compile", str(CONV), "--grad", "--emit", "loops"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "cannot prove" not in r.stderr
+    assert "tcc: note: 2 bounds check(s) on the output gradients' sizes (O_D2, O_D3" in r.stderr
+
+
+def test_actionable_keeps_warnings_about_the_users_sizes() -> None:
+    from types import SimpleNamespace
+
+    from compiler.cli_run import actionable
+    from compiler.frontend.diagnostics import Diagnostic, Severity
+
+    ranged = SimpleNamespace(checked=SimpleNamespace(size_params=("N", "O_D1")))
+    mine = Diagnostic(Severity.WARNING, "cannot prove that `A(i + N)` stays in bounds")
+    theirs = Diagnostic(Severity.WARNING, "it needs `O_D1 >= N`, which is checked at run time")
+    kept = actionable([mine, theirs], ranged, frozenset({"N"}))
+    assert kept[0] == mine and len(kept) == 2 and kept[1].severity is Severity.NOTE
+    assert actionable([mine, theirs], ranged, None) == [mine, theirs]
+
+
+def test_gradient_errors_name_the_users_file(tmp_path: Path) -> None:
+    f = tmp_path / "lg.tc"
+    f.write_text("def f(float(N) A) -> (O) {\n    O(i) = lgamma(A(i))\n}\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "compiler", "compile", str(f), "--grad"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"{f}:2:12: error: cannot differentiate 'lgamma'")
+    r = tcc(str(f), "--shape", "A=0")
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"{f}:1:7: error: dimension 0 of 'A' has size 0")
