@@ -54,10 +54,10 @@ def test_a_crashing_candidate_is_recorded(tmp_path: Path) -> None:
 
 
 def test_a_hanging_candidate_times_out(tmp_path: Path) -> None:
-    executor = LocalExecutor(workers=2, timeout_s=10, check_fn=tasks.hang_on_one_thread)
+    executor = LocalExecutor(workers=2, timeout_s=8, check_fn=tasks.hang_on_one_thread)
     outcomes = _check(executor, _job(tmp_path))
     assert [o.ok for o in outcomes] == [True, False, True]
-    assert outcomes[1].reason == "timed out after 10 s"
+    assert outcomes[1].reason == "timed out after 8 s"
 
 
 def test_ray_backend_on_a_local_instance(tmp_path: Path) -> None:
