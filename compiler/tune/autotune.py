@@ -158,47 +158,24 @@ def autotune(
         raise OptionsError("autotune needs a budget: seconds, candidates, or both")
     options_type = _options_type(target)
     kernel, inputs = _prepare(source, name, example_inputs, target, cache, grad, seed, constants)
-    expected = _expectations(kernel, inputs)
-    shapes = [a.shape for a in inputs]
     key, components = tune_key(
-        kernel.text, kernel.name, shapes, [str(a.dtype) for a in inputs], target
+        kernel.text, kernel.name, [a.shape for a in inputs], [str(a.dtype) for a in inputs], target
     )
     store = OptionsStore.resolve(cache)
     cached = store.get(key, options_type)
-    directory = getattr(kernel.cache, "directory", None)
-    job = TuneJob(
-        f"{key[:16]}-{uuid.uuid4().hex[:8]}",
-        kernel.text,
-        kernel.name,
-        target,
-        inputs,
-        expected,
-        cache_dir=None if directory is None else str(directory),
-    )
-    from compiler.shapes import bind_sizes
-
-    sizes = bind_sizes(kernel.ranged, {t.name: a.shape for t, a in zip(
-        kernel.ranged.checked.inputs, inputs, strict=True)})  # fmt: skip
-    space = Space.for_options(options_type, SpaceContext.of(kernel.ranged, sizes))
+    space = Space.for_options(options_type, SpaceContext.of(kernel.ranged, _sizes(kernel, inputs)))
     runner = make_executor(executor, timeout_s)
     search = _Search(runner, Evolution(space, seed), options_type(), started, seconds, candidates)
     with _progress_bar(progress, candidates, kernel.name) as bar:
         search.bar = bar
-        runner.start(job)
+        runner.start(_job(kernel, inputs, key))
         try:
             search.run(() if cached is None else (cached,))
             winner, time_ms, default_ms = search.confirm()
         finally:
             runner.close()
-    store.put(
-        key,
-        components,
-        winner,
-        name=kernel.name,
-        time_ms=time_ms,
-        default_ms=default_ms,
-        candidates=len(search.trials),
-    )
+    facts = {"time_ms": time_ms, "default_ms": default_ms, "candidates": len(search.trials)}
+    store.put(key, components, winner, name=kernel.name, **facts)
     return TuneResult(
         kernel.name,
         target,
@@ -210,6 +187,29 @@ def autotune(
         key,
         None if store.path is None else str(store.path),
         space.searched,
+    )
+
+
+def _job(kernel: Any, inputs: tuple[np.ndarray, ...], key: str) -> TuneJob:
+    """What the workers need: the def, the inputs, the expected outputs, the cache dir."""
+    directory = getattr(kernel.cache, "directory", None)
+    return TuneJob(
+        f"{key[:16]}-{uuid.uuid4().hex[:8]}",
+        kernel.text,
+        kernel.name,
+        kernel.target,
+        inputs,
+        _expectations(kernel, inputs),
+        cache_dir=None if directory is None else str(directory),
+    )
+
+
+def _sizes(kernel: Any, inputs: tuple[np.ndarray, ...]) -> dict[str, int]:
+    from compiler.shapes import bind_sizes
+
+    infos = kernel.ranged.checked.inputs
+    return dict(
+        bind_sizes(kernel.ranged, {t.name: a.shape for t, a in zip(infos, inputs, strict=True)})
     )
 
 

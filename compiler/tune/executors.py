@@ -40,7 +40,7 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from compiler.frontend.diagnostics import OptionsError
@@ -258,7 +258,9 @@ def _ray_task(fn: TaskFn, job: TuneJob, options: Any) -> Outcome:
 class RayExecutor:
     """Candidates as Ray tasks (see the module doc). `address`: "auto" joins a running
     cluster, an address joins that one, None starts a local instance (`init_kwargs`,
-    e.g. num_cpus=2); an already initialised Ray is used as it is."""
+    e.g. num_cpus=2); an already initialised Ray is used as it is. `measure_resources`
+    (Ray custom resources, e.g. `{"node:10.0.0.5": 0.01}`) sends the timing tasks to the
+    machine class that will run the kernel; checks go anywhere."""
 
     def __init__(
         self,
@@ -267,6 +269,7 @@ class RayExecutor:
         *,
         check_fn: TaskFn = J.check,
         measure_fn: TaskFn = J.measure,
+        measure_resources: Mapping[str, float] | None = None,
         **init_kwargs: Any,
     ) -> None:
         try:
@@ -278,30 +281,41 @@ class RayExecutor:
             ) from None
         self._ray = ray
         if not ray.is_initialized():
-            ray.init(address=address, **init_kwargs)
+            try:
+                ray.init(address=address, **init_kwargs)
+            except (ConnectionError, RuntimeError, ValueError) as err:
+                raise OptionsError(
+                    f"cannot start or join Ray at {address or 'a new local instance'}: {err}",
+                    hint="start a cluster (`ray start --head`) or pass its address",
+                ) from None
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.timeout_s = float(timeout_s)
         self.check_fn, self.measure_fn = check_fn, measure_fn
         self._remote = ray.remote(max_retries=0)(_ray_task)
+        self._timer = (
+            self._remote
+            if measure_resources is None
+            else self._remote.options(resources=dict(measure_resources))
+        )
         self._job_ref: Any = None
 
     def start(self, job: TuneJob) -> None:
         self._job_ref = self._ray.put(job)
 
     def check(self, candidates: Sequence[Any]) -> list[Outcome]:
-        return self._run(self.check_fn, candidates)
+        return self._run(self._remote, self.check_fn, candidates)
 
     def measure(self, options: Any) -> Outcome:
-        return self._run(self.measure_fn, [options])[0]
+        return self._run(self._timer, self.measure_fn, [options])[0]
 
     def close(self) -> None:
         self._job_ref = None
 
-    def _run(self, fn: TaskFn, candidates: Sequence[Any]) -> list[Outcome]:
+    def _run(self, remote: Any, fn: TaskFn, candidates: Sequence[Any]) -> list[Outcome]:
         ray = self._ray
         if self._job_ref is None:
             raise OptionsError("executor.start(job) must come before its tasks")
-        refs = [self._remote.remote(fn, self._job_ref, c) for c in candidates]
+        refs = [remote.remote(fn, self._job_ref, c) for c in candidates]
         index = {ref: i for i, ref in enumerate(refs)}
         results: dict[int, Outcome] = {}
         deadline = time.monotonic() + self.timeout_s * max(1, -(-len(refs) // self.workers))
