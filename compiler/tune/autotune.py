@@ -22,6 +22,10 @@ Order of a run:
 5. The winner goes to the tuned-options cache (`compiler.tune.store`), keyed by the
    def's canonical text, the input shapes and dtypes, target, host CPU and tcc version.
 
+The candidates tried depend only on `seed`, the recorded times and the cache (a cached
+winner joins the first generation), so a run is reproducible given the same timings:
+the tests check that with a deterministic fake timer.
+
 `grad=True` tunes the def's gradient (`Kernel.grad`'s def) on the example inputs, the
 forward outputs and output gradients drawn from `seed`.
 """
