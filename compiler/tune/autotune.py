@@ -16,9 +16,9 @@ Order of a run:
    blocks, `compiler.tune.job`). A candidate that fails to compile, crashes, times out or
    differs is recorded with its reason and never chosen.
 3. The budget (seconds and/or candidates) ends the search between candidates.
-4. Confirmation: the best candidate and the default are timed again, alternately,
-   `CONFIRM` rounds; the reported times are medians over all of their blocks, and the
-   default stays the winner unless the best is faster there too.
+4. Confirmation: the best candidate and the default are timed again in one task,
+   alternating block by block (15 blocks each); the reported times are the medians of
+   those blocks, and the default stays the winner unless the best is faster there too.
 5. The winner goes to the tuned-options cache (`compiler.tune.store`), keyed by the
    def's canonical text, the input shapes and dtypes, target, host CPU and tcc version.
 
@@ -47,14 +47,13 @@ import numpy as np
 
 from compiler.frontend.diagnostics import InternalError, OptionsError, TCError
 from compiler.options import Options
-from compiler.tune.executors import DEFAULT_TIMEOUT_S, make_executor
+from compiler.tune.executors import DEFAULT_TIMEOUT_S, compare_by_measures, make_executor
 from compiler.tune.job import Outcome, TuneJob, compare
 from compiler.tune.search import Evolution
 from compiler.tune.space import Space, SpaceContext, describe
 from compiler.tune.store import OptionsStore, tune_key
 
 SMALL = 1 << 16  # elements of inputs and outputs up to which interp checks too
-CONFIRM = 3
 OPTIONS_TYPES: dict[str, type] = {"llvm": Options}
 
 
@@ -295,14 +294,15 @@ class _Search:
         assert best is not None and self.default_ms is not None
         if best.options == self.default:
             return self.default, self.default_ms, self.default_ms
-        times: dict[bool, list[float]] = {True: [], False: []}
-        for _ in range(CONFIRM):
-            for is_best, options in ((False, self.default), (True, best.options)):
-                outcome = self.runner.measure(options)
-                if not outcome.ok:  # it passed before: flaky, so never the winner
-                    return self.default, self.default_ms, self.default_ms
-                times[is_best] += outcome.times_ms
-        best_ms, default_ms = statistics.median(times[True]), statistics.median(times[False])
+        compare = getattr(self.runner, "compare", None)
+        if compare is not None:
+            outcome = compare(self.default, best.options)
+        else:
+            outcome = compare_by_measures(self.runner.measure, self.default, best.options)
+        if not outcome.ok:  # it passed before: flaky, so never the winner
+            return self.default, self.default_ms, self.default_ms
+        default_ms = statistics.median(outcome.times_ms)
+        best_ms = statistics.median(outcome.other_ms)
         if best_ms < default_ms:
             return best.options, best_ms, default_ms
         return self.default, default_ms, default_ms
@@ -426,4 +426,4 @@ def _progress_bar(enabled: bool, total: int | None, name: str) -> Any:
     return tqdm(total=total, desc=f"tune {name}", unit="cand", file=sys.stderr, leave=True)
 
 
-__all__ = ["CONFIRM", "SMALL", "TuneError", "TuneResult", "Trial", "autotune", "parse_budget"]
+__all__ = ["SMALL", "TuneError", "TuneResult", "Trial", "autotune", "parse_budget"]

@@ -6,13 +6,15 @@
     executor.start(job)
     outcomes = executor.check([opts, ...])             # in parallel, one Outcome each, in order
     outcome = executor.measure(opts)                   # alone: nothing else runs meanwhile
+    outcome = executor.compare(a, b)                   # both alone, alternating (optional)
     executor.close()
 
 An executor never raises for a candidate: a candidate that fails to compile, raises,
 crashes its worker or runs past `timeout_s` comes back as an Outcome with `ok=False` and
 the reason. `check` runs candidates in parallel (compiling is most of the cost);
 `measure` runs one candidate while no other task runs, so timings do not disturb each
-other. The task functions (`check_fn`, `measure_fn`: `compiler.tune.job.check` and
+other; `compare` (optional; `compare_by_measures` otherwise) times two candidates in one
+task, alternating block by block (`job.measure_pair`), for the final confirmation. The task functions (`check_fn`, `measure_fn`: `compiler.tune.job.check` and
 `.measure` unless given) are module-level functions, passed by reference.
 
 LocalExecutor: `workers` processes of `compiler.tune.worker`, started with
@@ -83,6 +85,11 @@ class InlineExecutor:
     def measure(self, options: Any) -> Outcome:
         return guarded(self.measure_fn, self._require(), options)
 
+    def compare(self, a: Any, b: Any) -> Outcome:
+        if self.measure_fn is J.measure:
+            return guarded(J.measure_pair, self._require(), (a, b))
+        return compare_by_measures(self.measure, a, b)
+
     def close(self) -> None:
         if self._job is not None:
             J.forget(self._job.key)
@@ -92,6 +99,19 @@ class InlineExecutor:
         if self._job is None:
             raise OptionsError("executor.start(job) must come before its tasks")
         return self._job
+
+
+def compare_by_measures(measure: Callable[[Any], Outcome], a: Any, b: Any) -> Outcome:
+    """`compare` from separate measure tasks, alternating, 3 rounds (for executors and
+    measure functions without a paired timing)."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(3):
+        for options, out in zip((a, b), times, strict=True):
+            outcome = measure(options)
+            if not outcome.ok:
+                return Outcome((a, b), False, outcome.reason)
+            out += outcome.times_ms
+    return Outcome((a, b), True, times_ms=tuple(times[0]), other_ms=tuple(times[1]))
 
 
 def guarded(fn: TaskFn, job: TuneJob, options: Any) -> Outcome:
@@ -180,6 +200,11 @@ class LocalExecutor:
 
     def measure(self, options: Any) -> Outcome:
         return self._run(self.measure_fn, [options], 1)[0]
+
+    def compare(self, a: Any, b: Any) -> Outcome:
+        if self.measure_fn is J.measure:
+            return self._run(J.measure_pair, [(a, b)], 1)[0]
+        return compare_by_measures(self.measure, a, b)
 
     def close(self) -> None:
         for worker in self._pool:
@@ -307,6 +332,11 @@ class RayExecutor:
 
     def measure(self, options: Any) -> Outcome:
         return self._run(self._timer, self.measure_fn, [options])[0]
+
+    def compare(self, a: Any, b: Any) -> Outcome:
+        if self.measure_fn is J.measure:
+            return self._run(self._timer, J.measure_pair, [(a, b)])[0]
+        return compare_by_measures(self.measure, a, b)
 
     def close(self) -> None:
         self._job_ref = None

@@ -39,11 +39,14 @@ def test_local_workers_check_and_time(tmp_path: Path) -> None:
     try:
         outcomes = executor.check(CANDIDATES)
         timed = executor.measure(Options(threads=1))
+        pair = executor.compare(Options(), Options(threads=2, innermost=None))
     finally:
         executor.close()
     assert [o.ok for o in outcomes] == [True, True, True]
     assert [o.options for o in outcomes] == CANDIDATES
     assert timed.ok and len(timed.times_ms) == 5 and min(timed.times_ms) > 0
+    assert pair.ok and len(pair.times_ms) == len(pair.other_ms) == 15
+    assert min(pair.times_ms + pair.other_ms) > 0
 
 
 def test_a_crashing_candidate_is_recorded(tmp_path: Path) -> None:
