@@ -6,8 +6,9 @@
 For each case: `compiler.autotune` on the case's inputs (its own tuned-options file in a
 temporary directory, so earlier runs do not seed the search), then the default kernel
 (`Options()`) and the tuned one are checked against the NumPy reference and called in
-turn, `--repeat` rounds after a warm-up, so that a loaded machine's noise hits them
-alike. The table gives medians in milliseconds, the speedup default/tuned, the tuning
+turn, in blocks of calls (about 50 ms each), `--repeat` rounds after a warm-up, so
+that a loaded machine's noise hits them alike. Where the tuner kept the default, both
+kernels run the same code and the row shows the measurement noise. The table gives medians in milliseconds, the speedup default/tuned, the tuning
 time and the candidates tried (failed).
 """
 
@@ -24,15 +25,24 @@ from typing import Any
 
 
 def _median_ms(fn: Any, rounds: int, other: Any) -> tuple[float, float]:
-    """Medians of `fn` and `other`, called alternately `rounds` times."""
+    """Per-call medians of `fn` and `other`: blocks of n calls (n such that a block
+    takes about 50 ms), the two alternating, `rounds` blocks each."""
+    n = 1
+    while _block(fn, n) < 0.05 and n < 1 << 16:
+        n *= 2
     a: list[float] = []
     b: list[float] = []
     for _ in range(rounds):
-        for f, out in ((fn, a), (other, b)):
-            start = time.perf_counter()
-            f()
-            out.append((time.perf_counter() - start) * 1e3)
+        a.append(_block(fn, n) / n * 1e3)
+        b.append(_block(other, n) / n * 1e3)
     return statistics.median(a), statistics.median(b)
+
+
+def _block(fn: Any, n: int) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return time.perf_counter() - start
 
 
 def _run_case(case: Any, args: argparse.Namespace, cache: str) -> dict[str, Any]:
@@ -76,6 +86,7 @@ def _run_case(case: Any, args: argparse.Namespace, cache: str) -> dict[str, Any]
         "tried": result.tried,
         "failed": len(result.failed),
         "options": describe(result.options),
+        "same_as_default": result.options == Options(),
         "search_default_ms": result.default_ms,
         "search_best_ms": result.time_ms,
     }
@@ -91,6 +102,7 @@ def format_table(rows: Sequence[dict[str, Any]]) -> str:
         lines.append(
             f"{r['name']:34} {r['default_ms']:>10.3f} {r['tuned_ms']:>9.3f} "
             f"{r['speedup']:>7.2f} {r['tuning_s']:>7.1f} {r['tried']:>5} {r['failed']:>6}  "
+            f"{'(the default: this row is the noise) ' if r['same_as_default'] else ''}"
             f"{r['options']}"
         )
     return "\n".join(lines)

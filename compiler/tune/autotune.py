@@ -16,11 +16,15 @@ Order of a run:
    blocks, `compiler.tune.job`). A candidate that fails to compile, crashes, times out or
    differs is recorded with its reason and never chosen.
 3. The budget (seconds and/or candidates) ends the search between candidates.
-4. Confirmation: the best candidate and the default are timed again, alternately,
-   `CONFIRM` rounds; the reported times are medians over all of their blocks, and the
-   default stays the winner unless the best is faster there too.
+4. Confirmation: the best candidate and the default are timed again in one task,
+   alternating block by block (15 blocks each); the reported times are the medians of
+   those blocks, and the default stays the winner unless the best is faster there too.
 5. The winner goes to the tuned-options cache (`compiler.tune.store`), keyed by the
    def's canonical text, the input shapes and dtypes, target, host CPU and tcc version.
+
+The candidates tried depend only on `seed`, the recorded times and the cache (a cached
+winner joins the first generation), so a run is reproducible given the same timings:
+the tests check that with a deterministic fake timer.
 
 `grad=True` tunes the def's gradient (`Kernel.grad`'s def) on the example inputs, the
 forward outputs and output gradients drawn from `seed`.
@@ -43,14 +47,13 @@ import numpy as np
 
 from compiler.frontend.diagnostics import InternalError, OptionsError, TCError
 from compiler.options import Options
-from compiler.tune.executors import DEFAULT_TIMEOUT_S, make_executor
+from compiler.tune.executors import DEFAULT_TIMEOUT_S, compare_by_measures, make_executor
 from compiler.tune.job import Outcome, TuneJob, compare
 from compiler.tune.search import Evolution
 from compiler.tune.space import Space, SpaceContext, describe
 from compiler.tune.store import OptionsStore, tune_key
 
 SMALL = 1 << 16  # elements of inputs and outputs up to which interp checks too
-CONFIRM = 3
 OPTIONS_TYPES: dict[str, type] = {"llvm": Options}
 
 
@@ -158,47 +161,24 @@ def autotune(
         raise OptionsError("autotune needs a budget: seconds, candidates, or both")
     options_type = _options_type(target)
     kernel, inputs = _prepare(source, name, example_inputs, target, cache, grad, seed, constants)
-    expected = _expectations(kernel, inputs)
-    shapes = [a.shape for a in inputs]
     key, components = tune_key(
-        kernel.text, kernel.name, shapes, [str(a.dtype) for a in inputs], target
+        kernel.text, kernel.name, [a.shape for a in inputs], [str(a.dtype) for a in inputs], target
     )
     store = OptionsStore.resolve(cache)
     cached = store.get(key, options_type)
-    directory = getattr(kernel.cache, "directory", None)
-    job = TuneJob(
-        f"{key[:16]}-{uuid.uuid4().hex[:8]}",
-        kernel.text,
-        kernel.name,
-        target,
-        inputs,
-        expected,
-        cache_dir=None if directory is None else str(directory),
-    )
-    from compiler.shapes import bind_sizes
-
-    sizes = bind_sizes(kernel.ranged, {t.name: a.shape for t, a in zip(
-        kernel.ranged.checked.inputs, inputs, strict=True)})  # fmt: skip
-    space = Space.for_options(options_type, SpaceContext.of(kernel.ranged, sizes))
+    space = Space.for_options(options_type, SpaceContext.of(kernel.ranged, _sizes(kernel, inputs)))
     runner = make_executor(executor, timeout_s)
     search = _Search(runner, Evolution(space, seed), options_type(), started, seconds, candidates)
     with _progress_bar(progress, candidates, kernel.name) as bar:
         search.bar = bar
-        runner.start(job)
+        runner.start(_job(kernel, inputs, key))
         try:
             search.run(() if cached is None else (cached,))
             winner, time_ms, default_ms = search.confirm()
         finally:
             runner.close()
-    store.put(
-        key,
-        components,
-        winner,
-        name=kernel.name,
-        time_ms=time_ms,
-        default_ms=default_ms,
-        candidates=len(search.trials),
-    )
+    facts = {"time_ms": time_ms, "default_ms": default_ms, "candidates": len(search.trials)}
+    store.put(key, components, winner, name=kernel.name, **facts)
     return TuneResult(
         kernel.name,
         target,
@@ -210,6 +190,29 @@ def autotune(
         key,
         None if store.path is None else str(store.path),
         space.searched,
+    )
+
+
+def _job(kernel: Any, inputs: tuple[np.ndarray, ...], key: str) -> TuneJob:
+    """What the workers need: the def, the inputs, the expected outputs, the cache dir."""
+    directory = getattr(kernel.cache, "directory", None)
+    return TuneJob(
+        f"{key[:16]}-{uuid.uuid4().hex[:8]}",
+        kernel.text,
+        kernel.name,
+        kernel.target,
+        inputs,
+        _expectations(kernel, inputs),
+        cache_dir=None if directory is None else str(directory),
+    )
+
+
+def _sizes(kernel: Any, inputs: tuple[np.ndarray, ...]) -> dict[str, int]:
+    from compiler.shapes import bind_sizes
+
+    infos = kernel.ranged.checked.inputs
+    return dict(
+        bind_sizes(kernel.ranged, {t.name: a.shape for t, a in zip(infos, inputs, strict=True)})
     )
 
 
@@ -291,14 +294,15 @@ class _Search:
         assert best is not None and self.default_ms is not None
         if best.options == self.default:
             return self.default, self.default_ms, self.default_ms
-        times: dict[bool, list[float]] = {True: [], False: []}
-        for _ in range(CONFIRM):
-            for is_best, options in ((False, self.default), (True, best.options)):
-                outcome = self.runner.measure(options)
-                if not outcome.ok:  # it passed before: flaky, so never the winner
-                    return self.default, self.default_ms, self.default_ms
-                times[is_best] += outcome.times_ms
-        best_ms, default_ms = statistics.median(times[True]), statistics.median(times[False])
+        compare = getattr(self.runner, "compare", None)
+        if compare is not None:
+            outcome = compare(self.default, best.options)
+        else:
+            outcome = compare_by_measures(self.runner.measure, self.default, best.options)
+        if not outcome.ok:  # it passed before: flaky, so never the winner
+            return self.default, self.default_ms, self.default_ms
+        default_ms = statistics.median(outcome.times_ms)
+        best_ms = statistics.median(outcome.other_ms)
         if best_ms < default_ms:
             return best.options, best_ms, default_ms
         return self.default, default_ms, default_ms
@@ -422,4 +426,4 @@ def _progress_bar(enabled: bool, total: int | None, name: str) -> Any:
     return tqdm(total=total, desc=f"tune {name}", unit="cand", file=sys.stderr, leave=True)
 
 
-__all__ = ["CONFIRM", "SMALL", "TuneError", "TuneResult", "Trial", "autotune", "parse_budget"]
+__all__ = ["SMALL", "TuneError", "TuneResult", "Trial", "autotune", "parse_budget"]

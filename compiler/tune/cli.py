@@ -15,8 +15,12 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
 from compiler.frontend.diagnostics import OptionsError
+
+if TYPE_CHECKING:
+    from compiler.tune.store import OptionsStore
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,20 +58,18 @@ def run(args: argparse.Namespace) -> int:
     return _tune(args, store)
 
 
-def _show(store: object) -> int:
-    from compiler.tune.space import options_from_json
+def _show(store: OptionsStore) -> int:
+    from compiler.options import Options
+    from compiler.tune.space import describe, options_from_json
 
-    entries = store.entries()  # type: ignore[attr-defined]
-    print(f"{store.path}: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}")  # type: ignore[attr-defined]
+    entries = store.entries()
+    print(f"{store.path}: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}")
     for key, entry in sorted(entries.items(), key=lambda kv: str(kv[1].get("saved", ""))):
         comp = entry.get("components", {})
         shapes = " ".join("x".join(map(str, s)) or "()" for s in comp.get("shapes", []))
         try:
-            from compiler.options import Options
-            from compiler.tune.space import describe
-
             options = describe(options_from_json(Options, entry.get("options", {})))
-        except Exception:  # a stale entry: show it as stored
+        except (TypeError, ValueError, OptionsError):  # a stale entry: as stored
             options = f"(stale) {entry.get('options')}"
         print(
             f"  {entry.get('name', '?')} [{shapes}] {comp.get('target', '?')} "
@@ -81,7 +83,7 @@ def _ms(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, (int, float)) else "?"
 
 
-def _tune(args: argparse.Namespace, store: object) -> int:
+def _tune(args: argparse.Namespace, store: OptionsStore) -> int:
     import numpy as np
 
     from compiler.cli import _parse_shape, read_source

@@ -6,22 +6,26 @@
     executor.start(job)
     outcomes = executor.check([opts, ...])             # in parallel, one Outcome each, in order
     outcome = executor.measure(opts)                   # alone: nothing else runs meanwhile
+    outcome = executor.compare(a, b)                   # both alone, alternating (optional)
     executor.close()
 
 An executor never raises for a candidate: a candidate that fails to compile, raises,
 crashes its worker or runs past `timeout_s` comes back as an Outcome with `ok=False` and
 the reason. `check` runs candidates in parallel (compiling is most of the cost);
 `measure` runs one candidate while no other task runs, so timings do not disturb each
-other. The task functions (`check_fn`, `measure_fn`: `compiler.tune.job.check` and
+other; `compare` (optional; `compare_by_measures` otherwise) times two candidates in one
+task, alternating block by block (`job.measure_pair`), for the final confirmation. The task functions (`check_fn`, `measure_fn`: `compiler.tune.job.check` and
 `.measure` unless given) are module-level functions, passed by reference.
 
-LocalExecutor: a `concurrent.futures` process pool, `spawn`ed (a forked child of a
-process that ran OpenMP code can hang). At most `workers` tasks are submitted at once, so
-each task's clock starts when it does. A task past its deadline is reported as timed
-out and the pool is killed (these are our own processes) and restarted; the tasks that
-were running beside it run again. A worker that dies breaks every running task's
-future: those candidates are re-run one at a time, and the one that breaks a pool alone
-is reported as crashed.
+LocalExecutor: `workers` processes of `compiler.tune.worker`, started with
+`python -c` (not forked: a forked child of a process that ran OpenMP code can hang; not
+through multiprocessing: that imports the user's `__main__` in every worker), kept for
+the job and fed one task at a time each, so each task's clock starts when it does (a
+worker's start-up has its own deadline). A worker whose task runs past `timeout_s` is
+killed (our own child, by its handle) and its candidate reported as timed out; a
+worker that dies is reported as crashed with the candidate it was running; either is
+replaced by a fresh worker for the next task. Timing prefers the worker that compiled
+the candidate (its kernel is still in memory).
 
 RayExecutor: one Ray task per candidate (`max_retries=0`), the job put in the object
 store once; `check` submits every candidate, `measure` one; a task past its deadline is
@@ -30,15 +34,20 @@ cancelled (`force=True`), a dead worker is reported as crashed.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import pickle
+import select
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from compiler.frontend.diagnostics import OptionsError
 from compiler.tune import job as J
+from compiler.tune import worker as W
 from compiler.tune.job import Outcome, TuneJob
 
 TaskFn = Callable[[TuneJob, Any], Outcome]
@@ -71,10 +80,15 @@ class InlineExecutor:
         self._job = job
 
     def check(self, candidates: Sequence[Any]) -> list[Outcome]:
-        return [_guarded(self.check_fn, self._require(), c) for c in candidates]
+        return [guarded(self.check_fn, self._require(), c) for c in candidates]
 
     def measure(self, options: Any) -> Outcome:
-        return _guarded(self.measure_fn, self._require(), options)
+        return guarded(self.measure_fn, self._require(), options)
+
+    def compare(self, a: Any, b: Any) -> Outcome:
+        if self.measure_fn is J.measure:
+            return guarded(J.measure_pair, self._require(), (a, b))
+        return compare_by_measures(self.measure, a, b)
 
     def close(self) -> None:
         if self._job is not None:
@@ -87,7 +101,20 @@ class InlineExecutor:
         return self._job
 
 
-def _guarded(fn: TaskFn, job: TuneJob, options: Any) -> Outcome:
+def compare_by_measures(measure: Callable[[Any], Outcome], a: Any, b: Any) -> Outcome:
+    """`compare` from separate measure tasks, alternating, 3 rounds (for executors and
+    measure functions without a paired timing)."""
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(3):
+        for options, out in zip((a, b), times, strict=True):
+            outcome = measure(options)
+            if not outcome.ok:
+                return Outcome((a, b), False, outcome.reason)
+            out += outcome.times_ms
+    return Outcome((a, b), True, times_ms=tuple(times[0]), other_ms=tuple(times[1]))
+
+
+def guarded(fn: TaskFn, job: TuneJob, options: Any) -> Outcome:
     try:
         return fn(job, options)
     except Exception as err:
@@ -96,17 +123,47 @@ def _guarded(fn: TaskFn, job: TuneJob, options: Any) -> Outcome:
 
 # ------------------------------------------------------------------ local processes
 
-_WORKER_JOB: TuneJob | None = None
 
+class _Worker:
+    """One worker process (`compiler.tune.worker`) and the task it runs."""
 
-def _install(job: TuneJob) -> None:
-    global _WORKER_JOB
-    _WORKER_JOB = job
+    def __init__(self, job_frame: bytes) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", W.BOOTSTRAP],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
+        self.ready = False
+        self.started = time.monotonic()
+        self.task: tuple[int, float] | None = None  # (candidate index, start time)
+        self.seen: set[Any] = set()  # candidates this worker compiled
+        try:
+            W.write_frame(self.stdin, list(sys.path))
+            self.stdin.write(job_frame)
+            self.stdin.flush()
+        except OSError:  # it died at once; the read reports it
+            pass
 
+    def fileno(self) -> int:
+        return self.stdout.fileno()
 
-def _task(fn: TaskFn, options: Any) -> Outcome:
-    assert _WORKER_JOB is not None, "worker started without a job"
-    return _guarded(fn, _WORKER_JOB, options)
+    def submit(self, fn: TaskFn, index: int, options: Any) -> None:
+        self.task = (index, time.monotonic())
+        self.seen.add(options)
+        W.write_frame(self.stdin, (fn, options))
+
+    def read(self) -> Any:
+        return W.read_frame(self.stdout)
+
+    def kill(self) -> None:
+        self.proc.kill()  # our own child, by its handle
+        self.proc.wait()
+        for stream in (self.stdin, self.stdout):
+            with contextlib.suppress(OSError):
+                stream.close()
 
 
 class LocalExecutor:
@@ -120,19 +177,23 @@ class LocalExecutor:
         check_fn: TaskFn = J.check,
         measure_fn: TaskFn = J.measure,
     ) -> None:
-        if workers is not None and (not isinstance(workers, int) or workers < 1):
+        if workers is not None and (
+            isinstance(workers, bool) or not isinstance(workers, int) or workers < 1
+        ):
             raise OptionsError(f"workers must be a positive int, got {workers!r}")
         if not timeout_s > 0:
             raise OptionsError(f"timeout_s must be positive, got {timeout_s!r}")
         self.workers = workers or max(1, min(os.cpu_count() or 1, 8))
         self.timeout_s = float(timeout_s)
         self.check_fn, self.measure_fn = check_fn, measure_fn
-        self._job: TuneJob | None = None
-        self._pool: ProcessPoolExecutor | None = None
+        self._job_frame: bytes | None = None
+        self._pool: list[_Worker] = []
 
     def start(self, job: TuneJob) -> None:
         self.close()
-        self._job = job
+        buffer = io.BytesIO()
+        W.write_frame(buffer, job)
+        self._job_frame = buffer.getvalue()
 
     def check(self, candidates: Sequence[Any]) -> list[Outcome]:
         return self._run(self.check_fn, candidates, self.workers)
@@ -140,95 +201,91 @@ class LocalExecutor:
     def measure(self, options: Any) -> Outcome:
         return self._run(self.measure_fn, [options], 1)[0]
 
+    def compare(self, a: Any, b: Any) -> Outcome:
+        if self.measure_fn is J.measure:
+            return self._run(J.measure_pair, [(a, b)], 1)[0]
+        return compare_by_measures(self.measure, a, b)
+
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        for worker in self._pool:
+            worker.kill()
+        self._pool = []
 
-    def _ensure_pool(self) -> ProcessPoolExecutor:
-        if self._job is None:
-            raise OptionsError("executor.start(job) must come before its tasks")
-        if self._pool is None:
-            import multiprocessing
-
-            self._pool = ProcessPoolExecutor(
-                self.workers,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=_install,
-                initargs=(self._job,),
-            )
-        return self._pool
-
-    def _kill_pool(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is None:
-            return
-        for process in list(getattr(pool, "_processes", {}).values()):
-            process.kill()  # our own worker processes, by their handles
-        pool.shutdown(wait=True, cancel_futures=True)
+    def _idle(self, options: Any) -> _Worker | None:
+        """A ready worker without a task, preferring one that compiled `options`."""
+        idle = [w for w in self._pool if w.ready and w.task is None]
+        return next((w for w in idle if options in w.seen), idle[0] if idle else None)
 
     def _run(self, fn: TaskFn, candidates: Sequence[Any], width: int) -> list[Outcome]:
+        if self._job_frame is None:
+            raise OptionsError("executor.start(job) must come before its tasks")
         results: dict[int, Outcome] = {}
-        pending = list(enumerate(candidates))
-        suspects: set[int] = set()  # were running when a worker died
-        running: dict[Future[Outcome], tuple[int, float]] = {}
-        while pending or running:
-            pool = self._ensure_pool()
-            limit = 1 if suspects & {i for i, _ in pending} else width
-            while pending and len(running) < limit:
-                i, options = pending.pop(0)
-                running[pool.submit(_task, fn, options)] = (i, time.monotonic())
-            first_deadline = min(start for _, start in running.values()) + self.timeout_s
-            done, _ = wait(
-                running, timeout=max(0.0, first_deadline - time.monotonic()),
-                return_when=FIRST_COMPLETED,
-            )  # fmt: skip
-            broken: list[int] = []
-            for future in done:
-                i, _ = running.pop(future)
+        pending = list(range(len(candidates)))
+        while pending or any(w.task for w in self._pool):
+            while len(self._pool) < self.workers:
+                self._pool.append(_Worker(self._job_frame))
+            busy = sum(w.task is not None for w in self._pool)
+            while pending and busy < width:
+                worker = self._idle(candidates[pending[0]])
+                if worker is None:
+                    break
+                i = pending.pop(0)
                 try:
-                    results[i] = future.result()
-                except BrokenProcessPool:
-                    broken.append(i)
-                except Exception as err:  # e.g. an unpicklable result
-                    results[i] = Outcome(candidates[i], False, f"task failed: {err}")
-            if broken:
-                self._kill_pool()
-                broken += [i for i, _ in running.values()]
-                running.clear()
-                if len(broken) == 1:
-                    results[broken[0]] = Outcome(
-                        candidates[broken[0]], False, "crashed: its worker process died"
-                    )
-                else:
-                    suspects.update(broken)
-                    pending[:0] = [(i, candidates[i]) for i in sorted(broken)]
-                continue
-            now = time.monotonic()
-            late = [f for f, (_, start) in running.items() if now - start >= self.timeout_s]
-            if late:
-                for f in late:
-                    i, _ = running.pop(f)
-                    results[i] = Outcome(
-                        candidates[i], False, f"timed out after {self.timeout_s:g} s"
-                    )
-                self._kill_pool()
-                pending[:0] = [(i, candidates[i]) for i, _ in sorted(running.values())]
-                running.clear()
+                    worker.submit(fn, i, candidates[i])
+                except OSError:  # it died idle: the read below reports it
+                    pass
+                busy += 1
+            self._wait(candidates, results)
         return [results[i] for i in range(len(candidates))]
+
+    def _wait(self, candidates: Sequence[Any], results: dict[int, Outcome]) -> None:
+        """Wait for one worker to answer or a deadline; record what happened."""
+        waiting = [w for w in self._pool if w.task is not None or not w.ready]
+        if not waiting:
+            return
+        deadlines = [(w.task[1] if w.task else w.started) + self.timeout_s for w in waiting]
+        ready, _, _ = select.select(waiting, [], [], max(0.0, min(deadlines) - time.monotonic()))
+        for worker in ready:
+            try:
+                answer = worker.read()
+            except (EOFError, OSError, pickle.UnpicklingError):
+                self._drop(worker, candidates, results, "crashed: its worker process died")
+                continue
+            if not worker.ready:
+                worker.ready = True
+            elif worker.task is not None:
+                results[worker.task[0]] = answer
+                worker.task = None
+        now = time.monotonic()
+        for worker, deadline in zip(waiting, deadlines, strict=True):
+            if worker not in ready and now >= deadline and worker in self._pool:
+                self._drop(worker, candidates, results, f"timed out after {self.timeout_s:g} s")
+
+    def _drop(
+        self, worker: _Worker, candidates: Sequence[Any], results: dict[int, Outcome], why: str
+    ) -> None:
+        worker.kill()
+        self._pool.remove(worker)
+        if worker.task is not None:
+            i = worker.task[0]
+            results[i] = Outcome(candidates[i], False, why)
+        elif not worker.ready:
+            raise OptionsError(f"a tuning worker process could not start ({why})")
 
 
 # ------------------------------------------------------------------------- Ray
 
 
 def _ray_task(fn: TaskFn, job: TuneJob, options: Any) -> Outcome:
-    return _guarded(fn, job, options)
+    return guarded(fn, job, options)
 
 
 class RayExecutor:
     """Candidates as Ray tasks (see the module doc). `address`: "auto" joins a running
     cluster, an address joins that one, None starts a local instance (`init_kwargs`,
-    e.g. num_cpus=2); an already initialised Ray is used as it is."""
+    e.g. num_cpus=2); an already initialised Ray is used as it is. `measure_resources`
+    (Ray custom resources, e.g. `{"node:10.0.0.5": 0.01}`) sends the timing tasks to the
+    machine class that will run the kernel; checks go anywhere."""
 
     def __init__(
         self,
@@ -237,6 +294,7 @@ class RayExecutor:
         *,
         check_fn: TaskFn = J.check,
         measure_fn: TaskFn = J.measure,
+        measure_resources: Mapping[str, float] | None = None,
         **init_kwargs: Any,
     ) -> None:
         try:
@@ -248,30 +306,46 @@ class RayExecutor:
             ) from None
         self._ray = ray
         if not ray.is_initialized():
-            ray.init(address=address, **init_kwargs)
+            try:
+                ray.init(address=address, **init_kwargs)
+            except (ConnectionError, RuntimeError, ValueError) as err:
+                raise OptionsError(
+                    f"cannot start or join Ray at {address or 'a new local instance'}: {err}",
+                    hint="start a cluster (`ray start --head`) or pass its address",
+                ) from None
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.timeout_s = float(timeout_s)
         self.check_fn, self.measure_fn = check_fn, measure_fn
         self._remote = ray.remote(max_retries=0)(_ray_task)
+        self._timer = (
+            self._remote
+            if measure_resources is None
+            else self._remote.options(resources=dict(measure_resources))
+        )
         self._job_ref: Any = None
 
     def start(self, job: TuneJob) -> None:
         self._job_ref = self._ray.put(job)
 
     def check(self, candidates: Sequence[Any]) -> list[Outcome]:
-        return self._run(self.check_fn, candidates)
+        return self._run(self._remote, self.check_fn, candidates)
 
     def measure(self, options: Any) -> Outcome:
-        return self._run(self.measure_fn, [options])[0]
+        return self._run(self._timer, self.measure_fn, [options])[0]
+
+    def compare(self, a: Any, b: Any) -> Outcome:
+        if self.measure_fn is J.measure:
+            return self._run(self._timer, J.measure_pair, [(a, b)])[0]
+        return compare_by_measures(self.measure, a, b)
 
     def close(self) -> None:
         self._job_ref = None
 
-    def _run(self, fn: TaskFn, candidates: Sequence[Any]) -> list[Outcome]:
+    def _run(self, remote: Any, fn: TaskFn, candidates: Sequence[Any]) -> list[Outcome]:
         ray = self._ray
         if self._job_ref is None:
             raise OptionsError("executor.start(job) must come before its tasks")
-        refs = [self._remote.remote(fn, self._job_ref, c) for c in candidates]
+        refs = [remote.remote(fn, self._job_ref, c) for c in candidates]
         index = {ref: i for i, ref in enumerate(refs)}
         results: dict[int, Outcome] = {}
         deadline = time.monotonic() + self.timeout_s * max(1, -(-len(refs) // self.workers))

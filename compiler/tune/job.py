@@ -3,6 +3,7 @@
     job = TuneJob(text, name, "llvm", inputs, expected, cache_dir=..., ...)
     check(job, options)   -> Outcome(ok, reason, compile_s)   # compile, run once, compare
     measure(job, options) -> Outcome(ok, times_ms=(...))      # medians of blocks of calls
+    measure_pair(job, (a, b)) -> Outcome(ok, times_ms=a's, other_ms=b's)   # alternating
 
 Both run in a worker process (an executor's), never in the tuner's own process, so a
 candidate that crashes or hangs takes only its worker with it. A worker keeps the
@@ -60,6 +61,7 @@ class Outcome:
     reason: str = ""
     compile_s: float = 0.0
     times_ms: tuple[float, ...] = field(default=())
+    other_ms: tuple[float, ...] = field(default=())  # measure_pair: the second's times
 
     @property
     def median_ms(self) -> float:
@@ -138,6 +140,26 @@ def measure(job: TuneJob, options: Any) -> Outcome:
     return Outcome(options, True, times_ms=tuple(times))
 
 
+def measure_pair(job: TuneJob, pair: Any) -> Outcome:
+    """Time two candidates `(a, b)` in alternation, block by block (3 x `job.blocks`
+    blocks each), so that a burst of load hits both alike: a's per-call times in
+    `times_ms`, b's in `other_ms`."""
+    try:
+        runs = [_runner(_kernel(job, options), job.inputs) for options in pair]
+        for run in runs:
+            run()
+        n = 1
+        while min(_block(run, n) for run in runs) < job.min_block_s and n < 1 << 20:
+            n *= 2
+        times: tuple[list[float], list[float]] = ([], [])
+        for _ in range(3 * job.blocks):
+            for run, out in zip(runs, times, strict=True):
+                out.append(_block(run, n) / n * 1e3)
+    except Exception as err:
+        return Outcome(pair, False, f"timing failed: {_error(err)}")
+    return Outcome(pair, True, times_ms=tuple(times[0]), other_ms=tuple(times[1]))
+
+
 def _runner(kernel: Any, inputs: Sequence[np.ndarray]) -> Any:
     def run() -> None:
         _call(kernel, inputs)
@@ -188,4 +210,4 @@ def _error(err: BaseException) -> str:
     return f"{name} at {traceback.format_exception(err)[-2].strip()[:200]}"
 
 
-__all__ = ["Outcome", "TuneJob", "check", "compare", "forget", "measure"]
+__all__ = ["Outcome", "TuneJob", "check", "compare", "forget", "measure", "measure_pair"]

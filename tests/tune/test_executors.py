@@ -39,11 +39,14 @@ def test_local_workers_check_and_time(tmp_path: Path) -> None:
     try:
         outcomes = executor.check(CANDIDATES)
         timed = executor.measure(Options(threads=1))
+        pair = executor.compare(Options(), Options(threads=2, innermost=None))
     finally:
         executor.close()
     assert [o.ok for o in outcomes] == [True, True, True]
     assert [o.options for o in outcomes] == CANDIDATES
     assert timed.ok and len(timed.times_ms) == 5 and min(timed.times_ms) > 0
+    assert pair.ok and len(pair.times_ms) == len(pair.other_ms) == 15
+    assert min(pair.times_ms + pair.other_ms) > 0
 
 
 def test_a_crashing_candidate_is_recorded(tmp_path: Path) -> None:
@@ -54,10 +57,10 @@ def test_a_crashing_candidate_is_recorded(tmp_path: Path) -> None:
 
 
 def test_a_hanging_candidate_times_out(tmp_path: Path) -> None:
-    executor = LocalExecutor(workers=2, timeout_s=10, check_fn=tasks.hang_on_one_thread)
+    executor = LocalExecutor(workers=2, timeout_s=8, check_fn=tasks.hang_on_one_thread)
     outcomes = _check(executor, _job(tmp_path))
     assert [o.ok for o in outcomes] == [True, False, True]
-    assert outcomes[1].reason == "timed out after 10 s"
+    assert outcomes[1].reason == "timed out after 8 s"
 
 
 def test_ray_backend_on_a_local_instance(tmp_path: Path) -> None:
@@ -76,7 +79,8 @@ def test_ray_backend_on_a_local_instance(tmp_path: Path) -> None:
         },
     )
     try:
-        executor = RayExecutor(None, timeout_s=120)
+        node = {f"node:{ray.util.get_node_ip_address()}": 0.01}  # time on this node
+        executor = RayExecutor(None, timeout_s=120, measure_resources=node)
         assert executor.workers == 2
         a, b = mm_inputs()
         result = compiler.autotune(
