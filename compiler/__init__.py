@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from compiler.frontend.diagnostics import (
+from compiler.diagnostics import (
     InternalError,
     OptionsError,
     ParseError,

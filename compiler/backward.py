@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from compiler import pipeline
+from compiler.diagnostics import OptionsError, ShapeError, TCError
 from compiler.frontend.checked import RangedDef
-from compiler.frontend.diagnostics import OptionsError, ShapeError, TCError
 from compiler.frontend.parser import parse
 from compiler.frontend.printer import print_def
 

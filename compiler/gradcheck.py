@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from compiler.diagnostics import TCError
 from compiler.frontend import ast
 from compiler.frontend.ast import Cast, ScalarType
-from compiler.frontend.diagnostics import TCError
 from compiler.frontend.parser import parse
 from compiler.frontend.printer import print_module, print_stmt
 from compiler.frontend.visit import Mutator

@@ -18,11 +18,11 @@ from collections.abc import Collection, Iterator, Mapping
 
 import numpy as np
 
+from compiler.diagnostics import OptionsError
 from compiler.frontend.ast import Access, Cast, Exists, Expr, Let, RangeConstraint
 from compiler.frontend.checked import RangedDef
-from compiler.frontend.diagnostics import OptionsError
 from compiler.frontend.scopes import walk
-from compiler.interp_expr import NP_DTYPE
+from compiler.interp.expr import NP_DTYPE
 from compiler.shapes import bind_sizes, output_shapes
 
 POSITIVE = (0.5, 2.0)

@@ -9,7 +9,7 @@
 At define time the source is formatted with `constants` (TC's `str.format`
 templates: `{name}` placeholders, `{{` and `}}` for literal braces), then
 `compiler.pipeline` parses, checks and gives it explicit ranges, once; the native
-target lowers it through the same pipeline (`compiler.native`). A gradient kernel
+target lowers it through the same pipeline (`compiler.runtime.native`). A gradient kernel
 is made from the pipeline's IR (`define_ranged`), never from printed text. At call
 time the arguments are validated against the signature -- count, rank, dtype,
 sizes -- and every mismatch is a `ShapeError` that points at the parameter's
@@ -25,8 +25,8 @@ also returned. A def whose first write to an output accumulates (`+=` without
 `out=` for it, it emits a `TCWarning` naming the output.
 
 Targets: `"llvm"` (the default: native code through isl and LLVM, see
-`compiler.native`), `"interp"` (the NumPy reference evaluator, the oracle), and
-`"cuda"` / `"cuda-emulated"` (`compiler.cuda_target`; options: `CudaOptions`). `options` is a `compiler.options.Options`. `backward` names a
+`compiler.runtime.native`), `"interp"` (the NumPy reference evaluator, the oracle), and
+`"cuda"` / `"cuda-emulated"` (`compiler.runtime.cuda`; options: `CudaOptions`). `options` is a `compiler.options.Options`. `backward` names a
 def of the same source that replaces the AD-derived gradient (`k.vjp`, `k.grad`).
 """
 
@@ -42,22 +42,22 @@ from typing import Any
 import numpy as np
 
 from compiler import pipeline
-from compiler.callplan import MAX_PLANS, CallPlan, make_plan, signature
+from compiler.diagnostics import OptionsError, ShapeError, TCError, did_you_mean
 from compiler.frontend.ast import AssignOp, ScalarType
 from compiler.frontend.checked import RangedDef, StmtFacts, TensorInfo
-from compiler.frontend.diagnostics import OptionsError, ShapeError, TCError, did_you_mean
 from compiler.frontend.parser import parse
 from compiler.frontend.printer import print_def
 from compiler.frontend.source import Source, Span
 from compiler.interp import evaluate
-from compiler.interp_domain import tensors_read
-from compiler.interp_expr import NP_DTYPE
+from compiler.interp.domain import tensors_read
+from compiler.interp.expr import NP_DTYPE
 from compiler.options import Options, as_options
+from compiler.runtime.callplan import MAX_PLANS, CallPlan, make_plan, signature
 from compiler.shapes import output_shapes
 
 TARGETS = ("interp", "llvm", "cuda", "cuda-emulated")
 AVAILABLE_TARGETS = TARGETS
-CUDA_TARGETS = ("cuda", "cuda-emulated")  # compiler.cuda_target; options: CudaOptions
+CUDA_TARGETS = ("cuda", "cuda-emulated")  # compiler.runtime.cuda; options: CudaOptions
 
 
 # Gradient kernels by (text, name, backward, target, options, cache): see Kernel.grad.
@@ -146,6 +146,7 @@ class Kernel:
         )
         if target in CUDA_TARGETS:
             self._native = _compile_cuda(self.ranged, self.options, target)
+        self._plans: dict[tuple[Any, ...], CallPlan] = {}  # per input signature
 
     @property
     def text(self) -> str:
@@ -160,7 +161,6 @@ class Kernel:
         """The source as given to `define` (printed from the IR, as `text`, for a
         kernel made from IR)."""
         return self._source if self._source is not None else self.text
-        self._plans: dict[tuple[Any, ...], CallPlan] = {}  # per input signature
 
     def __repr__(self) -> str:
         return f"<Kernel {self.name} target={self.target!r}>"
@@ -231,7 +231,7 @@ class Kernel:
         return instead; a def that accumulates (`+=` without `!`) adds to their values.
         A wrong count, rank, dtype or size is a `ShapeError` that names the parameter."""
         if self.target == "cuda":
-            from compiler.cuda_device import device_call, is_device_array
+            from compiler.runtime.cuda_device import device_call, is_device_array
 
             if any(is_device_array(a) for a in arrays):  # device arrays stay on the device
                 return device_call(self, arrays, out)
@@ -272,7 +272,7 @@ class Kernel:
     def _remember_plan(
         self, key: tuple[Any, ...], sizes: Mapping[str, int], shapes: Mapping[str, Any]
     ) -> None:
-        """Keep the call plan of this signature (`compiler.callplan`), at most MAX_PLANS."""
+        """Keep the call plan of this signature (`compiler.runtime.callplan`), at most MAX_PLANS."""
         outputs = [(t.name, np.dtype(NP_DTYPE[t.dtype])) for t in self._outputs]
         plan = make_plan(self._native, [t.name for t in self._inputs], outputs, sizes, shapes)
         if plan is None:
@@ -444,7 +444,7 @@ def _target_options(target: str, options: object) -> Any:
 
 
 def _compile_cuda(ranged: RangedDef, options: Any, target: str) -> Any:
-    from compiler.cuda_target import compile_cuda
+    from compiler.runtime.cuda import compile_cuda
 
     program = compile_cuda(ranged, options, emulated=target == "cuda-emulated")
     program.prepare()  # g++ or NVRTC now; no GPU for target "cuda" is an error here
@@ -452,7 +452,7 @@ def _compile_cuda(ranged: RangedDef, options: Any, target: str) -> Any:
 
 
 def _compile_native(ranged: RangedDef, options: Options, cache: Any) -> Any:
-    from compiler.native import compile_native
+    from compiler.runtime.native import compile_native
 
     return compile_native(ranged, options, cache=cache)
 

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.frontend.diagnostics import OptionsError
+from compiler.diagnostics import OptionsError
 
 AUTO = "auto"
 MAX_FACTOR = 16

@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from compiler.frontend.diagnostics import Diagnostic, OptionsError
+from compiler.diagnostics import Diagnostic, OptionsError
 from compiler.names import NameSupply
 from compiler.options import Options
 
@@ -145,7 +145,7 @@ def _lower(sched: Any, ctx: PassContext) -> Any:
 
 
 def _codegen(lowered: Any, ctx: PassContext) -> Any:
-    from compiler.native import compile_lowered
+    from compiler.runtime.native import compile_lowered
 
     return compile_lowered(lowered, ctx.options)
 

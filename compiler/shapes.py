@@ -18,6 +18,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Mapping, Sequence
 
+from compiler.diagnostics import InternalError, ShapeError, did_you_mean
 from compiler.frontend.ast import (
     Binary,
     BinOp,
@@ -34,7 +35,6 @@ from compiler.frontend.ast import (
     Var,
 )
 from compiler.frontend.checked import RangedDef, TensorInfo
-from compiler.frontend.diagnostics import InternalError, ShapeError, did_you_mean
 from compiler.frontend.printer import print_expr
 
 

@@ -1,4 +1,4 @@
-"""Per-signature call plans (`compiler.callplan`): a repeat call skips the Python checks,
+"""Per-signature call plans (`compiler.runtime.callplan`): a repeat call skips the Python checks,
 yet gives the reference evaluator's results and rejects bad calls exactly as before."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import compiler
-from compiler.callplan import MAX_PLANS, signature
-from compiler.frontend.diagnostics import ShapeError
+from compiler.diagnostics import ShapeError
 from compiler.kernel import TCWarning
+from compiler.runtime.callplan import MAX_PLANS, signature
 
 ADD = "def add(float(M, N) A, float(N) b) -> (C) { C(m, n) = A(m, n) + b(n) }"
 GATHER = "def gather(float(N) A, int32(M) idx) -> (O) { O(i) = A(idx(i)) }"

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 import compiler.interp as interp
+from compiler.diagnostics import ShapeError, TCError
 from compiler.frontend.ast import RangeConstraint, Var
 from compiler.frontend.check import check_def
 from compiler.frontend.checked import Bound, RangedDef
-from compiler.frontend.diagnostics import ShapeError, TCError
 from compiler.frontend.parser import parse
 from compiler.interp import evaluate, identity
-from compiler.interp_builtins import BUILTINS
+from compiler.interp.builtins import BUILTINS
 
 FLOATS = [np.float32, np.float64]
 RNG = np.random.default_rng(0)
@@ -389,7 +389,7 @@ def test_unsupported_builtin_is_a_clear_error() -> None:
 
 def test_every_builtin_is_implemented_or_refused() -> None:
     from compiler.frontend.builtins import ARITY
-    from compiler.interp_builtins import UNSUPPORTED
+    from compiler.interp.builtins import UNSUPPORTED
 
     for name, arity in ARITY.items():
         if name in UNSUPPORTED:

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pytest
 
-from compiler.frontend.diagnostics import OptionsError, ShapeError, TCError
+from compiler.diagnostics import OptionsError, ShapeError, TCError
 from compiler.kernel import Kernel, TCWarning, define, substitute
 
 MATMUL = """def mm(float(M, K) A, float(K, N) B) -> (C) {
@@ -183,7 +183,6 @@ def test_template_source_without_constants_is_plain_tc() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
-        ({"target": "cuda"}, "target 'cuda' is not available yet"),
         ({"target": "tpu"}, "unknown target 'tpu'"),
         ({"options": object()}, "options= must be a compiler.options.Options"),
         ({"backward": 3}, "backward= names a def of the same source"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler.frontend.diagnostics import InternalError, ShapeError
+from compiler.diagnostics import InternalError, ShapeError
 from compiler.loops import (
     Alloc,
     Assign,

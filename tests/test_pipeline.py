@@ -10,8 +10,8 @@ import pytest
 
 import compiler
 from compiler import pipeline
+from compiler.diagnostics import OptionsError, Severity
 from compiler.frontend.checked import RangedDef
-from compiler.frontend.diagnostics import OptionsError, Severity
 from compiler.options import Options
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from compiler.diagnostics import ShapeError
 from compiler.frontend.ast import Binary, BinOp, Const, ScalarType, Unary, UnaryOp, Var
 from compiler.frontend.check import check_def
-from compiler.frontend.diagnostics import ShapeError
 from compiler.frontend.parser import parse
 from compiler.poly.ranges import infer_ranges
 from compiler.shapes import bind_sizes, eval_bound_expr, infer_shapes, output_shapes

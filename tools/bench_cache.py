@@ -30,7 +30,7 @@ CASES = ("matmul", "conv2d", "conv2d_grad")
 
 _CHILD = """
 import json, sys, time
-import compiler, compiler.native, compiler.backward, compiler.autodiff
+import compiler, compiler.runtime.native, compiler.backward, compiler.autodiff
 from compiler.codegen.llvm import target_machine
 target_machine()
 compiler.define("def f(float(N) A) -> (B) { B(i) = A(i) }")  # imports of the front end

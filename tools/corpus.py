@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from compiler.frontend.diagnostics import TCError
+from compiler.diagnostics import TCError
 from tools.corpus_grad import NotApplicable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -81,7 +81,7 @@ def _check(work: Work) -> Work:
 
 
 def _roundtrip(work: Work) -> Work:
-    from compiler.frontend.diagnostics import InternalError
+    from compiler.diagnostics import InternalError
     from compiler.frontend.parser import parse
     from compiler.frontend.printer import print_module
 
@@ -93,7 +93,7 @@ def _roundtrip(work: Work) -> Work:
 
 
 def _ranges(work: Work) -> Work:
-    from compiler.frontend.diagnostics import RangeError
+    from compiler.diagnostics import RangeError
     from compiler.poly.ranges import infer_ranges
 
     ranged = infer_ranges(work.checked)

@@ -1,6 +1,6 @@
 """The `cuda-emulated` stage of tools.corpus: the generated CUDA C, run on the CPU.
 
-Every kernel runs through target="cuda-emulated" (`compiler.cuda_target`: the GPU
+Every kernel runs through target="cuda-emulated" (`compiler.runtime.cuda`: the GPU
 schedule and mapping, CUDA C, g++ with tcc's emulation header) on the `llvm` stage's
 inputs and must equal the reference evaluator (float32, and float64 where the def has
 a float64 variant); then, where the `grad` stage made a gradient point, the CUDA
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from compiler.frontend.diagnostics import InternalError
+from compiler.diagnostics import InternalError
 from tools.corpus_grad import NotApplicable
 from tools.corpus_interp import SKIPPED_CATEGORIES
 

@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.frontend.diagnostics import InternalError, TCError
+from compiler.diagnostics import InternalError, TCError
 from compiler.gradcheck import GradcheckError, as_float64, gradcheck
 from tools.corpus_interp import SKIPPED_CATEGORIES, _from_note, _input
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from compiler.diagnostics import InternalError, TCError
 from compiler.frontend.ast import ScalarType
-from compiler.frontend.diagnostics import InternalError, TCError
 from compiler.frontend.parser import parse
 from compiler.frontend.printer import print_def
 from tools.corpus_interp import _input

@@ -48,6 +48,7 @@ from compiler.autodiff.algebra import MaybeExpr
 from compiler.autodiff.rewrite import locate
 from compiler.autodiff.rules import CAST, UNSUPPORTED, vjp
 from compiler.autodiff.versions import Versions, analyse, full_box, recompute
+from compiler.diagnostics import InternalError, TCError
 from compiler.frontend.ast import (
     Access,
     AssignOp,
@@ -70,7 +71,6 @@ from compiler.frontend.ast import (
     Var,
 )
 from compiler.frontend.checked import RangedDef
-from compiler.frontend.diagnostics import InternalError, TCError
 from compiler.frontend.printer import print_expr
 from compiler.frontend.scopes import is_constant, name_supply, stmt_names, walk
 from compiler.frontend.source import Span

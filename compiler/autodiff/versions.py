@@ -26,6 +26,7 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 
 from compiler.autodiff.rewrite import inline_lets, locate, rename_reads
+from compiler.diagnostics import TCError
 from compiler.frontend.ast import (
     Access,
     AssignOp,
@@ -37,7 +38,6 @@ from compiler.frontend.ast import (
     Var,
 )
 from compiler.frontend.checked import RangedDef, Role
-from compiler.frontend.diagnostics import TCError
 from compiler.frontend.scopes import walk
 from compiler.names import NameSupply
 

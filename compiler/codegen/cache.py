@@ -82,7 +82,7 @@ from compiler.codegen.cache_files import (
 from compiler.codegen.llvm import JitCode
 from compiler.codegen.llvm_emit import symbol
 from compiler.codegen.runtime import CompiledFunction
-from compiler.frontend.diagnostics import InternalError, OptionsError
+from compiler.diagnostics import InternalError, OptionsError
 from compiler.loops import ir as L
 
 SCHEMA_VERSION = 2

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from compiler.codegen.cuda_map import AtomicAdd, GpuKernel, GpuProgram, PosDiv, PosMod
-from compiler.frontend.diagnostics import InternalError
+from compiler.diagnostics import InternalError
 from compiler.loops import (
     Assign,
     Bin,

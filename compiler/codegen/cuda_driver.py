@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from compiler.frontend.diagnostics import InternalError, TCError
+from compiler.diagnostics import InternalError, TCError
 
 
 class CudaUnavailable(TCError):

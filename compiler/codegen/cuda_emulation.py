@@ -28,7 +28,7 @@ import threading
 from dataclasses import dataclass
 
 from compiler.codegen.cuda_map import GpuKernel, GpuProgram
-from compiler.frontend.diagnostics import InternalError, OptionsError
+from compiler.diagnostics import InternalError, OptionsError
 
 HEADER = r"""// tcc's CUDA emulation header: the generated CUDA C, compiled by g++ for the CPU
 #include <cmath>

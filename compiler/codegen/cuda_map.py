@@ -38,7 +38,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from compiler.codegen.cuda_options import CudaOptions
-from compiler.frontend.diagnostics import InternalError
+from compiler.diagnostics import InternalError
 from compiler.loops import (
     Alloc,
     Assign,

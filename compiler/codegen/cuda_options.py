@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from compiler.frontend.diagnostics import OptionsError
+from compiler.diagnostics import OptionsError
 
 MAX_BLOCK = 1024
 MAX_GRID_X = 2**31 - 1

@@ -38,7 +38,7 @@ from llvmlite import ir
 
 from compiler.codegen.llvm_emit import FunctionEmitter, symbol
 from compiler.codegen.llvm_math import LIBM_SYMBOLS, load_vector_math
-from compiler.frontend.diagnostics import InternalError
+from compiler.diagnostics import InternalError
 from compiler.loops import (
     Function,
     verify,

@@ -15,7 +15,7 @@ from llvmlite import ir
 
 from compiler.codegen.llvm_math import MathEmitter, intrinsic
 from compiler.codegen.llvm_parallel import emit_parallel
-from compiler.frontend.diagnostics import InternalError
+from compiler.diagnostics import InternalError
 from compiler.loops import (
     Alloc,
     Assign,

@@ -37,7 +37,7 @@ from contextlib import contextmanager
 import llvmlite.binding as llvm
 from llvmlite import ir
 
-from compiler.frontend.diagnostics import InternalError
+from compiler.diagnostics import InternalError
 from compiler.loops import DType
 
 F32 = ir.FloatType()

@@ -36,7 +36,7 @@ from typing import Any
 
 from llvmlite import ir
 
-from compiler.frontend.diagnostics import InternalError
+from compiler.diagnostics import InternalError
 from compiler.loops import (
     Alloc,
     Block,

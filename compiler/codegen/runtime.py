@@ -23,7 +23,7 @@ for the call. Compiled code keeps no state, so several Python threads may call o
 CompiledFunction at once.
 
 Memory: the runtime keeps the last `MEMORY_CACHE_SIZE` compiled functions used (an LRU
-table: `compile_function` keys it by the Function's repr, `compiler.native` by the
+table: `compile_function` keys it by the Function's repr, `compiler.runtime.native` by the
 compile cache's key, `keep`); a CompiledFunction owns its MCJIT engine, which is freed
 with it once neither that table nor any kernel holds it (`live_functions()` counts the
 ones alive). The compile cache's in-memory half holds only weak references to code.
@@ -48,7 +48,7 @@ import numpy as np
 from compiler.codegen import cpu_parallel
 from compiler.codegen.llvm import _LLVM_LOCK, JitCode, _new_target_machine, jit, target_machine
 from compiler.codegen.llvm_parallel import gomp_launcher_module
-from compiler.frontend.diagnostics import OptionsError
+from compiler.diagnostics import OptionsError
 from compiler.loops import Function, check_arguments
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

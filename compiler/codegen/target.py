@@ -46,7 +46,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from compiler.frontend.diagnostics import InternalError, OptionsError, did_you_mean
+from compiler.diagnostics import InternalError, OptionsError, did_you_mean
 from compiler.loops import For, Function, LoopKind, Node, Visitor
 
 LoopPass = Callable[[Function], Function]

@@ -328,7 +328,7 @@ class Module:
 
     def get(self, name: str | None = None) -> Def:
         """The def called `name`, or the only def when `name` is None."""
-        from compiler.frontend.diagnostics import TCError, did_you_mean
+        from compiler.diagnostics import TCError, did_you_mean
 
         if name is None:
             if len(self.defs) == 1:

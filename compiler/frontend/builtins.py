@@ -7,7 +7,7 @@ multi-argument float functions as TC's semantic checker knew them, plus `min` an
 
 from __future__ import annotations
 
-from compiler.frontend.diagnostics import close_names
+from compiler.diagnostics import close_names
 
 ARITY: dict[str, int] = {
     # elementary

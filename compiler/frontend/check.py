@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from compiler.diagnostics import Diagnostic, SemanticError, Severity
 from compiler.frontend import ast
 from compiler.frontend.ast import (
     Access,
@@ -54,7 +55,6 @@ from compiler.frontend.ast import (
     Var,
 )
 from compiler.frontend.checked import CheckedDef, Role, StmtFacts, TensorInfo
-from compiler.frontend.diagnostics import Diagnostic, SemanticError, Severity
 from compiler.frontend.exprcheck import DefState, ExprChecker, plural
 from compiler.frontend.normalise import normalise_def
 from compiler.frontend.scopes import (

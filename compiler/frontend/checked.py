@@ -16,8 +16,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from compiler.diagnostics import Diagnostic, TCError
 from compiler.frontend.ast import Const, Def, Expr, ScalarType, Stmt, Var
-from compiler.frontend.diagnostics import Diagnostic, TCError
 from compiler.frontend.source import NO_SPAN, Span
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from compiler.diagnostics import InternalError
 from compiler.frontend.ast import (
     Access,
     Binary,
@@ -36,7 +37,6 @@ from compiler.frontend.ast import (
 )
 from compiler.frontend.builtins import ARITY, unknown_function_hint
 from compiler.frontend.checked import Role, TensorInfo
-from compiler.frontend.diagnostics import InternalError
 from compiler.frontend.scopes import Reporter, Signature, StmtScope, name_span, suggest
 from compiler.frontend.source import Span
 from compiler.frontend.types import INDEX_TYPE, call_type, promote, unary_type

@@ -24,8 +24,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from compiler.diagnostics import ParseError
 from compiler.frontend.ast import TYPE_NAMES
-from compiler.frontend.diagnostics import ParseError
 from compiler.frontend.source import Source, Span
 
 

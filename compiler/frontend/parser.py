@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from compiler.diagnostics import ParseError
 from compiler.frontend import ast
 from compiler.frontend.builtins import ARITY
-from compiler.frontend.diagnostics import ParseError
 from compiler.frontend.lexer import Token, TokenKind, tokenize
 from compiler.frontend.source import Source, Span
 

@@ -37,6 +37,7 @@ import enum
 import math
 import re
 
+from compiler.diagnostics import InternalError
 from compiler.frontend.ast import (
     TYPE_NAMES,
     Access,
@@ -63,7 +64,6 @@ from compiler.frontend.ast import (
     WhereClause,
 )
 from compiler.frontend.builtins import ARITY
-from compiler.frontend.diagnostics import InternalError
 
 INDENT = "    "
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from compiler.diagnostics import Diagnostic, Severity, did_you_mean
 from compiler.frontend.ast import (
     Access,
     Binary,
@@ -40,7 +41,6 @@ from compiler.frontend.ast import (
 )
 from compiler.frontend.builtins import ARITY
 from compiler.frontend.checked import Role, TensorInfo
-from compiler.frontend.diagnostics import Diagnostic, Severity, did_you_mean
 from compiler.frontend.source import Span
 from compiler.frontend.visit import children as children  # re-exported: the one
 from compiler.frontend.visit import walk as walk  # AST traversal lives in visit.py

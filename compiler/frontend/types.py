@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from compiler.diagnostics import InternalError
 from compiler.frontend.ast import (
     Access,
     Binary,
@@ -45,7 +46,6 @@ from compiler.frontend.ast import (
     Var,
 )
 from compiler.frontend.checked import CheckedDef, StmtFacts
-from compiler.frontend.diagnostics import InternalError
 
 INDEX_TYPE = ScalarType.INT32
 """The type of index variables and size parameters."""

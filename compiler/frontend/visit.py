@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 
+from compiler.diagnostics import InternalError
 from compiler.frontend.ast import (
     Access,
     Binary,
@@ -46,7 +47,6 @@ from compiler.frontend.ast import (
     Var,
     WhereClause,
 )
-from compiler.frontend.diagnostics import InternalError
 
 
 def children(expr: Expr) -> tuple[Expr, ...]:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from compiler.frontend.diagnostics import InternalError, ShapeError
+from compiler.diagnostics import InternalError, ShapeError
 from compiler.loops.ir import Bin, BinOp, Const, Expr, FloorDiv, Function, Max, Min, Mod, VarRef
 from compiler.loops.printer import print_expr
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.frontend.diagnostics import InternalError
+from compiler.diagnostics import InternalError
 from compiler.loops import mathref
 from compiler.loops.arguments import check_arguments
 from compiler.loops.ir import (

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from compiler.frontend.diagnostics import InternalError
+from compiler.diagnostics import InternalError
 
 
 class DType(enum.Enum):

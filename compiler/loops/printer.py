@@ -19,7 +19,7 @@ precedence with the fewest parentheses; `min max floordiv floormod` print as cal
 
 from __future__ import annotations
 
-from compiler.frontend.diagnostics import InternalError
+from compiler.diagnostics import InternalError
 from compiler.loops.ir import (
     Alloc,
     Assign,

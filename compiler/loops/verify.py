@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.frontend.diagnostics import InternalError
+from compiler.diagnostics import InternalError
 from compiler.loops.ir import (
     Alloc,
     Assign,

@@ -38,9 +38,9 @@ import islpy as isl
 import numpy as np
 
 from compiler import loops as L
+from compiler.diagnostics import InternalError
 from compiler.frontend.ast import AssignOp, Let
 from compiler.frontend.checked import RangedDef
-from compiler.frontend.diagnostics import InternalError
 from compiler.frontend.types import stmt_env
 from compiler.names import NameSupply
 from compiler.options import Options

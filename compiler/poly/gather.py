@@ -59,6 +59,7 @@ from collections.abc import Callable, Sequence
 
 import islpy as isl
 
+from compiler.diagnostics import InternalError, RangeError, TCError
 from compiler.frontend.ast import (
     Access,
     AssignOp,
@@ -76,7 +77,6 @@ from compiler.frontend.ast import (
 from compiler.frontend.builtins import ARITY
 from compiler.frontend.check import check_def
 from compiler.frontend.checked import Bound, RangedDef, StmtFacts
-from compiler.frontend.diagnostics import InternalError, RangeError, TCError
 from compiler.frontend.printer import print_def, print_expr, print_stmt
 from compiler.frontend.scopes import walk
 from compiler.frontend.visit import substitute

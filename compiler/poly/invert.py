@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import islpy as isl
 
+from compiler.diagnostics import InternalError
 from compiler.frontend.ast import Binary, BinOp, Const, Expr, ScalarType, Var
-from compiler.frontend.diagnostics import InternalError
 from compiler.frontend.visit import Mutator
 from compiler.poly.isl_bridge import StmtSpace, aff_to_expr, condition_of, pwaff_to_expr
 

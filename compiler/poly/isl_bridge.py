@@ -35,6 +35,7 @@ from fractions import Fraction
 
 import islpy as isl
 
+from compiler.diagnostics import InternalError
 from compiler.frontend.ast import (
     Binary,
     BinOp,
@@ -51,7 +52,6 @@ from compiler.frontend.ast import (
     UnaryOp,
     Var,
 )
-from compiler.frontend.diagnostics import InternalError
 
 _SET = isl.dim_type.set
 _PARAM = isl.dim_type.param

@@ -4,7 +4,7 @@ Part of `poly.astgen`. `ExprLowering(...).value(e)` gives the loop-IR expression
 TC expression in its TC type (`compiler.frontend.types`), with a `Cast` wherever TC
 promotes; `index(e)` gives a subscript as int64.
 
-Semantics matched to the reference evaluator (`compiler.interp_expr`):
+Semantics matched to the reference evaluator (`compiler.interp.expr`):
 - index variables and sizes are int32 values (`Cast(int32, i)`); subscripts made only
   of index variables, sizes, int constants, `+ - *` are computed in int64 directly;
 - integer `/` and `%` are Euclidean (Halide's): `r = a mod |b|` (floor modulo, never
@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from compiler import loops as L
+from compiler.diagnostics import InternalError, SemanticError
 from compiler.frontend.ast import (
     Access,
     Binary,
@@ -48,7 +49,6 @@ from compiler.frontend.ast import (
     UnaryOp,
     Var,
 )
-from compiler.frontend.diagnostics import InternalError, SemanticError
 from compiler.frontend.types import INDEX_TYPE, call_type, promote
 
 I64 = L.DType.INT64

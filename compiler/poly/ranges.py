@@ -53,6 +53,7 @@ from collections.abc import Sequence
 
 import islpy as isl
 
+from compiler.diagnostics import Diagnostic, RangeError, Severity
 from compiler.frontend.ast import (
     Access,
     Binary,
@@ -65,7 +66,6 @@ from compiler.frontend.ast import (
     Var,
 )
 from compiler.frontend.checked import Bound, CheckedDef, RangedDef, Role, StmtFacts
-from compiler.frontend.diagnostics import Diagnostic, RangeError, Severity
 from compiler.frontend.printer import print_expr
 from compiler.frontend.scopes import walk
 from compiler.frontend.source import NO_SPAN, Span

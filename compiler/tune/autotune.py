@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.frontend.diagnostics import InternalError, OptionsError, TCError
+from compiler.diagnostics import InternalError, OptionsError, TCError
 from compiler.options import Options
 from compiler.tune.executors import DEFAULT_TIMEOUT_S, compare_by_measures, make_executor
 from compiler.tune.job import Outcome, TuneJob, compare
@@ -351,7 +351,7 @@ def _compile_cache(cache: object) -> object:
 def _as_array(info: Any, value: Any) -> Any:
     if isinstance(value, np.ndarray):
         return np.ascontiguousarray(value) if value.ndim else value
-    from compiler.interp_expr import NP_DTYPE
+    from compiler.interp.expr import NP_DTYPE
 
     if info.rank == 0 and isinstance(value, (int, float, bool, np.generic)):
         return np.asarray(value, dtype=NP_DTYPE[info.dtype])
@@ -363,7 +363,7 @@ def _gradient_inputs(
 ) -> tuple[np.ndarray, ...]:
     """The gradient def's parameters by name: forward inputs, forward outputs, and
     `<output>_grad` drawn from `seed`."""
-    from compiler.interp_expr import NP_DTYPE
+    from compiler.interp.expr import NP_DTYPE
 
     rng = np.random.default_rng(seed)
     checked = forward.ranged.checked

@@ -17,7 +17,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
-from compiler.frontend.diagnostics import OptionsError
+from compiler.diagnostics import OptionsError
 
 if TYPE_CHECKING:
     from compiler.tune.store import OptionsStore
@@ -87,7 +87,7 @@ def _tune(args: argparse.Namespace, store: OptionsStore) -> int:
     import numpy as np
 
     from compiler.cli import _parse_shape, read_source
-    from compiler.interp_expr import NP_DTYPE
+    from compiler.interp.expr import NP_DTYPE
     from compiler.kernel import Kernel
     from compiler.shapes import bind_sizes
     from compiler.tune.autotune import autotune

@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from compiler.frontend.diagnostics import OptionsError
+from compiler.diagnostics import OptionsError
 from compiler.tune import job as J
 from compiler.tune import worker as W
 from compiler.tune.job import Outcome, TuneJob

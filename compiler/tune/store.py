@@ -37,7 +37,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from compiler.frontend.diagnostics import OptionsError
+from compiler.diagnostics import OptionsError
 from compiler.tune.space import options_from_json, options_to_json
 
 SCHEMA = 1

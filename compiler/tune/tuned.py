@@ -74,7 +74,7 @@ class TunedKernel(Kernel):
         return kernel(*arrays, out=out)
 
     def _lookup(self, signature: tuple[tuple[int, ...], ...]) -> Kernel:
-        from compiler.interp_expr import NP_DTYPE
+        from compiler.interp.expr import NP_DTYPE
 
         infos = self.ranged.checked.inputs
         if len(signature) != len(infos) or self.target == "interp":

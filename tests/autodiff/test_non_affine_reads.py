@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from compiler.backward import grad
-from compiler.frontend.diagnostics import TCError
+from compiler.diagnostics import TCError
 from compiler.gradcheck import gradcheck
 from compiler.kernel import define
 

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 import compiler
-import compiler.native as native
+import compiler.runtime.native as native
 from compiler import pipeline
 from compiler.codegen import cache as C
-from compiler.frontend.diagnostics import OptionsError, ShapeError
+from compiler.diagnostics import OptionsError, ShapeError
 from compiler.loops import DType
 from compiler.options import Options
 

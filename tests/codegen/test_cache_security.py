@@ -48,7 +48,7 @@ def _entry(directory: Path) -> Path:
 
 
 def _key(src: str) -> str:
-    import compiler.native as native
+    import compiler.runtime.native as native
     from compiler.options import Options
 
     return C.cache_key(native.program_key(compiler.define(src, target="interp").ranged, Options()))

@@ -15,11 +15,11 @@ import pytest
 
 from compiler.backward import grad
 from compiler.codegen.cuda_options import CudaOptions
-from compiler.cuda_target import compile_cuda
 from compiler.frontend.check import check_def
 from compiler.frontend.parser import parse
 from compiler.kernel import define
 from compiler.poly.ranges import infer_ranges
+from compiler.runtime.cuda import compile_cuda
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.tc"))
@@ -80,7 +80,7 @@ def test_nvcc_compiles_every_example_and_gradient_without_warnings(tmp_path: Pat
 
 @pytest.mark.skipif(_gpu_present(), reason="a GPU is present")
 def test_cuda_target_without_a_gpu_is_a_clear_error() -> None:
-    from compiler.frontend.diagnostics import TCError
+    from compiler.diagnostics import TCError
 
     with pytest.raises(TCError, match="GPU|cuda-bindings") as err:
         define("def f(float(N) A) -> (B) { B(i) = A(i) * 2.0 }", target="cuda")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from compiler.codegen.cuda_options import CudaOptions
-from compiler.frontend.diagnostics import OptionsError, ShapeError
+from compiler.diagnostics import OptionsError, ShapeError
 from compiler.kernel import define
 from tests.codegen.test_llvm_e2e import CASES
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from compiler.codegen.cuda_options import CudaOptions
-from compiler.frontend.diagnostics import ShapeError
+from compiler.diagnostics import ShapeError
 from compiler.kernel import define
 from tests.codegen.test_cuda_emulated import ODD, ONES, SMALL, _inputs
 

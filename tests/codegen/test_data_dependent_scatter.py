@@ -17,9 +17,9 @@ import pytest
 import compiler
 from compiler import cli, pipeline
 from compiler.codegen import cache as C
+from compiler.diagnostics import ShapeError
 from compiler.frontend.check import check_def
 from compiler.frontend.checked import RangedDef
-from compiler.frontend.diagnostics import ShapeError
 from compiler.frontend.parser import parse
 from compiler.loops import For, Function, LoopKind, Visitor
 from compiler.poly.build import build_statements

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from compiler import loops
+from compiler.diagnostics import ShapeError
 from compiler.frontend.check import check_def
-from compiler.frontend.diagnostics import ShapeError
 from compiler.kernel import define
 from compiler.options import Options
 from compiler.poly.astgen import lower

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from compiler.codegen import compile_function, run_chunks
-from compiler.frontend.diagnostics import OptionsError, ShapeError, TCError
+from compiler.diagnostics import OptionsError, ShapeError, TCError
 from tests.codegen.kit import F32, add, buf, c, func, load, mul, out, pfor, store
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from compiler import loops as L
+from compiler.diagnostics import OptionsError
 from compiler.frontend.check import check_def
-from compiler.frontend.diagnostics import OptionsError
 from compiler.frontend.parser import parse
 from compiler.kernel import define
 from compiler.options import Options

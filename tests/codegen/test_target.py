@@ -19,7 +19,7 @@ from compiler.codegen.target import (
     register_target,
     target_names,
 )
-from compiler.frontend.diagnostics import InternalError, OptionsError
+from compiler.diagnostics import InternalError, OptionsError
 from compiler.loops import Function, LoopKind
 from compiler.options import Options
 from tests.codegen.kit import F32, add, buf, c, func, load, loop, out, store

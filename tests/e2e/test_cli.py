@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from compiler import cli
-from compiler.frontend.diagnostics import InternalError
+from compiler.diagnostics import InternalError
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.tc"))
@@ -247,7 +247,7 @@ def test_internal_error_exits_2_with_traceback(tmp_path: Path) -> None:
     (tmp_path / "m.tc").write_text(MATMUL)
     script = (
         "import sys, compiler.cli as cli, compiler.frontend.parser as p\n"
-        "from compiler.frontend.diagnostics import InternalError\n"
+        "from compiler.diagnostics import InternalError\n"
         "def boom(*a, **k): raise InternalError('invariant broken')\n"
         "p.parse = boom\n"
         "sys.exit(cli.main(['check', 'm.tc']))\n"

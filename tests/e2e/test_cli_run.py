@@ -13,7 +13,7 @@ import pytest
 
 import compiler
 from compiler import OptionsError
-from compiler.cli_run import parse_ranges, parse_shapes
+from compiler.cli.execute import parse_ranges, parse_shapes
 from compiler.poly.flops import count_flops
 from compiler.shapes import bind_sizes
 
@@ -148,8 +148,8 @@ def test_gradient_loops_leave_out_warnings_about_invented_sizes() -> None:
 def test_actionable_keeps_warnings_about_the_users_sizes() -> None:
     from types import SimpleNamespace
 
-    from compiler.cli_run import actionable
-    from compiler.frontend.diagnostics import Diagnostic, Severity
+    from compiler.cli.execute import actionable
+    from compiler.diagnostics import Diagnostic, Severity
 
     ranged = SimpleNamespace(checked=SimpleNamespace(size_params=("N", "O_D1")))
     mine = Diagnostic(Severity.WARNING, "cannot prove that `A(i + N)` stays in bounds")

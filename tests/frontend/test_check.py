@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from compiler.diagnostics import SemanticError, Severity
 from compiler.frontend.ast import (
     Access,
     AssignOp,
@@ -37,7 +38,6 @@ from compiler.frontend.ast import (
 )
 from compiler.frontend.check import check_def, check_module
 from compiler.frontend.checked import CheckedDef, Role
-from compiler.frontend.diagnostics import SemanticError, Severity
 from compiler.frontend.parser import parse
 from compiler.frontend.scopes import var_uses, walk, where_exprs
 from compiler.frontend.types import expr_type, stmt_env

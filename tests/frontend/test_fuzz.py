@@ -17,9 +17,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from compiler.diagnostics import ParseError, TCError
 from compiler.frontend import ast
 from compiler.frontend.astdump import dump
-from compiler.frontend.diagnostics import ParseError, TCError
 from compiler.frontend.lexer import KEYWORDS, tokenize
 from compiler.frontend.parser import parse
 from compiler.frontend.source import Source

@@ -6,8 +6,8 @@ import pytest
 
 import compiler
 from compiler import OptionsError, SemanticError, TCError
+from compiler.diagnostics import close_names, did_you_mean, edit_distance
 from compiler.frontend.builtins import ARITY
-from compiler.frontend.diagnostics import close_names, did_you_mean, edit_distance
 
 
 def _hint(source: str) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from compiler.diagnostics import ParseError
 from compiler.frontend.astdump import dump_tokens
-from compiler.frontend.diagnostics import ParseError
 from compiler.frontend.lexer import Token, TokenKind, tokenize
 from compiler.frontend.source import Source
 

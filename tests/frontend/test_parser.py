@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from compiler.diagnostics import ParseError
 from compiler.frontend import ast
 from compiler.frontend.ast import (
     Access,
@@ -27,7 +28,6 @@ from compiler.frontend.ast import (
     Var,
 )
 from compiler.frontend.astdump import dump
-from compiler.frontend.diagnostics import ParseError
 from compiler.frontend.parser import MAX_DEPTH, parse, parse_expr
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"

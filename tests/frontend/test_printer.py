@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 
+from compiler.diagnostics import InternalError, ParseError
 from compiler.frontend.ast import (
     Access,
     AssignOp,
@@ -32,7 +33,6 @@ from compiler.frontend.ast import (
     UnaryOp,
     Var,
 )
-from compiler.frontend.diagnostics import InternalError, ParseError
 from compiler.frontend.parser import parse_expr
 from compiler.frontend.printer import print_def, print_expr, print_module, print_stmt, print_where
 from tests.frontend.strategies import exprs

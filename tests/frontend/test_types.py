@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from compiler.diagnostics import InternalError
 from compiler.frontend.ast import (
     Access,
     Binary,
@@ -22,7 +23,6 @@ from compiler.frontend.ast import (
     Var,
 )
 from compiler.frontend.check import check_def
-from compiler.frontend.diagnostics import InternalError
 from compiler.frontend.parser import parse
 from compiler.frontend.types import (
     call_type,

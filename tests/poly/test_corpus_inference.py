@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from compiler.diagnostics import RangeError, SemanticError
 from compiler.frontend.check import check_def
-from compiler.frontend.diagnostics import RangeError, SemanticError
 from compiler.frontend.parser import parse
 from compiler.poly.ranges import infer_ranges
 from compiler.shapes import eval_bound_expr

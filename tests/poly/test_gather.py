@@ -15,10 +15,10 @@ import dataclasses
 import numpy as np
 import pytest
 
+from compiler.diagnostics import RangeError
 from compiler.frontend.ast import Access, Var
 from compiler.frontend.check import check_def
 from compiler.frontend.checked import RangedDef
-from compiler.frontend.diagnostics import RangeError
 from compiler.frontend.parser import parse
 from compiler.frontend.printer import print_def
 from compiler.interp import evaluate

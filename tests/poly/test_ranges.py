@@ -11,10 +11,10 @@ from __future__ import annotations
 import islpy as isl
 import pytest
 
+from compiler.diagnostics import RangeError, Severity
 from compiler.frontend.ast import Var
 from compiler.frontend.check import check_def
 from compiler.frontend.checked import RangedDef
-from compiler.frontend.diagnostics import RangeError, Severity
 from compiler.frontend.parser import parse
 from compiler.frontend.printer import print_def
 from compiler.poly.isl_bridge import StmtSpace, condition_of

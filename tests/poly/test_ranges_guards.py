@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 import compiler
+from compiler.diagnostics import RangeError
 from compiler.frontend.ast import CmpOp, Compare, Expr, RangeConstraint, Var
 from compiler.frontend.check import check_def
 from compiler.frontend.checked import RangedDef
-from compiler.frontend.diagnostics import RangeError
 from compiler.frontend.parser import parse
 from compiler.poly.accesses import reads_of
 from compiler.poly.isl_bridge import StmtSpace, condition_of

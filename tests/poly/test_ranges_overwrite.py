@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import compiler
-from compiler.frontend.diagnostics import RangeError
+from compiler.diagnostics import RangeError
 
 PARTIAL = (
     "def f(float(N) I) -> (B) {\n"

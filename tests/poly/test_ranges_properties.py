@@ -17,9 +17,9 @@ import itertools
 from hypothesis import assume, event, given
 from hypothesis import strategies as st
 
+from compiler.diagnostics import RangeError, SemanticError
 from compiler.frontend.ast import RangeConstraint, Var
 from compiler.frontend.check import check_def
-from compiler.frontend.diagnostics import RangeError, SemanticError
 from compiler.frontend.parser import parse
 from compiler.poly.ranges import infer_ranges
 from compiler.shapes import eval_bound_expr

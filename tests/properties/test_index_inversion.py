@@ -31,9 +31,9 @@ import numpy as np
 from hypothesis import assume, event, given
 from hypothesis import strategies as st
 
+from compiler.diagnostics import TCError
 from compiler.frontend.ast import RangeConstraint, Var
 from compiler.frontend.checked import RangedDef
-from compiler.frontend.diagnostics import TCError
 from compiler.interp import evaluate
 from compiler.pipeline import run
 from compiler.poly.gather import remaining_scatters, scatter_to_gather

@@ -13,7 +13,7 @@ F = torch.nn.functional
 
 import compiler.torch as tct  # noqa: E402
 from compiler import OptionsError, ShapeError, TCError  # noqa: E402
-from compiler.torch_convert import array_to_tensor, tensor_to_array  # noqa: E402
+from compiler.torch.convert import array_to_tensor, tensor_to_array  # noqa: E402
 from tests.torch_layers.tc_layers import CONV, CONV_BIAS, SCALE, as_double  # noqa: E402
 
 TOL = {"atol": 1e-4, "rtol": 1e-4}

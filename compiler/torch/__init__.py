@@ -9,12 +9,12 @@
     layer = tct.Layer(src, "conv2d", params={"W1": (4, 3, 3, 3), "B": (4,)})  # nn.Module
 
 `define` compiles the def once (`compiler.kernel.Kernel`) and returns a `TCLayer`.
-Calling it converts each tensor without copying (`compiler.torch_convert`), runs
+Calling it converts each tensor without copying (`compiler.torch.convert`), runs
 the kernel and returns one tensor per output sharing the kernel's result memory.
 
 With `training=True`, when autograd is recording and some input requires grad, the
 call goes through a `torch.autograd.Function`: the forward saves its inputs and
-outputs; the backward (`compiler.torch_grad`) runs the AD-derived gradient kernel for
+outputs; the backward (`compiler.torch.grad`) runs the AD-derived gradient kernel for
 exactly the inputs whose `ctx.needs_input_grad` is set, or the user's `backward=` def
 (TC's convention: forward inputs, optionally forward outputs, then output gradients;
 outputs: the input gradients in order). `reorder_function` maps the list of output
@@ -45,11 +45,11 @@ except ImportError as err:  # pragma: no cover - exercised by a test that hides 
     ) from err
 
 
-from compiler.frontend.diagnostics import OptionsError, TCError
+from compiler.diagnostics import OptionsError, TCError
 from compiler.kernel import Kernel
 from compiler.options import as_options
-from compiler.torch_convert import array_to_tensor, tensor_to_array, torch_dtype
-from compiler.torch_grad import GradientRunner
+from compiler.torch.convert import array_to_tensor, tensor_to_array, torch_dtype
+from compiler.torch.grad import GradientRunner
 
 ReorderFunction = Callable[[list[torch.Tensor]], Sequence[torch.Tensor]]
 
@@ -287,6 +287,6 @@ def _grad_array(grad: Any, position: int) -> Any:
 
 __all__ = ["TCLayer", "define"]
 
-from compiler.torch_module import Layer  # noqa: E402  (the nn.Module wrapper)
+from compiler.torch.module import Layer  # noqa: E402  (the nn.Module wrapper)
 
 __all__ += ["Layer"]

@@ -60,6 +60,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from compiler.diagnostics import InternalError, ShapeError, TCError
 from compiler.frontend.ast import (
     Access,
     AssignOp,
@@ -69,9 +70,8 @@ from compiler.frontend.ast import (
     Var,
 )
 from compiler.frontend.checked import RangedDef, StmtFacts
-from compiler.frontend.diagnostics import InternalError, ShapeError, TCError
-from compiler.interp_domain import Box, Domain, build_domain, chunk_boxes, grid_names, tensors_read
-from compiler.interp_expr import NP_DTYPE, Grid, Value, evaluate_expr
+from compiler.interp.domain import Box, Domain, build_domain, chunk_boxes, grid_names, tensors_read
+from compiler.interp.expr import NP_DTYPE, Grid, Value, evaluate_expr
 from compiler.shapes import output_shapes
 
 CHUNK_POINTS = 1 << 22

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from compiler.diagnostics import InternalError
 from compiler.frontend.ast import (
     Access,
     Binary,
@@ -35,8 +36,7 @@ from compiler.frontend.ast import (
     Var,
 )
 from compiler.frontend.checked import StmtFacts
-from compiler.frontend.diagnostics import InternalError
-from compiler.interp_expr import Grid, Value, evaluate_expr
+from compiler.interp.expr import Grid, Value, evaluate_expr
 
 Box = tuple[tuple[int, int], ...]
 """Per grid axis, a half-open interval [start, stop) of variable values."""

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.frontend.diagnostics import Diagnostic, OptionsError, TCError
+from compiler.diagnostics import Diagnostic, OptionsError, TCError
 
 TARGET_CHOICES = ("llvm", "interp")
 
@@ -92,7 +92,7 @@ def actionable(
     kept = [w for w in warnings if not pattern.search(w.message)]
     dropped = len(warnings) - len(kept)
     if dropped:
-        from compiler.frontend.diagnostics import Severity
+        from compiler.diagnostics import Severity
 
         sizes = ", ".join(sorted(invented))
         kept.append(

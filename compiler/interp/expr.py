@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from compiler.diagnostics import InternalError, ShapeError
 from compiler.frontend.ast import (
     Access,
     Binary,
@@ -38,9 +39,8 @@ from compiler.frontend.ast import (
     UnaryOp,
     Var,
 )
-from compiler.frontend.diagnostics import InternalError, ShapeError
 from compiler.frontend.types import call_type, promote, unary_type
-from compiler.interp_builtins import builtin
+from compiler.interp.builtins import builtin
 
 NP_DTYPE: dict[ScalarType, type[np.generic]] = {
     ScalarType.BOOL: np.bool_,

@@ -6,7 +6,7 @@
     tcc infer FILE [--entry NAME] [--shape A=4,5 ...]
                                    inferred ranges and output shapes (symbolic, concrete)
     tcc compile, tcc gradcheck, tcc run, tcc cache: see `tcc COMMAND --help`
-                                   (gradcheck and run live in `compiler/cli_run.py`)
+                                   (gradcheck and run live in `compiler/cli/execute.py`)
 
 Exit codes: 0 success; 1 a user error (bad TC, a missing or unreadable file, a
 bad flag), printed without a traceback; 2 a compiler bug (an `InternalError` or
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from compiler import cli_run
-from compiler.frontend.diagnostics import Diagnostic, TCError
+from compiler.cli import execute as cli_run
+from compiler.diagnostics import Diagnostic, TCError
 
 if TYPE_CHECKING:
     from compiler.frontend.ast import Expr, Module
@@ -258,7 +258,7 @@ def _add_infer_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
-    from compiler.frontend.diagnostics import OptionsError
+    from compiler.diagnostics import OptionsError
 
     name, sep, dims = text.partition("=")
     try:
@@ -300,7 +300,7 @@ def _run_infer(args: argparse.Namespace) -> int:
 
 def _concrete(lo: Expr, hi: Expr, sizes: dict[str, int] | None) -> str:
     """`  = 0:8` for bounds of the sizes alone, when sizes are known."""
-    from compiler.frontend.diagnostics import InternalError
+    from compiler.diagnostics import InternalError
     from compiler.shapes import eval_bound_expr
 
     if sizes is None:
@@ -352,7 +352,7 @@ def _run_compile(args: argparse.Namespace) -> int:
     """One pipeline run: up to `gather`/`grad` for --grad, `lower` for --emit loops,
     `codegen` for --emit llvm, or the last pass that --dump-after names."""
     from compiler import pipeline
-    from compiler.frontend.diagnostics import OptionsError
+    from compiler.diagnostics import OptionsError
 
     dumps = set(args.dump_after)
     if not args.grad and args.emit is None and not dumps:
@@ -361,7 +361,7 @@ def _run_compile(args: argparse.Namespace) -> int:
             hint="pass --emit loops|llvm|cuda, --grad or --dump-after",
         )
     text, filename = read_source(args.file)
-    # --emit cuda: the CUDA target lowers a RangedDef itself (compiler.cuda_target)
+    # --emit cuda: the CUDA target lowers a RangedDef itself (compiler.runtime.cuda)
     goal = {"loops": "lower", "llvm": "codegen"}.get(args.emit or "", "")
     if not goal:
         goal = ("gather" if args.form == "gather" else "grad") if args.grad else "ranges"
@@ -388,7 +388,7 @@ def _run_compile(args: argparse.Namespace) -> int:
             diagnostics = cli_run.actionable(diagnostics, results["grad"], user_sizes)
         print_diagnostics(diagnostics)
     if args.emit == "cuda":
-        from compiler.cuda_target import cuda_source
+        from compiler.runtime.cuda import cuda_source
 
         print(cuda_source(results[goal]), end="")
     elif args.emit is not None or args.grad:

@@ -29,9 +29,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from compiler.diagnostics import ShapeError, TCError, did_you_mean
 from compiler.frontend.checked import TensorInfo
-from compiler.frontend.diagnostics import ShapeError, TCError, did_you_mean
-from compiler.torch_convert import check_device, torch_dtype
+from compiler.torch.convert import check_device, torch_dtype
 
 
 class Layer(nn.Module):

@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from compiler.diagnostics import ShapeError, TCError
 from compiler.frontend.ast import ScalarType
 from compiler.frontend.checked import TensorInfo
-from compiler.frontend.diagnostics import ShapeError, TCError
-from compiler.interp_expr import NP_DTYPE
+from compiler.interp.expr import NP_DTYPE
 
 # torch.from_numpy knows each NumPy dtype's tensor dtype: derive the table from it.
 TORCH_DTYPE: dict[ScalarType, torch.dtype] = {

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from compiler.backward import gradient_ranged
-from compiler.frontend.diagnostics import InternalError, ShapeError, TCError
+from compiler.diagnostics import InternalError, ShapeError, TCError
 from compiler.kernel import Kernel, define_ranged
 from compiler.options import Options
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from compiler.frontend.diagnostics import ShapeError
-from compiler.interp_expr import NP_DTYPE
+from compiler.diagnostics import ShapeError
+from compiler.interp.expr import NP_DTYPE
 from compiler.poly.astgen import ERROR_BUFFER
 from compiler.shapes import bind_sizes, output_shapes
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from compiler.native import NativeProgram
+    from compiler.runtime.native import NativeProgram
 
 MAX_PLANS = 32
 _NDARRAY = np.ndarray

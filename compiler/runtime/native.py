@@ -44,9 +44,9 @@ from compiler.codegen.runtime import (
     thread_count,
 )
 from compiler.codegen.target import get_target, prepare
+from compiler.diagnostics import InternalError, ShapeError
 from compiler.frontend.ast import Access
 from compiler.frontend.checked import RangedDef
-from compiler.frontend.diagnostics import InternalError, ShapeError
 from compiler.frontend.printer import print_def, print_expr
 from compiler.loops import Function, check_arguments
 from compiler.options import Options

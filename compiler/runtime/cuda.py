@@ -35,8 +35,8 @@ from compiler.codegen.cuda_options import (
     CudaOptions,
     as_cuda_options,
 )
+from compiler.diagnostics import OptionsError, ShapeError
 from compiler.frontend.checked import RangedDef
-from compiler.frontend.diagnostics import OptionsError, ShapeError
 from compiler.loops import DType, check_arguments, eval_expr, eval_size_expr
 from compiler.poly.astgen import ERROR_BUFFER, Lowered
 from compiler.poly.gpu_lower import lower_gpu
@@ -200,7 +200,7 @@ class CudaProgram:
     def _read_error(
         self, check_id: int, value: int, arrays: Mapping[str, np.ndarray]
     ) -> ShapeError:
-        from compiler.native import NativeProgram
+        from compiler.runtime.native import NativeProgram
 
         # the LLVM target's wording; it reads only `self.lowered.checks`
         return NativeProgram._read_error(self, check_id, value, arrays)  # type: ignore[arg-type]

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from compiler.frontend.diagnostics import SemanticError
+from compiler.diagnostics import SemanticError
 from compiler.frontend.source import NO_SPAN, Span
 
 Fn = Callable[..., np.ndarray]
