@@ -141,3 +141,22 @@ def test_directional_check_catches_a_wrong_vjp() -> None:
     assert _directional(ScatterForm(forward, text), report.point, "t").startswith("t: directional")
     with pytest.raises(GradcheckError, match="directional gradcheck failed for input 'A'"):
         _directional(Halved(forward, text), report.point, "t")
+
+
+def test_scatter_kept_at_the_isl_budget_is_reported_not_unexpected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import compiler.poly.gather as gather
+
+    monkeypatch.setattr(gather, "MAX_OPERATIONS", 1000)  # the conv's A_grad gather gives up
+    results = run(tmp_path, [("conv.tc", CONV, "conv", {"inputs": {"A": [30], "W": [5]}})])
+    res = results["conv.tc"]
+    assert not res.unexpected, res.stages
+    assert stage(res, "grad-llvm").status is corpus.Status.PASSED  # serial, still right
+    (kept,) = res.gradient.scatters
+    assert kept.budget and not kept.data_dependent
+    assert kept.statement.startswith("A_grad(i + k) +=! ")
+    assert any("gave up on `A_grad(i + k) +=! ...`" in n for n in res.gradient.notes)
+    assert "affine, kept at the gather pass's isl budget (serial)" in format_gradients(
+        list(results.values())
+    )
