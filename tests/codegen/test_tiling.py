@@ -114,14 +114,21 @@ def test_model_keeps_the_batch_loop_parallel_and_outermost() -> None:
 
 
 def test_model_does_not_tile_convolutions_and_tile_off_is_untiled() -> None:
-    conv = [lp.var for lp in _loops(_main_nest("conv2d", Options(unroll=1, block=1, register_tile=1)))]
+    conv = [
+        lp.var for lp in _loops(_main_nest("conv2d", Options(unroll=1, block=1, register_tile=1)))
+    ]
     assert not any(v.endswith("_t") for v in conv)
-    plain = [lp.var for lp in _loops(_main_nest("matmul", Options(unroll=1, block=1, register_tile=1, tile=())))]
+    plain = [
+        lp.var
+        for lp in _loops(_main_nest("matmul", Options(unroll=1, block=1, register_tile=1, tile=())))
+    ]
     assert plain == ["m", "k", "n"]
 
 
 def test_only_the_first_reduction_loop_is_tiled() -> None:
-    main = _main_nest("conv2d", Options(unroll=1, block=1, register_tile=1, tile=(1, 1, 1, 2, 2, 2, 4)))
+    main = _main_nest(
+        "conv2d", Options(unroll=1, block=1, register_tile=1, tile=(1, 1, 1, 2, 2, 2, 4))
+    )
     names = [lp.var for lp in _loops(main)]
     assert names[:3] == ["n", "c_t", "w_t"]
     assert "kh_t" not in names and "kw_t" not in names
