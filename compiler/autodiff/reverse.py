@@ -46,6 +46,7 @@ from collections.abc import Iterable, Iterator
 from compiler.autodiff import algebra as al
 from compiler.autodiff.algebra import MaybeExpr
 from compiler.autodiff.copies import propagate_copies
+from compiler.autodiff.reuse import Saved, reuse_forward, saved_outputs
 from compiler.autodiff.rules import CAST, UNSUPPORTED, vjp
 from compiler.autodiff.versions import Versions, analyse, full_box, recompute
 from compiler.frontend.ast import (
@@ -147,6 +148,9 @@ class _Reverse:
                 self.stmts.append(
                     Stmt(Access(self.in_grad[name], idx), AssignOp.ASSIGN, zero, where)
                 )
+        # Ordering: after every contribution is emitted, before the recomputed versions
+        # are chosen (a reused output is read as it is; nothing of it is recomputed).
+        self.stmts = reuse_forward(self.stmts, self._saved())
         head, written = recompute(self.v, self.needed)
         versions = [Param(self.v.name(t, k), self.v.dtype(t), self.v.dims(t)) for t, k in written]
         return self._assemble(head + self.stmts, versions)
@@ -173,6 +177,18 @@ class _Reverse:
         outputs = (*grads_out, *versions, *self.extra)
         _check_unique(params + outputs)
         return Def(self.def_name, params, outputs, tuple(stmts))
+
+    def _saved(self) -> list[Saved]:
+        """Forward outputs written once by `=`, whose values the gradient may read back."""
+        stmts = []
+        for index, stmt in enumerate(self.v.stmts):
+            if stmt.op is AssignOp.ASSIGN and self.v.final(stmt.lhs.name) == 1:
+                try:
+                    stmts.append(self.v.versioned_reads(stmt, index))
+                except TCError:
+                    continue  # reads an output before it is written: not a candidate
+        outputs = {t.name for t in self.checked.outputs}
+        return saved_outputs(stmts, outputs, self.checked.size_params)
 
     # --------------------------------------------------------------- activity
 

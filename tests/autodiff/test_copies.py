@@ -64,3 +64,31 @@ def test_a_copy_whose_source_changes_later_stays() -> None:
     ).get()
     kept = propagate_copies(d2, keep=1)
     assert "T(i) = R(i)" in print_def(kept)  # R is written after the copy
+
+
+# ------------------------------------------------------------ reuse of the forward
+
+SOFTMAX = (ROOT / "examples" / "softmax.tc").read_text()
+
+
+def test_softmax_gradient_reads_the_saved_exp() -> None:
+    text = compiler.grad(SOFTMAX, form="scatter")
+    assert "exp(" not in text
+    assert "shifted_grad_acc(n, d) * shifted(n, d)" in text
+    rng = np.random.default_rng(5)
+    check(SOFTMAX, rng.standard_normal((3, 5)))
+
+
+def test_reuse_needs_the_same_ranges_and_a_costly_expression() -> None:
+    shifted = (  # `E` covers only d in 0:D - 1: the gradient's exp over 0:D stays
+        "def f(float(N, D) X) -> (E, S) {\n"
+        "    E(n, d) = exp(X(n, d)) where d in 0:D - 1\n"
+        "    S(n) +=! exp(X(n, d)) * E(n, 0)\n"
+        "}\n"
+    )
+    text = compiler.grad(shifted, form="scatter")
+    assert "exp(X(n, d))" in text
+    cheap = "def g(float(N) X) -> (E, S) {\n    E(n) = X(n) * X(n)\n    S(n) = E(n) * X(n) * X(n)\n}\n"
+    assert "X(n) * X(n)" in compiler.grad(cheap, form="scatter")
+    rng = np.random.default_rng(6)
+    check(shifted, rng.standard_normal((2, 4)))
