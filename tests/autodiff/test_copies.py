@@ -88,7 +88,9 @@ def test_reuse_needs_the_same_ranges_and_a_costly_expression() -> None:
     )
     text = compiler.grad(shifted, form="scatter")
     assert "exp(X(n, d))" in text
-    cheap = "def g(float(N) X) -> (E, S) {\n    E(n) = X(n) * X(n)\n    S(n) = E(n) * X(n) * X(n)\n}\n"
+    cheap = (
+        "def g(float(N) X) -> (E, S) {\n    E(n) = X(n) * X(n)\n    S(n) = E(n) * X(n) * X(n)\n}\n"
+    )
     assert "X(n) * X(n)" in compiler.grad(cheap, form="scatter")
     rng = np.random.default_rng(6)
     check(shifted, rng.standard_normal((2, 4)))
