@@ -46,6 +46,7 @@ from collections.abc import Iterable, Iterator
 from compiler.autodiff import algebra as al
 from compiler.autodiff.algebra import MaybeExpr
 from compiler.autodiff.copies import propagate_copies
+from compiler.autodiff.merge import merge_contributions
 from compiler.autodiff.reuse import Saved, reuse_forward, saved_outputs
 from compiler.autodiff.rules import CAST, UNSUPPORTED, vjp
 from compiler.autodiff.versions import Versions, analyse, full_box, recompute
@@ -94,7 +95,7 @@ def grad_def(
     `<out>_grad` parameter, and the statements only they would feed are not emitted."""
     supply = names if names is not None else name_supply(ranged.checked.definition)
     reverse = _Reverse(ranged, wrt, supply, _zeros(ranged, zeros))
-    return propagate_copies(reverse.run(), keep=len(reverse.wrt))
+    return merge_contributions(propagate_copies(reverse.run(), keep=len(reverse.wrt)))
 
 
 class _Reverse:

@@ -94,3 +94,34 @@ def test_reuse_needs_the_same_ranges_and_a_costly_expression() -> None:
     assert "X(n) * X(n)" in compiler.grad(cheap, form="scatter")
     rng = np.random.default_rng(6)
     check(shifted, rng.standard_normal((2, 4)))
+
+
+# ------------------------------------------------------- merged contributions
+
+LAYERNORM = (ROOT / "examples" / "layernorm.tc").read_text()
+
+
+def test_layernorm_contributions_of_the_square_are_merged() -> None:
+    text = compiler.grad(LAYERNORM, form="scatter")
+    lines = [line.strip() for line in text.splitlines()]
+    x_plus = [line for line in lines if line.startswith("X_grad(n, d) += var_v1_grad(n)")]
+    assert len(x_plus) == 1
+    assert x_plus[0].count("var_v1_grad(n) * (X(n, d) - mean(n))") == 2
+    rng = np.random.default_rng(7)
+    check(LAYERNORM, rng.standard_normal((3, 6)), rng.standard_normal(6), rng.standard_normal(6))
+
+
+def test_no_merge_across_a_write_of_what_the_later_one_reads() -> None:
+    from compiler.autodiff.merge import merge_contributions
+
+    d = parse(
+        "def g(float(N) S) -> (float(N) R, float(N) T) {\n"
+        "    R(i) +=! S(i) where i in 0:N\n"
+        "    T(i) = S(i) where i in 0:N\n"
+        "    R(i) += T(i) where i in 0:N\n"
+        "    R(i) += S(i) where i in 0:N\n"
+        "}\n"
+    ).get()
+    merged = print_def(merge_contributions(d))
+    assert "R(i) +=! S(i) where" in merged
+    assert "R(i) += T(i) + S(i) where" in merged
