@@ -8,7 +8,8 @@ output: tcc runs `k(*x)` then `k.vjp(*x, grad_outputs=(g, None, ...))` (`--dense
 dense zero arrays for the other outputs, as before symbolic zeros existed); torch runs
 the same layer under autograd and `torch.autograd.grad`. After a warm-up (and a check
 that both give the same gradients), the systems alternate, `--repeat` rounds, so a
-shared machine's noise hits both alike; the table gives medians and minimums in ms,
+shared machine's noise hits both alike (OMP_WAIT_POLICY=PASSIVE unless set: the two
+OpenMP runtimes must not spin against each other); the table gives medians and minimums in ms,
 and the gradient's compile time (autodiff, gather, lower, LLVM: first vjp minus a
 steady one).
 """
@@ -115,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(args.threads)
+    # Two OpenMP runtimes (torch's, tcc's libgomp) share the cores: spinning idle
+    # threads of one starve the other on a loaded machine (torch conv2d 500 ms, not 15).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     import torch
 
     torch.set_num_threads(args.threads)
