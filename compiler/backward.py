@@ -28,6 +28,7 @@ from compiler.diagnostics import OptionsError, ShapeError, TCError
 from compiler.frontend.checked import RangedDef
 from compiler.frontend.parser import parse
 from compiler.frontend.printer import print_def
+from compiler.interp.expr import NP_DTYPE
 
 if TYPE_CHECKING:
     from compiler.kernel import Kernel
@@ -67,11 +68,15 @@ def _form(form: str) -> GradForm:
 
 
 def gradient_ranged(
-    ranged: RangedDef, *, wrt: Iterable[str] | None = None, form: GradForm = GradForm.GATHER
+    ranged: RangedDef,
+    *,
+    wrt: Iterable[str] | None = None,
+    form: GradForm = GradForm.GATHER,
+    zeros: Iterable[str] = (),
 ) -> RangedDef:
     """The gradient of a ranged def, as a ranged def (IR in memory: the `grad` pass,
-    then, in gather form, the `gather` pass)."""
-    return pipeline.gradient(ranged, wrt=wrt, form=form.value)
+    then, in gather form, the `gather` pass). `zeros`: outputs with a zero cotangent."""
+    return pipeline.gradient(ranged, wrt=wrt, form=form.value, zeros=zeros)
 
 
 def gradient_text(
@@ -125,6 +130,8 @@ def vjp(kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[Any]) -> t
         )
     shapes = kernel.output_shapes(*arrays)
     for info, g in zip(outputs, grad_outputs, strict=True):
+        if g is None:
+            continue  # a symbolic zero
         shape = tuple(np.shape(g))
         if shape != shapes[info.name]:
             raise ShapeError(
@@ -132,7 +139,12 @@ def vjp(kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[Any]) -> t
                 f"{shapes[info.name]} (the shape of the output)",
                 info.span,
             )
-    backward = kernel.grad
+    zeros = tuple(t.name for t, g in zip(outputs, grad_outputs, strict=True) if g is None)
+    if kernel.backward is not None:  # a user's def takes every cotangent: dense zeros
+        grad_outputs = [_dense(t, g, shapes) for t, g in zip(outputs, grad_outputs, strict=True)]
+        zeros = ()
+    backward = _zero_gradient_kernel(kernel, zeros) if zeros else kernel.grad
+    grad_outputs = [g for g in grad_outputs if g is not None]
     params = [t.name for t in backward.ranged.checked.inputs]
     values = _backward_arguments(kernel, arrays, grad_outputs, params)
     ordered = list(backward(*values))
@@ -145,6 +157,26 @@ def vjp(kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[Any]) -> t
     # order (their names come from the name supply: `A_grad`, or `A_grad_1`).
     floats = iter(ordered)
     return tuple(next(floats) if t.dtype.is_float else None for t in inputs)
+
+
+def _dense(info: Any, g: Any, shapes: Mapping[str, tuple[int, ...]]) -> Any:
+    if g is not None:
+        return g
+    return np.zeros(shapes[info.name], dtype=np.dtype(NP_DTYPE[info.dtype]))
+
+
+def _zero_gradient_kernel(kernel: Kernel, zeros: tuple[str, ...]) -> Kernel:
+    """The gradient kernel for zero cotangents of the outputs `zeros` (symbolic zeros:
+    the statements only they feed are not emitted), remembered per kernel."""
+    from compiler.kernel import define_ranged
+
+    cache = kernel.__dict__.setdefault("_zero_grads", {})
+    found = cache.get(zeros)
+    if found is None:
+        ranged = gradient_ranged(kernel.ranged, zeros=zeros)
+        target, compile_cache = kernel.target, getattr(kernel, "cache", True)
+        found = cache[zeros] = define_ranged(ranged, target=target, cache=compile_cache)
+    return found
 
 
 def _backward_arguments(
@@ -170,7 +202,7 @@ def _backward_arguments(
     # The derived gradient's parameters: the inputs, the forward outputs it reads (by
     # their own names), then one adjoint per output in order (names from the supply).
     outputs = {t.name: o for t, o in zip(checked.outputs, forward, strict=False)}
-    read = params[n_in : len(params) - n_out]
+    read = params[n_in : len(params) - len(grad_outputs)]
     return [*arrays, *(outputs[p] for p in read), *grad_outputs]
 
 

@@ -58,6 +58,7 @@ class PassContext:
     entry: str | None = None  # the def to compile (None: the only one)
     grad: bool = False  # run the `grad` pass (else it passes its input through)
     wrt: tuple[str, ...] | None = None  # the inputs to differentiate (None: every float)
+    zeros: tuple[str, ...] = ()  # outputs whose cotangent is zero (no `<out>_grad` param)
     names: NameSupply | None = None  # seeded with the def's names by `select`
     diagnostics: list[Diagnostic] = field(default_factory=list)  # warnings, in order
 
@@ -110,7 +111,8 @@ def _grad(ranged: Any, ctx: PassContext) -> Any:
 
     if not ctx.grad:
         return ranged
-    gradient = grad_def(ranged, wrt=ctx.wrt, names=ctx.supply(ranged.checked.definition))
+    names = ctx.supply(ranged.checked.definition)
+    gradient = grad_def(ranged, wrt=ctx.wrt, names=names, zeros=ctx.zeros)
     # Ordering: the gradient def is checked and ranged like any def (in memory).
     return _ranges(_check(gradient, ctx), ctx)
 
@@ -232,10 +234,16 @@ def lower(ranged: Any, options: Options | None = None) -> Any:
     return run_from(ranged, ctx, start="gather", upto="lower")
 
 
-def gradient(ranged: Any, *, wrt: Iterable[str] | None = None, form: str = "gather") -> Any:
+def gradient(
+    ranged: Any,
+    *,
+    wrt: Iterable[str] | None = None,
+    form: str = "gather",
+    zeros: Iterable[str] = (),
+) -> Any:
     """The gradient's `RangedDef` of a forward `RangedDef`: the `grad` pass, then
-    (`form="gather"`) the `gather` pass."""
-    ctx = PassContext(grad=True, wrt=None if wrt is None else tuple(wrt))
+    (`form="gather"`) the `gather` pass. `zeros`: outputs with a zero cotangent."""
+    ctx = PassContext(grad=True, wrt=None if wrt is None else tuple(wrt), zeros=tuple(zeros))
     return run_from(ranged, ctx, start="grad", upto="gather" if form == "gather" else "grad")
 
 

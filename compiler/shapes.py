@@ -36,6 +36,7 @@ from compiler.frontend.ast import (
 )
 from compiler.frontend.checked import RangedDef, TensorInfo
 from compiler.frontend.printer import print_expr
+from compiler.frontend.visit import walk
 
 
 def _as_shape(tensor: TensorInfo, shape: object) -> tuple[int, ...]:
@@ -81,6 +82,8 @@ def bind_sizes(ranged: RangedDef, input_shapes: Mapping[str, Sequence[int]]) -> 
             where = f"dimension {k} of '{t.name}'"
             if n <= 0:
                 raise ShapeError(f"{where} has size {n}; sizes must be at least 1", t.span)
+            if not isinstance(dim, (Var, Const)):
+                continue  # an expression of sizes: checked once they are all bound
             if isinstance(dim, Const):
                 if n != dim.value:
                     raise ShapeError(f"{where} is declared {dim.value} but has size {n}", t.span)
@@ -94,6 +97,7 @@ def bind_sizes(ranged: RangedDef, input_shapes: Mapping[str, Sequence[int]]) -> 
             else:
                 sizes.setdefault(dim.name, n)
                 origin.setdefault(dim.name, where)
+    _check_dim_exprs(inputs, input_shapes, sizes)
     missing = [p for p in ranged.checked.size_params if p not in sizes]
     if missing:
         raise ShapeError(
@@ -102,6 +106,38 @@ def bind_sizes(ranged: RangedDef, input_shapes: Mapping[str, Sequence[int]]) -> 
             ranged.checked.definition.span,
         )
     return sizes
+
+
+def _check_dim_exprs(
+    inputs: Sequence[TensorInfo],
+    input_shapes: Mapping[str, Sequence[int]],
+    sizes: Mapping[str, int],
+) -> None:
+    """Dimensions declared as expressions of sizes (a gradient's `O_grad` has O's shape
+    `H - KH + 1`): once per call, against the sizes the plain dimensions bound."""
+    for t in inputs:
+        for k, (dim, n) in enumerate(zip(t.dims or (), input_shapes[t.name], strict=True)):
+            if isinstance(dim, (Var, Const)):
+                continue
+            if any(isinstance(e, Var) and e.name not in sizes for e in walk(dim)):
+                continue  # reported below as an unbound size
+            want = eval_bound_expr(dim, sizes)
+            if n != want:
+                raise ShapeError(
+                    f"dimension {k} of '{t.name}' is declared `{print_expr(dim)}` = {want} "
+                    f"(with {_show(sizes)}) but has size {n}",
+                    t.span,
+                    _dim_hint(t.name),
+                )
+
+
+def _dim_hint(name: str) -> str | None:
+    if name.endswith("_grad"):
+        return (
+            f"'{name}' is the gradient of an output: it must have that output's shape "
+            "(Kernel.output_shapes gives it)"
+        )
+    return None
 
 
 def output_shapes(ranged: RangedDef, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:

@@ -45,6 +45,9 @@ from collections.abc import Iterable, Iterator
 
 from compiler.autodiff import algebra as al
 from compiler.autodiff.algebra import MaybeExpr
+from compiler.autodiff.copies import propagate_copies
+from compiler.autodiff.merge import merge_contributions
+from compiler.autodiff.reuse import Saved, reuse_forward, saved_outputs
 from compiler.autodiff.rewrite import locate
 from compiler.autodiff.rules import CAST, UNSUPPORTED, vjp
 from compiler.autodiff.versions import Versions, analyse, full_box, recompute
@@ -82,19 +85,33 @@ Contribution = tuple[Access, Expr, tuple[Guard, ...]]
 
 
 def grad_def(
-    ranged: RangedDef, *, wrt: Iterable[str] | None = None, names: NameSupply | None = None
+    ranged: RangedDef,
+    *,
+    wrt: Iterable[str] | None = None,
+    names: NameSupply | None = None,
+    zeros: Iterable[str] = (),
 ) -> Def:
     """The gradient def of `ranged` (see the module docstring). `names` is the
-    compilation's supply, seeded with the def's names (default: a new one)."""
+    compilation's supply, seeded with the def's names (default: a new one). `zeros`
+    names outputs whose cotangent is zero (symbolic zeros, as JAX's): they get no
+    `<out>_grad` parameter, and the statements only they would feed are not emitted."""
     supply = names if names is not None else name_supply(ranged.checked.definition)
-    return _Reverse(ranged, wrt, supply).run()
+    reverse = _Reverse(ranged, wrt, supply, _zeros(ranged, zeros))
+    return merge_contributions(propagate_copies(reverse.run(), keep=len(reverse.wrt)))
 
 
 class _Reverse:
     """One gradient derivation: the forward's versions and the statements emitted."""
 
-    def __init__(self, ranged: RangedDef, wrt: Iterable[str] | None, names: NameSupply) -> None:
+    def __init__(
+        self,
+        ranged: RangedDef,
+        wrt: Iterable[str] | None,
+        names: NameSupply,
+        zeros: frozenset[str] = frozenset(),
+    ) -> None:
         self.ranged = ranged
+        self.zeros = zeros
         self.checked = ranged.checked
         self.wrt = _wrt(ranged, wrt)
         # The signature's names first (they are the gradient's interface), then the rest.
@@ -123,7 +140,8 @@ class _Reverse:
 
     def run(self) -> Def:
         for out in self.checked.outputs:
-            self.adjoint[(out.name, self.v.final(out.name))] = self.out_adjoint[out.name]
+            if out.name not in self.zeros:
+                self.adjoint[(out.name, self.v.final(out.name))] = self.out_adjoint[out.name]
         forward = self.v.stmts
         for index in reversed(range(len(forward))):
             self._statement(index, forward[index])
@@ -133,6 +151,9 @@ class _Reverse:
                 zero = Const(0, ScalarType.INT32)
                 stmt = Stmt(Access(self.in_grad[name], idx), AssignOp.ASSIGN, zero, where)
                 self.stmts.append(locate(stmt, self._span(name)))
+        # Ordering: after every contribution is emitted, before the recomputed versions
+        # are chosen (a reused output is read as it is; nothing of it is recomputed).
+        self.stmts = reuse_forward(self.stmts, self._saved())
         head, written = recompute(self.v, self.needed)
         versions = [
             Param(self.v.name(t, k), self.v.dtype(t), self.v.dims(t), span=self._span(t))
@@ -151,6 +172,7 @@ class _Reverse:
         grads_in = tuple(
             Param(self.out_adjoint[t.name], t.dtype, self.v.dims(t.name), span=t.span)
             for t in self.checked.outputs
+            if t.name not in self.zeros
         )
         grads_out = tuple(
             Param(self.in_grad[t.name], t.dtype, tuple(t.dims or ()), span=t.span)
@@ -166,6 +188,18 @@ class _Reverse:
     def _span(self, tensor: str) -> Span:
         """Where `tensor` is declared (what a diagnostic about its gradient points at)."""
         return self.checked.tensor(tensor).span
+
+    def _saved(self) -> list[Saved]:
+        """Forward outputs written once by `=`, whose values the gradient may read back."""
+        stmts = []
+        for index, stmt in enumerate(self.v.stmts):
+            if stmt.op is AssignOp.ASSIGN and self.v.final(stmt.lhs.name) == 1:
+                try:
+                    stmts.append(self.v.versioned_reads(stmt, index))
+                except TCError:
+                    continue  # reads an output before it is written: not a candidate
+        outputs = {t.name for t in self.checked.outputs}
+        return saved_outputs(stmts, outputs, self.checked.size_params)
 
     # --------------------------------------------------------------- activity
 
@@ -304,7 +338,11 @@ class _Reverse:
             self.adjoint[(tensor, version)] = existing
             return existing
         adjoint = self.out_adjoint.get(tensor)
-        if existing == adjoint:  # the caller's adjoint is immutable: accumulate
+        if existing is None and tensor in self.zeros:  # a zero cotangent: its first
+            existing = self.names.fresh(f"{adjoint}_acc")  # contribution starts the sum
+            self._declare(existing, tensor)
+            self.adjoint[(tensor, version)] = existing
+        elif existing == adjoint:  # the caller's adjoint is immutable: accumulate
             existing = self.names.fresh(f"{adjoint}_acc")  # into a copy, added last
             self._declare(existing, tensor)  # (see _statement)
             self.pending_copy[existing] = adjoint
@@ -523,6 +561,14 @@ def _wrt(ranged: RangedDef, wrt: Iterable[str] | None) -> tuple[str, ...]:
                 "not a floating-point input"
             )
     return tuple(n for n in inputs if n in names)
+
+
+def _zeros(ranged: RangedDef, zeros: Iterable[str]) -> frozenset[str]:
+    names = frozenset(zeros)
+    outputs = {t.name for t in ranged.checked.outputs}
+    for name in sorted(names - outputs):
+        raise TCError(f"zeros names '{name}', which is not an output of def '{ranged.name}'")
+    return names
 
 
 def _names_read(stmts: list[Stmt]) -> set[str]:

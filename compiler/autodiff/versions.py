@@ -15,9 +15,10 @@ outputs, declared with T's shape):
     O(i) +=! A(i, j)            O_v1(i) +=! A(i, j)          (recomputed)
     O(i) = O(i) * O(i)    ==>   ... O_grad(i) * O_v1(i) ...  (the adjoint reads O_v1)
 
-Output shapes: an output's shape dims are Var/Const when its bound is a size name or
-an integer; a computed extent (`H - KH + 1`) gets a fresh size name (`<T>_D<d>`),
-bound at call time from the shape of `<T>_grad`.
+Output shapes: an output's shape is its declared dims, or the upper ends of its index
+ranges: size names, integers or expressions of sizes (`H - KH + 1`). `<T>_grad`
+is declared with that shape, so the gradient knows it statically (every read of
+`O_grad` in bounds, no per-element check); the call checks it once (`ShapeError`).
 """
 
 from __future__ import annotations
@@ -30,18 +31,24 @@ from compiler.diagnostics import TCError
 from compiler.frontend.ast import (
     Access,
     AssignOp,
+    Binary,
+    BinOp,
+    Call,
     Const,
     Exists,
+    Expr,
     RangeConstraint,
     ScalarType,
     Stmt,
+    Unary,
+    UnaryOp,
     Var,
 )
 from compiler.frontend.checked import RangedDef, Role
 from compiler.frontend.scopes import walk
 from compiler.names import NameSupply
 
-Dim = Var | Const
+Dim = Expr
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,14 +155,15 @@ def analyse(ranged: RangedDef, names: NameSupply) -> Versions:
     shapes: dict[str, tuple[Dim, ...]] = {}
     fresh: list[str] = []
     for info in ranged.checked.outputs:
+        declared = info.dims
+        his = declared if declared is not None else [b.hi for b in ranged.bounds_of(info.name)]
         dims: list[Dim] = []
-        for d, bound in enumerate(ranged.bounds_of(info.name)):
-            hi = bound.hi
-            if isinstance(hi, (Var, Const)):
+        for d, hi in enumerate(his):
+            if _is_size_expr(hi):
                 dims.append(hi)
                 continue
-            name = names.fresh(f"{info.name}_D{d}")
-            fresh.append(name)
+            name = names.fresh(f"{info.name}_D{d}")  # not a declarable dimension:
+            fresh.append(name)  # a size of its own, bound from `<T>_grad`
             dims.append(Var(name))
         shapes[info.name] = tuple(dims)
     version_names = {
@@ -163,6 +171,29 @@ def analyse(ranged: RangedDef, names: NameSupply) -> Versions:
     }
     frozen = {k: tuple(v) for k, v in writes.items()}
     return Versions(ranged, frozen, shapes, tuple(fresh), version_names, names)
+
+
+_SIZE_OPS = (BinOp.ADD, BinOp.SUB, BinOp.MUL, BinOp.DIV, BinOp.MOD)
+
+
+def _is_size_expr(e: Expr) -> bool:
+    """Whether `e` may be declared as a dimension (see `frontend.scopes`)."""
+    for node in walk(e):
+        if isinstance(node, Const):
+            if not isinstance(node.value, int) or not node.dtype.is_integral:
+                return False
+        elif isinstance(node, Binary):
+            if node.op not in _SIZE_OPS:
+                return False
+        elif isinstance(node, Unary):
+            if node.op is not UnaryOp.NEG:
+                return False
+        elif isinstance(node, Call):
+            if node.fn not in ("min", "max"):
+                return False
+        elif not isinstance(node, Var):
+            return False
+    return True
 
 
 def full_box(

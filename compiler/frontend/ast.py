@@ -303,12 +303,13 @@ class Stmt:
 
 @dataclass(frozen=True, slots=True)
 class Param:
-    """A parameter or output. `dims` holds `Var` (size names) and `Const` (ints);
+    """A parameter or output. `dims` holds `Var` (size names), `Const` (ints), or
+    integer expressions of sizes (`H - KH + 1`: the shape of a gradient's `<out>_grad`);
     it is () for a 0-d tensor. Outputs may leave `dtype` and `dims` as None."""
 
     name: str
     dtype: ScalarType | None
-    dims: tuple[Var | Const, ...] | None
+    dims: tuple[Expr, ...] | None
     span: Span = _span()
 
 

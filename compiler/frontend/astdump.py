@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from compiler.frontend import ast
 from compiler.frontend.lexer import Token
+from compiler.frontend.printer import print_expr
 from compiler.frontend.source import Span
 
 _INDENT = "  "
@@ -97,8 +98,12 @@ def _param_line(node: ast.Param) -> str:
     return f"Param {node.name} {dtype} {shape}"
 
 
-def _dim_text(dim: ast.Var | ast.Const) -> str:
-    return dim.name if isinstance(dim, ast.Var) else str(dim.value)
+def _dim_text(dim: ast.Expr) -> str:
+    if isinstance(dim, ast.Var):
+        return dim.name
+    if isinstance(dim, ast.Const):
+        return str(dim.value)
+    return print_expr(dim)
 
 
 def _describe_expr(node: ast.Expr) -> tuple[str, _Children]:

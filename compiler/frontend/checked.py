@@ -17,7 +17,7 @@ import enum
 from dataclasses import dataclass
 
 from compiler.diagnostics import Diagnostic, TCError
-from compiler.frontend.ast import Const, Def, Expr, ScalarType, Stmt, Var
+from compiler.frontend.ast import Def, Expr, ScalarType, Stmt
 from compiler.frontend.source import NO_SPAN, Span
 
 
@@ -34,7 +34,7 @@ class TensorInfo:
     role: Role
     dtype: ScalarType
     rank: int
-    dims: tuple[Var | Const, ...] | None
+    dims: tuple[Expr, ...] | None  # Var, Const, or an integer expression of sizes
     span: Span = NO_SPAN
 
 

@@ -72,6 +72,15 @@ _UNARY: dict[TokenKind, ast.UnaryOp] = {
     TokenKind.MINUS: ast.UnaryOp.NEG,
     TokenKind.NOT: ast.UnaryOp.NOT,
 }
+# Tokens a dimension may start with (`N`, `3`, `(H - KH) / 2 + 1`, `max(3, N)`, `-K + H`).
+_DIM_START = (
+    TokenKind.IDENT,
+    TokenKind.INT,
+    TokenKind.LPAREN,
+    TokenKind.MIN,
+    TokenKind.MAX,
+    TokenKind.MINUS,
+)
 
 _RANGE_HINT = "ranges are written lo:hi, e.g. `where i in 0:N`"
 
@@ -203,17 +212,18 @@ class _Parser:
         name = self.expect(TokenKind.IDENT, "an output name").text
         return ast.Param(name, dtype, dims, span=self.span_from(start))
 
-    def dims(self) -> tuple[ast.Var | ast.Const, ...]:
+    def dims(self) -> tuple[ast.Expr, ...]:
+        """`(N, 3, H - KH + 1)`: size names, integers, or integer expressions of them
+        (a gradient's `<out>_grad` has the output's shape; `frontend.check` checks
+        which expressions are allowed)."""
         self.expect(TokenKind.LPAREN)
-        dims: list[ast.Var | ast.Const] = []
+        dims: list[ast.Expr] = []
         while True:
             token = self.cur
-            if token.kind is TokenKind.IDENT:
-                dims.append(ast.Var(self.advance().text, span=token.span))
-            elif token.kind is TokenKind.INT:
-                dims.append(self.number())  # type: ignore[arg-type]
-            else:
+            if token.kind not in _DIM_START:
                 raise self.error("a size name or an integer")
+            dim = self.expr()
+            dims.append(dim)
             if not self.accept(TokenKind.COMMA):
                 break
         self.expect(TokenKind.RPAREN, "',' or ')'")

@@ -173,7 +173,9 @@ def _param(p: Param, *, output: bool) -> str:
     return f"{text} {_name(p.name)}"
 
 
-def _dim(d: Var | Const) -> str:
+def _dim(d: Expr) -> str:
+    if not isinstance(d, (Var, Const)):
+        return _expr(d, Prec.SELECT)
     if isinstance(d, Var):
         return _name(d.name)
     if d.dtype is ScalarType.INT32 and isinstance(d.value, int) and d.value >= 0:

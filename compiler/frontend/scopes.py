@@ -27,6 +27,7 @@ from compiler.diagnostics import Diagnostic, Severity, did_you_mean
 from compiler.frontend.ast import (
     Access,
     Binary,
+    Call,
     Const,
     Def,
     Exists,
@@ -37,6 +38,7 @@ from compiler.frontend.ast import (
     ScalarType,
     Stmt,
     Unary,
+    UnaryOp,
     Var,
 )
 from compiler.frontend.builtins import ARITY
@@ -108,8 +110,8 @@ def stmt_names(stmt: Stmt) -> set[str]:
 def name_supply(d: Def) -> NameSupply:
     """A `compiler.names.NameSupply` that knows every name of `d`: its own name, its
     tensors, sizes and the builtins (global), every statement's variables (local)."""
-    dims = (dim for p in (*d.params, *d.outputs) for dim in p.dims or ())
-    sizes = {dim.name for dim in dims if isinstance(dim, Var)}
+    dims = tuple(dim for p in (*d.params, *d.outputs) for dim in p.dims or ())
+    sizes = {e.name for dim in dims for e in walk(dim) if isinstance(e, Var)}
     tensors = {p.name for p in (*d.params, *d.outputs)}
     local: set[str] = set()
     for stmt in d.stmts:
@@ -146,6 +148,9 @@ def read_signature(d: Def, report: Reporter) -> Signature:
                     size_spans[dim.name] = dim.span
                     sizes.append(dim.name)
             _declare_tensor(p, role, tensors, declared, report)
+    for p in (*d.params, *d.outputs):
+        for dim in p.dims or ():
+            _check_dim_expr(dim, p.name, set(sizes), report)
     for name in sizes:
         if name in ARITY:
             report.error(
@@ -160,6 +165,40 @@ def read_signature(d: Def, report: Reporter) -> Signature:
                 f"'{name}' is a size of another tensor's shape; rename the tensor",
             )
     return Signature(tensors, tuple(sizes), declared)
+
+
+def _check_dim_expr(dim: Expr, tensor: str, sizes: set[str], report: Reporter) -> None:
+    """A dimension that is not a plain size or integer (`H - KH + 1`) may only combine
+    sizes that some plain dimension binds, integers, `+ - * / %`, unary `-`, `min`, `max`:
+    its value is computed from the bound sizes and checked at call time."""
+    if isinstance(dim, (Var, Const)):
+        if isinstance(dim, Const) and not (dim.dtype.is_integral and isinstance(dim.value, int)):
+            report.error(f"a dimension of '{tensor}' must be an integer", dim.span)
+        return
+    for e in walk(dim):
+        if isinstance(e, Var) and e.name not in sizes:
+            report.error(
+                f"the dimension `{_text(dim)}` of '{tensor}' uses '{e.name}', which is not "
+                "a size: a size must appear alone as a dimension of some tensor",
+                e.span,
+                f"declare a tensor with '{e.name}' as one of its dimensions",
+            )
+        elif isinstance(e, Const) and not (e.dtype.is_integral and isinstance(e.value, int)):
+            report.error(f"a dimension of '{tensor}' must be an integer expression", e.span)
+        elif isinstance(e, Call) and e.fn not in ("min", "max"):
+            report.error(f"a dimension of '{tensor}' may call only min and max", e.span)
+        elif not isinstance(e, (Var, Const, Binary, Unary, Call)) or (
+            isinstance(e, Unary) and e.op is not UnaryOp.NEG
+        ):
+            report.error(
+                f"a dimension of '{tensor}' must be an integer expression of sizes", e.span
+            )
+
+
+def _text(e: Expr) -> str:
+    from compiler.frontend.printer import print_expr
+
+    return print_expr(e)
 
 
 def _declare_tensor(

@@ -202,6 +202,7 @@ class _TCFunction(torch.autograd.Function):
         ctx.layer, ctx.reorder = layer, reorder
         ctx.n_inputs = len(tensors)
         ctx.save_for_backward(*tensors, *outputs)
+        ctx.set_materialize_grads(False)  # an unused output's gradient stays None
         infos = layer.kernel.ranged.checked.outputs
         ctx.mark_non_differentiable(
             *(o for o, t in zip(outputs, infos, strict=True) if not t.dtype.is_float)
@@ -259,8 +260,11 @@ def _gradients(ctx: Any, *grad_outputs: torch.Tensor) -> tuple[torch.Tensor | No
     inputs, outputs = saved[: ctx.n_inputs], saved[ctx.n_inputs :]
     in_infos = layer.kernel.ranged.checked.inputs
     out_infos = layer.kernel.ranged.checked.outputs
+    # None (no gradient reached that output) is a symbolic zero for the derived
+    # gradient; a backward= def or reorder_function gets dense zeros.
+    dense = layer.kernel.backward is not None or ctx.reorder is not None
     grads = [
-        g if t.dtype.is_float else torch.zeros_like(o)
+        g if g is not None and t.dtype.is_float else torch.zeros_like(o) if dense else None
         for g, t, o in zip(grad_outputs, out_infos, outputs, strict=True)
     ]
     if ctx.reorder is not None:
@@ -276,7 +280,10 @@ def _gradients(ctx: Any, *grad_outputs: torch.Tensor) -> tuple[torch.Tensor | No
 
 
 def _grad_array(grad: Any, position: int) -> Any:
-    """An output gradient as a contiguous CPU array (autograd may hand us expanded views)."""
+    """An output gradient as a contiguous CPU array (autograd may hand us expanded views),
+    or None for a symbolic zero."""
+    if grad is None:
+        return None
     if not isinstance(grad, torch.Tensor):
         raise OptionsError(
             f"reorder_function returned a {type(grad).__name__} at position {position}; "

@@ -40,7 +40,7 @@ class GradientRunner:
     def __init__(self, kernel: Kernel, options: Options) -> None:
         self.kernel = kernel
         self.options = options
-        self._derived: dict[tuple[str, ...], Kernel] = {}
+        self._derived: dict[tuple[tuple[str, ...], tuple[str, ...]], Kernel] = {}
         self._user: Kernel | None = None
 
     # ------------------------------------------------------------ user backward
@@ -76,7 +76,7 @@ class GradientRunner:
         self,
         inputs: Sequence[Any],
         outputs: Sequence[np.ndarray],
-        grad_outputs: Sequence[np.ndarray],
+        grad_outputs: Sequence[np.ndarray | None],
         needed: Sequence[bool],
     ) -> tuple[np.ndarray | None, ...]:
         """One gradient per forward input: an array where `needed` and the input is
@@ -93,23 +93,30 @@ class GradientRunner:
             grads = self._derived_gradients(wanted, inputs, outputs, grad_outputs)
         return tuple(grads[i] if t.name in wanted else None for i, t in enumerate(infos))
 
-    def _derived_kernel(self, wanted: tuple[str, ...]) -> Kernel:
-        if wanted not in self._derived:
-            gradient = gradient_ranged(self.kernel.ranged, wrt=wanted)  # IR, never text
-            self._derived[wanted] = define_ranged(
+    def _derived_kernel(self, wanted: tuple[str, ...], zeros: tuple[str, ...] = ()) -> Kernel:
+        """The gradient def for the `wanted` inputs, with the outputs `zeros` given
+        symbolic zero cotangents (no parameter, no statement they alone feed)."""
+        key = (wanted, zeros)
+        if key not in self._derived:
+            gradient = gradient_ranged(self.kernel.ranged, wrt=wanted, zeros=zeros)  # IR
+            self._derived[key] = define_ranged(
                 gradient, target=self.kernel.target, options=self.options
             )
-        return self._derived[wanted]
+        return self._derived[key]
 
     def _derived_gradients(
         self,
         wanted: tuple[str, ...],
         inputs: Sequence[Any],
         outputs: Sequence[np.ndarray],
-        grad_outputs: Sequence[np.ndarray],
+        grad_outputs: Sequence[np.ndarray | None],
     ) -> list[np.ndarray | None]:
         checked = self.kernel.ranged.checked
-        backward = self._derived_kernel(wanted)
+        zeros = tuple(
+            t.name for t, g in zip(checked.outputs, grad_outputs, strict=True) if g is None
+        )
+        grad_outputs = [g for g in grad_outputs if g is not None]
+        backward = self._derived_kernel(wanted, zeros)
         # Parameters: the inputs, the outputs it reads, one adjoint per output; its
         # first outputs: one gradient per wanted input (names from the name supply).
         by_name: dict[str, Any] = dict(zip((t.name for t in checked.outputs), outputs, strict=True))
