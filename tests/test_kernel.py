@@ -183,6 +183,7 @@ def test_template_source_without_constants_is_plain_tc() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "words"),
     [
+        ({"target": "cuda", "options": object()}, "options= for a CUDA target must be"),
         ({"target": "tpu"}, "unknown target 'tpu'"),
         ({"options": object()}, "options= must be a compiler.options.Options"),
         ({"backward": 3}, "backward= names a def of the same source"),

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from compiler.codegen.cuda_map import AtomicAdd, GpuKernel, GpuProgram, PosDiv, PosMod
+from compiler.codegen.cuda_options import DEFAULT_BLOCKS
 from compiler.diagnostics import InternalError
 from compiler.loops import (
     Assign,
@@ -143,7 +144,7 @@ def emit_cuda(program: GpuProgram, *, fast_math: bool = False, launch_comments: 
     w = _Writer()
     w.line(f"// tcc: CUDA C for def {program.name}: {len(program.kernels)} kernel(s)")
     w.raw(PREAMBLE)
-    names = _Names(program)
+    names = _Names()
     for kernel in program.kernels:
         w.line("")
         emitter = _KernelEmitter(w, program, kernel, names, fast_math)
@@ -155,7 +156,7 @@ def emit_cuda(program: GpuProgram, *, fast_math: bool = False, launch_comments: 
 
 def launch_text(kernel: GpuKernel, expr: Callable[[Expr], str]) -> str:
     """`kernel<<<grid, block>>>` with the grid as C expressions of the sizes."""
-    grid = ", ".join("1024" if g is None else expr(g) for g in kernel.grid)
+    grid = ", ".join(str(DEFAULT_BLOCKS) if g is None else expr(g) for g in kernel.grid)
     what = {"parallel": "parallel band", "atomic": "atomicAdd scatter", "serial": "one thread"}
     return f"{kernel.name}<<<dim3({grid}), {kernel.block}>>>  ({what[kernel.mode]})"
 
@@ -188,7 +189,7 @@ class _Writer:
 class _Names:
     """C identifiers for the IR's names (`tcc.error` -> `tcc_error`; keywords get a `_`)."""
 
-    def __init__(self, program: GpuProgram) -> None:
+    def __init__(self) -> None:
         self.map: dict[str, str] = {}
         self.used: set[str] = set()
 

@@ -35,6 +35,7 @@ Worked example, matmul `C(m, n) +=! A(m, k) * B(k, n)` (block 256):
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from compiler.codegen.cuda_options import CudaOptions
@@ -114,7 +115,7 @@ class GpuKernel:
     body: Stmt
     mode: str  # "parallel" | "atomic" | "serial"
     block: int  # threads per block (x)
-    grid: tuple[Expr | None, Expr | None, Expr | None]  # blocks in x, y, z (None: default)
+    grid: tuple[Expr | None, Expr | None, Expr | None]  # blocks in x, y, z (None: DEFAULT_BLOCKS)
     dims: tuple[tuple[str, str], ...]  # GPU_BLOCK loop variable -> "y" | "z"
     temps: tuple[Buffer, ...]  # allocated by the host, zero-filled
 
@@ -159,26 +160,23 @@ def _map_phase(
             phase = _Atomics(target).mutate(phase)
             chain = _chain(phase, lambda loop: True)
             mode = "atomic"
+    depth = len(chain)  # the band: the first `depth` loops of the root chain
     phase = _Serial().mutate(phase)
-    if not chain:
+    if not depth:
         one = Const(1, I64)
         return GpuKernel(name, phase, "serial", 1, (one, one, one), (), tuple(temps))
-    chain = _chain(phase, lambda loop: True)[: len(_chain_vars(chain))]
-    body, grid, dims = _map_band(chain, set(f.size_params), options, taken)
+    band = _chain(phase, lambda loop: True)[:depth]
+    body, grid, dims = _map_band(band, set(f.size_params), options, taken)
     return GpuKernel(name, body, mode, options.block, grid, dims, tuple(temps))
 
 
-def _chain(stmt: Stmt, take: object) -> list[For]:
-    """The perfectly nested loops at `stmt`'s root that `take` accepts."""
+def _chain(stmt: Stmt, take: Callable[[For], bool]) -> list[For]:
+    """The perfectly nested loops at `stmt`'s root, while `take` accepts them."""
     chain: list[For] = []
-    while isinstance(stmt, For) and take(stmt):  # type: ignore[operator]
+    while isinstance(stmt, For) and take(stmt):
         chain.append(stmt)
         stmt = stmt.body
     return chain
-
-
-def _chain_vars(chain: list[For]) -> list[str]:
-    return [loop.var for loop in chain]
 
 
 def _map_band(

@@ -28,6 +28,7 @@ from compiler.diagnostics import OptionsError
 MAX_BLOCK = 1024
 MAX_GRID_X = 2**31 - 1
 MAX_GRID_YZ = 65535
+DEFAULT_BLOCKS = 1024  # blocks along a dimension whose extent the host cannot compute
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,4 +82,11 @@ def as_cuda_options(value: object) -> CudaOptions:
     )
 
 
-__all__ = ["MAX_BLOCK", "MAX_GRID_X", "MAX_GRID_YZ", "CudaOptions", "as_cuda_options"]
+__all__ = [
+    "DEFAULT_BLOCKS",
+    "MAX_BLOCK",
+    "MAX_GRID_X",
+    "MAX_GRID_YZ",
+    "CudaOptions",
+    "as_cuda_options",
+]

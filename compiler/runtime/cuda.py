@@ -30,6 +30,7 @@ import numpy as np
 from compiler.codegen.cuda import emit_cuda
 from compiler.codegen.cuda_map import GpuKernel, GpuProgram, map_to_gpu
 from compiler.codegen.cuda_options import (
+    DEFAULT_BLOCKS,
     MAX_GRID_X,
     MAX_GRID_YZ,
     CudaOptions,
@@ -37,11 +38,10 @@ from compiler.codegen.cuda_options import (
 )
 from compiler.diagnostics import OptionsError, ShapeError
 from compiler.frontend.checked import RangedDef
-from compiler.loops import DType, check_arguments, eval_expr, eval_size_expr
+from compiler.loops import check_arguments, eval_expr, eval_size_expr
 from compiler.poly.astgen import ERROR_BUFFER, Lowered
 from compiler.poly.gpu_lower import lower_gpu
 
-DEFAULT_BLOCKS = 1024  # blocks along a grid dimension whose extent the host cannot compute
 CUDA_TARGETS = ("cuda", "cuda-emulated")
 
 
@@ -251,10 +251,6 @@ def cuda_source(ranged: RangedDef, options: CudaOptions | None = None) -> str:
     program = compile_cuda(ranged, options)
     notes = "".join(f"// {n}\n" for n in program.lowered.notes)
     return notes + program.source
-
-
-def dtype_ok(dtype: DType) -> bool:
-    return dtype is not DType.FLOAT16
 
 
 __all__ = [

@@ -46,7 +46,10 @@ def _interface(value: Any) -> tuple[int, tuple[int, ...], np.dtype, bool]:
         if dtype is None:
             import torch
 
-            dtype = torch.empty(0, dtype=value.dtype).numpy().dtype
+            try:
+                dtype = torch.empty(0, dtype=value.dtype).numpy().dtype
+            except (TypeError, RuntimeError):  # bfloat16 & co.: no NumPy dtype, never declared
+                dtype = np.dtype([("torch", "V1")])
             _TORCH_DTYPES[value.dtype] = dtype
         return int(value.data_ptr()), tuple(value.shape), dtype, bool(value.is_contiguous())
     face = value.__cuda_array_interface__

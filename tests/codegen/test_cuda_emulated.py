@@ -167,3 +167,28 @@ def test_fast_math_uses_intrinsics_and_stays_close() -> None:
     assert "expf(" in plain._native.source and "__expf" not in plain._native.source
     A = np.linspace(-2, 2, 37, dtype=np.float32)
     np.testing.assert_allclose(fast(A)[0], define(src)(A)[0], rtol=1e-5)
+
+
+def test_emulation_rejects_shared_memory_and_syncthreads() -> None:
+    from compiler.codegen.cuda_emulation import build_emulated
+
+    k = define("def f(float(N) A) -> (B) { B(i) = A(i) }", target="cuda-emulated")
+    program = k._native
+    for word in ("__syncthreads();", "__shared__ float tile[32];"):
+        source = program.source.replace("{\n", "{\n  " + word + "\n", 1)
+        with pytest.raises(OptionsError, match="cannot run kernels"):
+            build_emulated(source, program.gpu)
+
+
+def test_cuda_target_objects_compile_for_a_registry() -> None:
+    from compiler.runtime.cuda import TARGET_OBJECTS
+
+    ranged = define("def f(float(N) A) -> (B) { B(i) = A(i) + 1.0 }").ranged
+    program = TARGET_OBJECTS["cuda-emulated"].compile(ranged, CudaOptions(block=64))
+    assert program.emulated and program.options.block == 64
+    B = np.zeros(5, np.float32)
+    program.run({"A": np.arange(5, dtype=np.float32)}, {"N": 5}, {"B": B})
+    np.testing.assert_array_equal(B, np.arange(5) + 1)
+    assert (
+        TARGET_OBJECTS["cuda"].options_type is CudaOptions and not TARGET_OBJECTS["cuda"].emulated
+    )
