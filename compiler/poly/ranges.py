@@ -168,6 +168,13 @@ class _StmtInference:
         constraints = [c for r in reads for c in self._constraints_of(r)]
         self._solve(constraints)
         domain = self._domain()
+        if domain.is_empty():
+            raise self._error(
+                "this statement runs for no sizes at all: its ranges are empty for every size",
+                self.stmt.span,
+                "check the where clauses; a guarded read (`c ? A(i + 1) : 0`) still bounds "
+                "the index variables in it (see README, range inference)",
+            )
         self._check_preconditions(constraints, domain)
         self._record_output(domain)
         generated = tuple(
