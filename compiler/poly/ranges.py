@@ -167,6 +167,7 @@ class _StmtInference:
         reads = reads_of(self.stmt, self.state.known)
         constraints = [c for r in reads for c in self._constraints_of(r)]
         self._solve(constraints)
+        self._warn_guarded_bounds(constraints)
         domain = self._domain()
         if domain.is_empty():
             raise self._error(
@@ -451,6 +452,29 @@ class _StmtInference:
                 f"cannot prove that `{print_expr(access)}` stays in bounds: it needs "
                 f"`{print_expr(ok)}`, which is checked at run time",
                 access.span,
+            )
+
+    def _warn_guarded_bounds(self, constraints: list[_Constraint]) -> None:
+        """TC's rule, kept: a read inside a `?:` branch bounds the inferred ranges like
+        any other, even when its condition is the bounds check (`h - kh >= 0 &&
+        h - kh < H ? G(h - kh) : 0`). Say so where that condition involves the variable,
+        since the range then is narrower than the condition suggests."""
+        inferred = [v for v in self.facts.all_vars if v in self.bounds]
+        warned: set[Access] = set()
+        for c in constraints:
+            if c.access in warned or c.guard.plain_is_universe():
+                continue
+            names = self._involved(c.aff, inferred) & self._involved(c.guard, inferred)
+            if not names:
+                continue
+            warned.add(c.access)
+            shown = ", ".join(f"`{v}`" for v in sorted(names))
+            self._warn(
+                f"the range of {shown} is inferred from `{print_expr(c.access)}`, a read under"
+                " a condition: the condition does not widen the range (TC's rule)",
+                c.access.span,
+                "if the condition is meant to handle the boundary, give the range in a "
+                "where clause (e.g. `where h in 0:H`)",
             )
 
     def _reads_what_it_writes(self, access: Access) -> bool:
