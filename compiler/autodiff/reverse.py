@@ -77,7 +77,9 @@ Contribution = tuple[Access, Expr, tuple[Guard, ...]]
 
 def grad_def(ranged: RangedDef, *, wrt: Iterable[str] | None = None) -> Def:
     """The gradient def of `ranged` (see the module docstring)."""
-    return _Reverse(ranged, wrt).run()
+    from compiler.autodiff.clamps import split_clamps  # reads through min/max: pieces
+
+    return _Reverse(split_clamps(ranged), wrt).run()
 
 
 class _Reverse:
