@@ -252,7 +252,13 @@ class _Reverse:
         self._emit(Access(grad, read.args), value, where)
 
     def _origin(self, name: str, index: int) -> tuple[str, int]:
-        for tensor in self.v.writes:
+        # Only `name` itself and `T` of `T_v<k>` can be its tensor: checking those,
+        # not every written tensor, keeps long defs linear (5000 statements).
+        base, _, k = name.rpartition("_v")
+        candidates = [t for t in (name, base if k.isdigit() else None) if t in self.v.writes]
+        if len(candidates) > 1:  # both written: the order of the full loop it replaces
+            candidates.sort(key=list(self.v.writes).index)
+        for tensor in candidates:
             version = self.v.read_version(tensor, index)
             if self.v.name(tensor, version) == name:
                 return tensor, version

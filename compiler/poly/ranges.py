@@ -64,7 +64,7 @@ from compiler.frontend.ast import (
     Stmt,
     Var,
 )
-from compiler.frontend.checked import Bound, CheckedDef, RangedDef, Role, StmtFacts
+from compiler.frontend.checked import Bound, CheckedDef, RangedDef, Role, StmtFacts, TensorInfo
 from compiler.frontend.diagnostics import Diagnostic, RangeError, Severity
 from compiler.frontend.printer import print_expr
 from compiler.frontend.scopes import walk
@@ -110,6 +110,10 @@ class _DefState:
     known: dict[str, tuple[Bound, ...]] = dataclasses.field(default_factory=dict)
     images: dict[str, list[tuple[isl.Set, ...]]] = dataclasses.field(default_factory=dict)
     warnings: list[Diagnostic] = dataclasses.field(default_factory=list)
+    by_name: dict[str, TensorInfo] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.by_name = {t.name: t for t in self.checked.tensors}  # O(1) per read
 
 
 def infer_ranges(checked: CheckedDef) -> RangedDef:
@@ -237,7 +241,7 @@ class _StmtInference:
 
     def _extents(self, access: Access) -> tuple[tuple[Expr, Expr], ...] | None:
         """(lo, hi) per dimension of the tensor read, or None if nothing is known."""
-        info = next((t for t in self.state.checked.tensors if t.name == access.name), None)
+        info = self.state.by_name.get(access.name)
         if info is None or info.rank != len(access.args) or info.rank == 0:
             return None
         if info.role is Role.INPUT and info.dims is not None:
@@ -482,7 +486,7 @@ class _StmtInference:
         the element read is the one this statement writes, so it lies in the output's
         final shape (the hull of every write), though outside what earlier statements
         wrote; the earlier extent still bounds variables left to inference."""
-        info = next((t for t in self.state.checked.tensors if t.name == access.name), None)
+        info = self.state.by_name.get(access.name)
         return info is not None and info.role is not Role.INPUT and access == self.stmt.lhs
 
     def _record_output(self, domain: isl.Set) -> None:
