@@ -29,9 +29,7 @@ def test_a_huge_broadcast_view_is_refused(target: str) -> None:
 
 
 @pytest.mark.parametrize("target", ["interp", "llvm"])
-def test_a_small_broadcast_view_is_computed(
-    target: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_small_broadcast_view_is_computed(target: str, monkeypatch: pytest.MonkeyPatch) -> None:
     k = compiler.define(SCALE, target=target, cache=False)
     view = np.broadcast_to(np.arange(5, dtype=np.float32), (3, 5))
     np.testing.assert_array_equal(k(view)[0], 2 * np.asarray(view))
