@@ -319,6 +319,8 @@ class Kernel:
     def _outputs_given(
         self, out: Any, shapes: Mapping[str, tuple[int, ...]]
     ) -> dict[str, np.ndarray]:
+        for t in self._outputs:
+            _check_output_size(t, shapes[t.name])
         if out is None:
             return {}
         names = [t.name for t in self._outputs]
@@ -529,11 +531,47 @@ def _as_input(info: TensorInfo, value: Any) -> np.ndarray:
             info.span,
             hint=f"convert it with {info.name}.astype(np.{expected.name})",
         )
+    if value.flags.c_contiguous:
+        return value
+    if 0 in value.strides and value.nbytes > BROADCAST_COPY_LIMIT:
+        raise ShapeError(
+            f"input '{info.name}' is a broadcast view (strides {value.strides}) of "
+            f"{value.nbytes} bytes: the kernel needs a contiguous copy, larger than "
+            f"BROADCAST_COPY_LIMIT ({BROADCAST_COPY_LIMIT} bytes)",
+            info.span,
+            hint="pass the smaller array and broadcast in TC (index it by fewer variables), "
+            "or pass np.ascontiguousarray(...) yourself if you mean the copy",
+        )
     # np.ascontiguousarray would turn a 0-d array into shape (1,).
-    return value if value.flags.c_contiguous else value.copy(order="C")
+    return value.copy(order="C")
+
+
+BROADCAST_COPY_LIMIT = 2**30
+"""Bytes: the largest contiguous copy made of a zero-stride (broadcast) input view."""
+_MAX_OUTPUT_BYTES = 2**47  # beyond any process's address space on today's 64-bit CPUs
+
+
+def _check_output_size(info: TensorInfo, shape: tuple[int, ...]) -> None:
+    nbytes = np.dtype(NP_DTYPE[info.dtype]).itemsize
+    for extent in shape:
+        nbytes *= extent
+    if nbytes > _MAX_OUTPUT_BYTES:
+        raise ShapeError(
+            f"output '{info.name}' would have shape {shape}: {nbytes} bytes, more than any "
+            "process can allocate",
+            info.span,
+            hint="check the input shapes: the output's shape follows from the sizes",
+        )
 
 
 def _scalar_input(info: TensorInfo, value: Any, expected: np.dtype) -> np.ndarray:
+    if isinstance(value, np.generic) and value.dtype != expected:  # typed: the array rule
+        raise ShapeError(
+            f"input '{info.name}' is declared {info.dtype.value}, got a NumPy scalar of "
+            f"dtype {value.dtype}",
+            info.span,
+            hint=f"pass np.{expected.name}(...) or a Python number",
+        )
     is_integral = isinstance(value, (numbers.Integral, np.integer, np.bool_))
     if info.dtype.is_float or (is_integral and not isinstance(value, (bool, np.bool_))):
         if not info.dtype.is_float and not _fits(int(value), expected):

@@ -33,8 +33,8 @@ MaybeExpr = Expr | None
 
 def const(value: float | int) -> Const:
     """A literal: int32 for Python ints, float32 (TC's literal type) for floats."""
-    if isinstance(value, int):
-        return Const(value, ScalarType.INT32)
+    if isinstance(value, int):  # int64 beyond int32, as the parser types literals
+        return Const(value, ScalarType.INT32 if -(2**31) <= value < 2**31 else ScalarType.INT64)
     return Const(float(value), ScalarType.FLOAT32)
 
 

@@ -96,6 +96,9 @@ def grad_def(
     names outputs whose cotangent is zero (symbolic zeros, as JAX's): they get no
     `<out>_grad` parameter, and the statements only they would feed are not emitted."""
     supply = names if names is not None else name_supply(ranged.checked.definition)
+    from compiler.autodiff.clamps import split_clamps  # reads through min/max: pieces
+
+    ranged = split_clamps(ranged)
     reverse = _Reverse(ranged, wrt, supply, _zeros(ranged, zeros))
     return merge_contributions(propagate_copies(reverse.run(), keep=len(reverse.wrt)))
 
@@ -311,7 +314,13 @@ class _Reverse:
         self._emit(Access(grad, read.args, span=read.span), value, where)
 
     def _origin(self, name: str, index: int) -> tuple[str, int]:
-        for tensor in self.v.writes:
+        # Only `name` itself and `T` of `T_v<k>` can be its tensor: checking those,
+        # not every written tensor, keeps long defs linear (5000 statements).
+        base, _, k = name.rpartition("_v")
+        candidates = [t for t in (name, base if k.isdigit() else None) if t in self.v.writes]
+        if len(candidates) > 1:  # both written: the order of the full loop it replaces
+            candidates.sort(key=list(self.v.writes).index)
+        for tensor in candidates:
             version = self.v.read_version(tensor, index)
             if self.v.name(tensor, version) == name:
                 return tensor, version

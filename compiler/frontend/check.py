@@ -334,6 +334,22 @@ def _check_narrowing(
             stmt.rhs.span,
             f"wrap the right-hand side in {target.dtype.value}(...)",
         )
+        return
+    first = state.written.get(target.name)
+    if first is not None and not _declared_dtype(target, state):
+        if is_narrowing(rhs_type, first.dtype):  # `Fd(x) = 0` then `Fd(x) += 0.5 * ...`
+            report.warning(
+                f"'{target.name}' is {first.dtype.value}, typed by its first write, so this"
+                f" {rhs_type.value} value is converted to {first.dtype.value}"
+                f"{'' if first.dtype.is_float else ' (truncated)'}",
+                stmt.rhs.span,
+                f"make the first write {rhs_type.value}, e.g. `{_type_word(rhs_type)}(0)` for"
+                f" `0`, or declare the output's type in the signature",
+            )
+
+
+def _type_word(t: ScalarType) -> str:
+    return {ScalarType.FLOAT32: "float", ScalarType.FLOAT64: "double"}.get(t, t.value)
 
 
 def _declared_dtype(info: TensorInfo, state: DefState) -> bool:

@@ -37,6 +37,7 @@ MAX_DEPTH = 200
 """Deepest expression nesting accepted; deeper input is a ParseError, never a crash."""
 
 _INT64_MAX = 2**63 - 1
+_INT32_MAX = 2**31 - 1
 
 _ASSIGN_OPS: dict[TokenKind, ast.AssignOp] = {
     TokenKind.ASSIGN: ast.AssignOp.ASSIGN,
@@ -404,14 +405,19 @@ class _Parser:
     def number(self) -> ast.Const:
         token = self.advance()
         if token.kind is TokenKind.INT:
-            value = int(token.text)
-            if value > _INT64_MAX:
+            digits = token.text.lstrip("0")
+            # (compared as text first: Python refuses int() of > 4300 digits)
+            if len(digits) > len(str(_INT64_MAX)) or int(token.text) > _INT64_MAX:
+                shown = token.text if len(token.text) <= 40 else f"{token.text[:20]}..."
                 raise ParseError(
-                    f"integer literal {token.text} does not fit in 64 bits",
+                    f"integer literal {shown} ({len(token.text)} digits) does not fit in 64 bits",
                     token.span,
                     hint=f"the largest integer literal is {_INT64_MAX}",
                 )
-            return ast.Const(value, ast.ScalarType.INT32, span=token.span)
+            value = int(token.text)
+            # [tcc] a literal beyond int32 is an int64 (TC's int32 would wrap it)
+            dtype = ast.ScalarType.INT32 if value <= _INT32_MAX else ast.ScalarType.INT64
+            return ast.Const(value, dtype, span=token.span)
         number = float(token.text)
         if number == float("inf"):
             raise ParseError(f"number {token.text} is too large for a float", token.span)

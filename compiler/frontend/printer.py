@@ -22,7 +22,8 @@ Types print by the spelling C programmers know where TC has one (FLOAT32 as `flo
 FLOAT64 as `double`) and by their canonical name otherwise (`int32`, `float16`, ...);
 the parser maps every spelling back to the same ScalarType.
 
-Constants print so they re-lex to the same value and type: INT32 as digits, FLOAT32 as
+Constants print so they re-lex to the same value and type: INT32 as digits (INT64 too
+when beyond int32, since such literals lex as INT64), FLOAT32 as
 Python's `repr` (always with `.` or `e`; an exponent has no `+`). Constants of another
 type, which only later passes build, print as a cast (`int64(3)`, `double(0.5)`);
 negative ones print in parentheses (`(-1)`) and re-parse as a negation; non-finite
@@ -178,7 +179,11 @@ def _dim(d: Expr) -> str:
         return _expr(d, Prec.SELECT)
     if isinstance(d, Var):
         return _name(d.name)
-    if d.dtype is ScalarType.INT32 and isinstance(d.value, int) and d.value >= 0:
+    if (
+        d.dtype in (ScalarType.INT32, ScalarType.INT64)
+        and isinstance(d.value, int)
+        and d.value >= 0
+    ):
         return str(d.value)
     raise InternalError(f"a dimension must be a size name or a non-negative int32: {d!r}")
 
@@ -200,7 +205,12 @@ def _equivalent_name(name: str) -> str:
 
 
 def _args(args: tuple[Expr, ...]) -> str:
-    return ", ".join(print_expr(a) for a in args)
+    # A loop, not a generator: three Python frames per nesting level (_expr,
+    # _unparenthesised, _args), so the deepest tree the parser accepts prints.
+    parts = []
+    for a in args:
+        parts.append(_expr(a, Prec.SELECT))
+    return ", ".join(parts)
 
 
 def _expr(e: Expr, min_prec: Prec) -> str:
@@ -222,7 +232,14 @@ def _unparenthesised(e: Expr) -> tuple[str, Prec]:
         return f"{e.op.value}{sep}{operand}", Prec.UNARY
     if isinstance(e, Select):
         cond = _expr(e.cond, Prec.OR)
-        return f"{cond} ? {print_expr(e.then)} : {print_expr(e.otherwise)}", Prec.SELECT
+        then, otherwise = _expr(e.then, Prec.SELECT), _expr(e.otherwise, Prec.SELECT)
+        return f"{cond} ? {then} : {otherwise}", Prec.SELECT
+    if isinstance(e, Access) and e.name not in ARITY:
+        return f"{_name(e.name)}({_args(e.args)})", Prec.ATOM
+    if isinstance(e, Call) and e.fn in ARITY:
+        return f"{e.fn}({_args(e.args)})", Prec.ATOM
+    if isinstance(e, Cast):
+        return f"{type_name(e.dtype)}({_expr(e.operand, Prec.SELECT)})", Prec.ATOM
     return _atom(e), Prec.ATOM
 
 
@@ -263,7 +280,8 @@ def _const(c: Const) -> str:
         if not float(c.value).is_integer():
             raise InternalError(f"{c.dtype.value} constant with a fractional value: {c!r}")
         text = str(int(c.value))
-        default = ScalarType.INT32
+        # a literal beyond int32 lexes as an int64 (see the parser's `number`)
+        default = ScalarType.INT32 if -(2**31) <= int(c.value) < 2**31 else ScalarType.INT64
     if c.dtype is not default:
         inner = text[1:-1] if text.startswith("(") else text
         return f"{type_name(c.dtype)}({inner})"

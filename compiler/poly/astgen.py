@@ -38,7 +38,7 @@ import islpy as isl
 import numpy as np
 
 from compiler import loops as L
-from compiler.diagnostics import InternalError
+from compiler.diagnostics import InternalError, RangeError
 from compiler.frontend.ast import AssignOp, Let
 from compiler.frontend.checked import RangedDef
 from compiler.frontend.types import stmt_env
@@ -193,7 +193,13 @@ def ast_expr(e: isl.AstExpr) -> L.Expr:
     """An isl AST expression (iterators and sizes are int64) as loop IR."""
     kind = e.get_type()
     if kind == isl.ast_expr_type.int:
-        return const(int(e.get_val().to_python()), I64)
+        value = int(e.get_val().to_python())
+        if not -(2**63) <= value < 2**63:
+            raise RangeError(
+                f"a loop bound is the constant {value}, which does not fit in 64 bits",
+                hint="sizes and index values are 64-bit integers; use smaller constants",
+            )
+        return const(value, I64)
     if kind == isl.ast_expr_type.id:
         return L.VarRef(e.get_id().get_name())
     op = e.get_op_type()

@@ -294,7 +294,7 @@ def _as_modulo(aff: isl.Aff) -> tuple[isl.Aff, int] | None:
 
 
 def _int(v: int) -> Const:
-    return Const(v, ScalarType.INT32)
+    return Const(v, ScalarType.INT32 if -(2**31) <= v < 2**31 else ScalarType.INT64)
 
 
 def _nicer(e: Expr) -> Expr:

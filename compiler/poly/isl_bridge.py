@@ -35,7 +35,7 @@ from fractions import Fraction
 
 import islpy as isl
 
-from compiler.diagnostics import InternalError
+from compiler.diagnostics import InternalError, RangeError
 from compiler.frontend.ast import (
     Binary,
     BinOp,
@@ -78,10 +78,10 @@ class StmtSpace:
         )
         zero = self._vars[0]
         ctx = zero.domain()
-        for p in self.params:
-            ctx = ctx & self._vars[p].ge_set(zero + 1)
+        for p in self.params:  # sizes are positive int64s
+            ctx = ctx & self._vars[p].ge_set(zero + 1) & self._vars[p].le_set(zero + (2**63 - 1))
         self.universe: isl.Set = zero.domain()
-        self.context: isl.Set = ctx  # every size >= 1
+        self.context: isl.Set = ctx  # every size in 1:2**63
 
     def var(self, name: str) -> isl.PwAff:
         return self._vars[name]
@@ -204,11 +204,25 @@ def condition_of(
 
 
 def _val(v: isl.Val) -> Fraction:
-    return Fraction(int(v.get_num_si()), int(v.get_den_val().get_num_si()))
+    # exact: `get_num_si` silently gives 0 for a numerator beyond a C long
+    return Fraction(str(v))
+
+
+_INT32 = range(-(2**31), 2**31)
+_INT64 = range(-(2**63), 2**63)
 
 
 def _const(value: int) -> Const:
-    return Const(value, ScalarType.INT32)
+    """An integer constant isl computed: int32 as TC's literals, int64 beyond that (as
+    the parser types such literals); beyond int64 no size can reach it, a RangeError."""
+    if value in _INT32:
+        return Const(value, ScalarType.INT32)
+    if value in _INT64:
+        return Const(value, ScalarType.INT64)
+    raise RangeError(
+        f"range inference derived the constant {value}, which does not fit in 64 bits",
+        hint="sizes and index values are 64-bit integers; use smaller constants",
+    )
 
 
 def _terms(aff: isl.Aff, params: Sequence[str]) -> tuple[list[tuple[Fraction, Expr]], Fraction]:

@@ -65,7 +65,7 @@ from compiler.frontend.ast import (
     Stmt,
     Var,
 )
-from compiler.frontend.checked import Bound, CheckedDef, RangedDef, Role, StmtFacts
+from compiler.frontend.checked import Bound, CheckedDef, RangedDef, Role, StmtFacts, TensorInfo
 from compiler.frontend.printer import print_expr
 from compiler.frontend.scopes import walk
 from compiler.frontend.source import NO_SPAN, Span
@@ -110,6 +110,10 @@ class _DefState:
     known: dict[str, tuple[Bound, ...]] = dataclasses.field(default_factory=dict)
     images: dict[str, list[tuple[isl.Set, ...]]] = dataclasses.field(default_factory=dict)
     warnings: list[Diagnostic] = dataclasses.field(default_factory=list)
+    by_name: dict[str, TensorInfo] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.by_name = {t.name: t for t in self.checked.tensors}  # O(1) per read
 
 
 def infer_ranges(checked: CheckedDef) -> RangedDef:
@@ -167,7 +171,15 @@ class _StmtInference:
         reads = reads_of(self.stmt, self.state.known)
         constraints = [c for r in reads for c in self._constraints_of(r)]
         self._solve(constraints)
+        self._warn_guarded_bounds(constraints)
         domain = self._domain()
+        if domain.is_empty():
+            raise self._error(
+                "this statement runs for no sizes at all: its ranges are empty for every size",
+                self.stmt.span,
+                "check the where clauses; a guarded read (`c ? A(i + 1) : 0`) still bounds "
+                "the index variables in it (see README, range inference)",
+            )
         self._check_preconditions(constraints, domain)
         self._record_output(domain)
         generated = tuple(
@@ -229,7 +241,7 @@ class _StmtInference:
 
     def _extents(self, access: Access) -> tuple[tuple[Expr, Expr], ...] | None:
         """(lo, hi) per dimension of the tensor read, or None if nothing is known."""
-        info = next((t for t in self.state.checked.tensors if t.name == access.name), None)
+        info = self.state.by_name.get(access.name)
         if info is None or info.rank != len(access.args) or info.rank == 0:
             return None
         if info.role is Role.INPUT and info.dims is not None:
@@ -446,12 +458,35 @@ class _StmtInference:
                 access.span,
             )
 
+    def _warn_guarded_bounds(self, constraints: list[_Constraint]) -> None:
+        """TC's rule, kept: a read inside a `?:` branch bounds the inferred ranges like
+        any other, even when its condition is the bounds check (`h - kh >= 0 &&
+        h - kh < H ? G(h - kh) : 0`). Say so where that condition involves the variable,
+        since the range then is narrower than the condition suggests."""
+        inferred = [v for v in self.facts.all_vars if v in self.bounds]
+        warned: set[Access] = set()
+        for c in constraints:
+            if c.access in warned or c.guard.plain_is_universe():
+                continue
+            names = self._involved(c.aff, inferred) & self._involved(c.guard, inferred)
+            if not names:
+                continue
+            warned.add(c.access)
+            shown = ", ".join(f"`{v}`" for v in sorted(names))
+            self._warn(
+                f"the range of {shown} is inferred from `{print_expr(c.access)}`, a read under"
+                " a condition: the condition does not widen the range (TC's rule)",
+                c.access.span,
+                "if the condition is meant to handle the boundary, give the range in a "
+                "where clause (e.g. `where h in 0:H`)",
+            )
+
     def _reads_what_it_writes(self, access: Access) -> bool:
         """`B(x) = B(x) * 2 where x in N - 1:N` after `B(x) = ... where x in 0:N - 1`:
         the element read is the one this statement writes, so it lies in the output's
         final shape (the hull of every write), though outside what earlier statements
         wrote; the earlier extent still bounds variables left to inference."""
-        info = next((t for t in self.state.checked.tensors if t.name == access.name), None)
+        info = self.state.by_name.get(access.name)
         return info is not None and info.role is not Role.INPUT and access == self.stmt.lhs
 
     def _record_output(self, domain: isl.Set) -> None:

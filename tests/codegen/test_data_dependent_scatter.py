@@ -211,7 +211,8 @@ def test_build_marks_the_write_as_non_affine() -> None:
     want = isl.Map(
         "[V, D, B] -> { S0[b, d] -> E_grad[t, d] : 0 <= b < B and 0 <= d < D and 0 <= t < V }"
     )
-    context = isl.Set("[V, D, B] -> { : V > 0 and D > 0 and B > 0 }")
+    m = 2**63 - 1  # sizes are positive int64s (isl_bridge's context)
+    context = isl.Set(f"[V, D, B] -> {{ : 0 < V <= {m} and 0 < D <= {m} and 0 < B <= {m} }}")
     got = poly.write.intersect_params(context)
     assert got.is_equal(want.intersect_params(context))
     assert poly.nonaffine_write.may_write.is_equal(poly.write)

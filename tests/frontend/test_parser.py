@@ -191,7 +191,9 @@ def test_builtins_become_calls_and_other_names_accesses() -> None:
         (".5", 0.5, ScalarType.FLOAT32),
         ("1e-5", 1e-5, ScalarType.FLOAT32),
         ("3E2", 300.0, ScalarType.FLOAT32),
-        ("9223372036854775807", 2**63 - 1, ScalarType.INT32),
+        ("9223372036854775807", 2**63 - 1, ScalarType.INT64),  # beyond int32: int64
+        ("2147483647", 2**31 - 1, ScalarType.INT32),
+        ("2147483648", 2**31, ScalarType.INT64),
     ],
 )
 def test_number_values(text: str, value: float, dtype: ScalarType) -> None:

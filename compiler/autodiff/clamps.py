@@ -1,0 +1,203 @@
+"""Reads through clamped subscripts, split into affine pieces before AD.
+
+    split_clamps(ranged) -> RangedDef
+
+Requires: a `RangedDef` (every variable has an explicit `where` range).
+Ensures:  no read in a statement's right-hand side has a subscript whose value is a
+          `min`/`max` of two affine expressions of index variables; each such
+          statement is replaced by pieces, one per choice of each clamp, whose
+          domains partition the statement's (a condition `e in lo:e + 1` states
+          `e >= lo`: bounds may use index variables in tcc's dialect), so every read
+          is affine and its gradient a scatter the gather pass inverts exactly.
+
+Worked example (the natural TC spelling of a clamped boundary):
+
+    O(x) +=! I(min(x + r, N - 1)) * W(r) where x in 0:N, r in 0:R
+    ==>
+    O(x) +=! I(x + r) * W(r) where x in 0:N, r in 0:R, N - 1 - (x + r) in 0:N - 1 - (x + r) + 1
+    O(x) += I(N - 1) * W(r) where x in 0:N, r in 0:R, x + r - (N - 1) in 1:x + r - (N - 1) + 1
+
+The first piece keeps the statement's operator (`+=!` initialises once), the others
+use its accumulating form; an `=` statement has no reduction variables, so its pieces
+write disjoint elements. Statements with lets are left as they are (AD then says
+the read is not affine), and so are clamps of non-affine operands.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from compiler.frontend.ast import (
+    Access,
+    Binary,
+    BinOp,
+    Call,
+    Const,
+    Expr,
+    Let,
+    RangeConstraint,
+    ScalarType,
+    Stmt,
+    Unary,
+    UnaryOp,
+    Var,
+)
+from compiler.frontend.check import check_def
+from compiler.frontend.checked import RangedDef
+from compiler.frontend.scopes import walk
+
+MAX_PIECES = 16  # 4 clamps in one statement; more is left to AD's error
+
+
+def split_clamps(ranged: RangedDef) -> RangedDef:
+    """`ranged` with every clamped read split into affine pieces (see the module doc)."""
+    definition = ranged.checked.definition
+    stmts: list[Stmt] = []
+    changed = False
+    for stmt in definition.stmts:
+        pieces = _split(stmt, ranged)
+        changed = changed or pieces != [stmt]
+        stmts.extend(pieces)
+    if not changed:
+        return ranged
+    rechecked = check_def(dataclasses.replace(definition, stmts=tuple(stmts)))
+    return RangedDef(rechecked, ranged.output_bounds, ranged.warnings)
+
+
+def _split(stmt: Stmt, ranged: RangedDef) -> list[Stmt]:
+    if any(isinstance(c, Let) for c in stmt.where):
+        return [stmt]
+    done: list[Stmt] = []
+    todo = [stmt]
+    while todo:
+        piece = todo.pop(0)
+        clamp = next(iter(_clamps(piece, ranged)), None)
+        if clamp is None:
+            done.append(piece)
+        else:
+            todo[:0] = _choices(piece, clamp, ranged)
+        if len(done) + len(todo) > MAX_PIECES:
+            return [stmt]
+    return [done[0]] + [_accumulating(p) for p in done[1:]]
+
+
+def _clamps(stmt: Stmt, ranged: RangedDef) -> list[Call]:
+    """The innermost clamps in the subscripts of the right-hand side's reads."""
+    sizes = set(ranged.checked.size_params)
+    found = []
+    for e in walk(stmt.rhs):
+        if isinstance(e, Access):
+            for arg in e.args:
+                found.extend(c for c in walk(arg) if _is_clamp(c, sizes) and _innermost(c))
+    return found
+
+
+def _innermost(clamp: Expr) -> bool:
+    """No clamp inside: split first, so every condition written is affine."""
+    inner = (x for a in clamp.args for x in walk(a))  # type: ignore[attr-defined]
+    return not any(isinstance(x, Call) and x.fn in ("min", "max") for x in inner)
+
+
+def _is_clamp(e: Expr, sizes: set[str]) -> bool:
+    return (
+        isinstance(e, Call)
+        and e.fn in ("min", "max")
+        and len(e.args) == 2
+        and all(_affine(a, sizes) for a in e.args)
+    )
+
+
+def _affine(e: Expr, sizes: set[str]) -> bool:
+    if isinstance(e, Var):
+        return True  # an index variable or a size (the checker typed it integral)
+    if isinstance(e, Const):
+        return not e.dtype.is_float
+    if isinstance(e, Unary) and e.op is UnaryOp.NEG:
+        return _affine(e.operand, sizes)
+    if isinstance(e, Binary) and e.op in (BinOp.ADD, BinOp.SUB):
+        return _affine(e.lhs, sizes) and _affine(e.rhs, sizes)
+    if isinstance(e, Binary) and e.op is BinOp.MUL:
+        return (isinstance(e.lhs, Const) and _affine(e.rhs, sizes)) or (
+            isinstance(e.rhs, Const) and _affine(e.lhs, sizes)
+        )
+    return isinstance(e, Call) and _is_clamp(e, sizes)
+
+
+def _choices(stmt: Stmt, clamp: Call, ranged: RangedDef) -> list[Stmt]:
+    a, b = clamp.args
+    # min(a, b) is a where b - a >= 0, else b (a - b >= 1); max mirrors it
+    first, second = (b, a) if clamp.fn == "min" else (a, b)
+    sizes = set(ranged.checked.size_params)
+    if _always_at_least(Binary(BinOp.SUB, first, second), 0, sizes):  # min(0, N - 1)
+        return [dataclasses.replace(stmt, rhs=_replace(stmt.rhs, clamp, a))]
+    if _always_at_least(Binary(BinOp.SUB, second, first), 1, sizes):
+        return [dataclasses.replace(stmt, rhs=_replace(stmt.rhs, clamp, b))]
+    take_a = _at_least(Binary(BinOp.SUB, first, second), 0)
+    take_b = _at_least(Binary(BinOp.SUB, second, first), 1)
+    return [
+        _with(stmt, clamp, a, take_a),
+        _with(stmt, clamp, b, take_b),
+    ]
+
+
+def _always_at_least(e: Expr, lo: int, sizes: set[str]) -> bool:
+    """Whether `e`, a combination of sizes (each >= 1) and constants, is >= `lo` for
+    every size: true when no size has a negative coefficient and its value with
+    every size 1 is >= lo. False when unsure (index variables, other forms)."""
+    terms = _linear(e, sizes)
+    if terms is None:
+        return False
+    const = terms.pop("", 0)
+    return all(c >= 0 for c in terms.values()) and const + sum(terms.values()) >= lo
+
+
+def _linear(e: Expr, sizes: set[str]) -> dict[str, int] | None:
+    if isinstance(e, Const) and isinstance(e.value, int):
+        return {"": e.value}
+    if isinstance(e, Var) and e.name in sizes:
+        return {e.name: 1}
+    if isinstance(e, Unary) and e.op is UnaryOp.NEG:
+        inner = _linear(e.operand, sizes)
+        return None if inner is None else {k: -v for k, v in inner.items()}
+    if isinstance(e, Binary) and e.op in (BinOp.ADD, BinOp.SUB):
+        lhs, rhs = _linear(e.lhs, sizes), _linear(e.rhs, sizes)
+        if lhs is None or rhs is None:
+            return None
+        sign = 1 if e.op is BinOp.ADD else -1
+        for k, v in rhs.items():
+            lhs[k] = lhs.get(k, 0) + sign * v
+        return lhs
+    return None
+
+
+def _at_least(e: Expr, lo: int) -> RangeConstraint:
+    one = Const(1, ScalarType.INT32)
+    return RangeConstraint(e, Const(lo, ScalarType.INT32), Binary(BinOp.ADD, e, one))
+
+
+def _with(stmt: Stmt, clamp: Call, value: Expr, cond: RangeConstraint) -> Stmt:
+    rhs = _replace(stmt.rhs, clamp, value)
+    return dataclasses.replace(stmt, rhs=rhs, where=(*stmt.where, cond))
+
+
+def _accumulating(stmt: Stmt) -> Stmt:
+    return dataclasses.replace(stmt, op=stmt.op.base) if stmt.op.init else stmt
+
+
+def _replace(e: Any, old: Expr, new: Expr) -> Any:
+    if e == old:
+        return new
+    if isinstance(e, tuple):
+        return tuple(_replace(x, old, new) for x in e)
+    if not dataclasses.is_dataclass(e) or isinstance(e, type):
+        return e
+    changes = {
+        f.name: _replace(getattr(e, f.name), old, new)
+        for f in dataclasses.fields(e)
+        if f.name != "span"
+    }
+    return dataclasses.replace(e, **changes)
+
+
+__all__ = ["MAX_PIECES", "split_clamps"]
