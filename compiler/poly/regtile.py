@@ -167,7 +167,12 @@ class _Lanes(L.Mutator):
 
     def mutate_For(self, node: L.For) -> L.Stmt:
         if node.var != self.j:
-            return self.generic_mutate(node)
+            new = self.generic_mutate(node)
+            inner = node.body.stmts if isinstance(node.body, L.Block) else (node.body,)
+            if any(isinstance(c, L.For) and c.var == self.j for c in inner):
+                # its body is now lanes: back ends vectorise across them, not the loop
+                return dataclasses.replace(new, kind=L.LoopKind.UNROLL)
+            return new
         stores = node.body.stmts if isinstance(node.body, L.Block) else (node.body,)
         out: list[L.Stmt] = []
         for st in stores:
