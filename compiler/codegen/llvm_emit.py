@@ -3,6 +3,13 @@
 Requires: a verified Function. Ensures: a function with the ABI `codegen.llvm` states,
 built only with `llvmlite.ir.IRBuilder` calls. Statement and expression lowering is one
 method per node type, dispatched by class name; an unknown node raises InternalError.
+
+Numerics: float `Min`/`Max` are `llvm.minimum`/`llvm.maximum` (NaN propagates, and
+they vectorise); a loop whose body only adds terms to float Locals is, when longer
+than `SUM_BLOCK`, summed in blocks with Kahan's compensation across blocks
+(`_blocked_sum`); a loop of kind UNROLL (the lanes of a register tile) carries
+`llvm.loop.vectorize.width 1` so the SLP vectoriser, not the loop vectoriser, widens it;
+math builtins go through `llvm_math` (libmvec where present).
 """
 
 from __future__ import annotations

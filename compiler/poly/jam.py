@@ -7,8 +7,9 @@ checks before it asks for a jam: an injective left-hand side, no reads of the ou
 Ensures:  `unroll_and_jam(stmt, var, factor)` runs the same instances: every loop over
 `var` becomes a main loop with step `factor * step`, whose body holds `factor` copies
 of the original body (`var`, `var + step`, ...) pushed down through the inner loops
-whose bounds do not use `var` (and through blocks and ifs that do not), followed by a
-remainder loop with the original body. Each element still gets its contributions in
+whose bounds do not use `var` (and through blocks and ifs that do not, and through a
+Local accumulator, which becomes one Local per copy: `acc_<var>0`, `acc_<var>1`, ...),
+followed by a remainder loop with the original body. Each element still gets its contributions in
 the same order. The loop kind (parallel) is kept on both loops.
 
 Worked example, factor 2:
