@@ -252,9 +252,9 @@ class FunctionEmitter:
         lo, hi = self.expr(s.lo), self.expr(s.hi)
         if id(s) in self.chunked:
             lo, hi = self._chunk_bounds(lo, hi, s.step)
-        sums = self._sum_terms(s)
+        lanes = s.kind is LoopKind.UNROLL  # a register tile's lanes: never blocked
+        sums = [] if lanes else self._sum_terms(s)
         if not sums:
-            lanes = s.kind is LoopKind.UNROLL
             self._loop(s.var, lo, hi, s.step, lambda: self.stmt(s.body), lanes)
             return
         b = self.builder

@@ -192,3 +192,12 @@ def test_long_dot_products_are_summed_in_blocks() -> None:
     # running sum: about 1e-3)
     bound = (SUM_BLOCK + 2) * float(np.finfo(np.float32).eps) / 2
     assert np.all(np.abs(y - exact) <= bound * exact)
+
+
+def test_lane_loops_are_left_to_slp() -> None:
+    from compiler.codegen import build_module
+
+    f = _lowered(conv_source(2, 1), Options(register_tile=16))
+    text = str(build_module(f))
+    assert "llvm.loop.vectorize.width" in text
+    assert ".partial" not in text  # lane loops are short: never split into sum blocks
