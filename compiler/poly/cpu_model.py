@@ -137,15 +137,17 @@ def _dot_tile(
 ) -> LoopOrder:
     """The literal order; for a long unit-stride innermost reduction (a dot product per
     output: linear layers, attention scores), the last two output loops unrolled and
-    jammed by DOT_TILE, so a tile of outputs accumulates in registers (LLVM vectorises
+    jammed by DOT_TILE (the last two that are not short), so a tile of outputs accumulates in registers (LLVM vectorises
     the reduction loop, one vector of partial sums per output) and each loaded vector
     of a read is used by several outputs. `Options(register_tile=1)` turns it off."""
     literal = literal_order(facts)
     r = facts.reduction_vars[-1]
     if short(facts, r) or not _unit_stride_reads(r, reads, space, lets):
         return literal
-    outer = facts.index_vars[-2:]
-    jams = tuple((v, f) for v, f in zip(outer, DOT_TILE[-len(outer) :], strict=True))
+    outer = [v for v in facts.index_vars if not short(facts, v)][-2:]
+    if len(outer) < 2:
+        return literal  # one output row per loop: no read is shared between outputs
+    jams = tuple((v, f) for v, f in zip(outer, DOT_TILE, strict=True))
     return LoopOrder(literal.outer, literal.inner, jams=jams[::-1])
 
 
