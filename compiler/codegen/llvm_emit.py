@@ -3,6 +3,13 @@
 Requires: a verified Function. Ensures: a function with the ABI `codegen.llvm` states,
 built only with `llvmlite.ir.IRBuilder` calls. Statement and expression lowering is one
 method per node type, dispatched by class name; an unknown node raises InternalError.
+
+Numerics: float `Min`/`Max` are `llvm.minimum`/`llvm.maximum` (NaN propagates, and
+they vectorise); a loop whose body only adds terms to float Locals is, when longer
+than `SUM_BLOCK`, summed in blocks with Kahan's compensation across blocks
+(`_blocked_sum`); a loop of kind UNROLL (the lanes of a register tile) carries
+`llvm.loop.vectorize.width 1` so the SLP vectoriser, not the loop vectoriser, widens it;
+math builtins go through `llvm_math` (libmvec where present).
 """
 
 from __future__ import annotations
@@ -245,68 +252,75 @@ class FunctionEmitter:
             emit_parallel(self, s)  # on the thread pool (codegen.llvm_parallel)
             return
         lo, hi = self.expr(s.lo), self.expr(s.hi)
-        summand = self._sum_term(s)
-        if summand is None:
-            self._loop(s.var, lo, hi, s.step, lambda: self.stmt(s.body), _lanes(s.body))
+        lanes = s.kind is LoopKind.UNROLL  # a register tile's lanes: never blocked
+        sums = [] if lanes else self._sum_terms(s)
+        if not sums:
+            self._loop(s.var, lo, hi, s.step, lambda: self.stmt(s.body), lanes)
             return
-        acc, x = summand
         b = self.builder
         span = ir.Constant(I64, SUM_BLOCK * s.step)
         with b.if_else(b.icmp_signed(">", b.sub(hi, lo), span)) as (long, short):
             with long:
-                self._blocked_sum(s.var, lo, hi, s.step, acc, x)
+                self._blocked_sum(s.var, lo, hi, s.step, sums)
             with short:
                 self._loop(s.var, lo, hi, s.step, lambda: self.stmt(s.body))
 
-    def _sum_term(self, s: For) -> tuple[str, Expr] | None:
-        """(accumulator, term) when `s`'s body is `acc = acc + term` on a float Local
-        that `term` does not read; None otherwise."""
-        a = s.body
-        if not isinstance(a, Assign) or a.var not in self.compensation:
-            return None
-        e, me = a.value, VarRef(a.var, self.slots[a.var][1])
-        if not (isinstance(e, Bin) and e.op is BinOp.ADD and me in (e.a, e.b)):
-            return None
-        term = e.b if e.a == me else e.a
-        if _mentions(term, a.var):
-            return None
-        return a.var, term
+    def _sum_terms(self, s: For) -> list[tuple[str, Expr]]:
+        """[(accumulator, term)] when `s`'s body is `acc = acc + term` on a float Local
+        (or a block of such updates of distinct Locals, a dot-product tile) that no term
+        reads; [] otherwise."""
+        body = s.body.stmts if isinstance(s.body, Block) else (s.body,)
+        found: list[tuple[str, Expr]] = []
+        for a in body:
+            if not isinstance(a, Assign) or a.var not in self.compensation:
+                return []
+            e, me = a.value, VarRef(a.var, self.slots[a.var][1])
+            if not (isinstance(e, Bin) and e.op is BinOp.ADD and me in (e.a, e.b)):
+                return []
+            found.append((a.var, e.b if e.a == me else e.a))
+        accs = {acc for acc, _ in found}
+        if len(accs) != len(found) or any(_mentions(t, a) for _, t in found for a in accs):
+            return []
+        return found
 
     def _blocked_sum(
-        self, var: str, lo: ir.Value, hi: ir.Value, step: int, acc: str, x: Expr
+        self, var: str, lo: ir.Value, hi: ir.Value, step: int, sums: list[tuple[str, Expr]]
     ) -> None:
-        """`acc += x` over [lo, hi): blocks of SUM_BLOCK iterations each summed into a
+        """`acc += x` (for each pair of `sums`) over [lo, hi): blocks of SUM_BLOCK iterations each summed into a
         fresh partial (fast-math flags: the vectoriser keeps lanes of partial sums),
         the partials added to `acc` with Kahan's compensation. The error of the whole
         sum is at most about (SUM_BLOCK / lanes + log2(lanes) + 2) * eps * sum(|x|)
         (lanes: the vectoriser's partial sums, 32-64 for float32; 1 if it does not
         vectorise), against (n / lanes) * eps * sum(|x|) for one running sum."""
         b = self.builder
-        slot, dtype = self.slots[acc]
-        ty = ir_type(dtype)
-        with b.goto_block(self.entry):
-            b.position_at_start(self.entry)
-            partial = b.alloca(ty, name=f"{acc}.partial")
+        partials = []
+        for acc, _ in sums:
+            ty = ir_type(self.slots[acc][1])
+            with b.goto_block(self.entry):
+                b.position_at_start(self.entry)
+                partials.append((b.alloca(ty, name=f"{acc}.partial"), ty))
         span = ir.Constant(I64, SUM_BLOCK * step)
 
         def block() -> None:
             start = self.values[f"{var}.block"]
             end = b.add(start, span)
             end = b.select(b.icmp_signed("<", end, hi), end, hi)
-            b.store(ir.Constant(ty, 0.0), partial)
+            for partial, ty in partials:
+                b.store(ir.Constant(ty, 0.0), partial)
 
             def add() -> None:
-                b.store(
-                    b.fadd(b.load(partial, typ=ty), self.expr(x), flags=REDUCTION_FLAGS), partial
-                )
+                for (partial, ty), (_, x) in zip(partials, sums, strict=True):
+                    value = b.fadd(b.load(partial, typ=ty), self.expr(x), flags=REDUCTION_FLAGS)
+                    b.store(value, partial)
 
             self._loop(var, start, end, step, add)
-            comp_slot = self.compensation[acc]
-            total, comp = b.load(slot, typ=ty), b.load(comp_slot, typ=ty)
-            y = b.fsub(b.load(partial, typ=ty), comp)
-            t = b.fadd(total, y)
-            b.store(b.fsub(b.fsub(t, total), y), comp_slot)
-            b.store(t, slot)
+            for (partial, ty), (acc, _) in zip(partials, sums, strict=True):
+                slot, comp_slot = self.slots[acc][0], self.compensation[acc]
+                total, comp = b.load(slot, typ=ty), b.load(comp_slot, typ=ty)
+                y = b.fsub(b.load(partial, typ=ty), comp)
+                t = b.fadd(total, y)
+                b.store(b.fsub(b.fsub(t, total), y), comp_slot)
+                b.store(t, slot)
 
         self._loop(f"{var}.block", lo, hi, SUM_BLOCK * step, block)
 
@@ -537,13 +551,6 @@ def cast(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:
     if dst.bits < src.bits:
         return b.trunc(x, to)
     return b.sext(x, to) if signed else b.zext(x, to)
-
-
-def _lanes(s: Stmt) -> bool:
-    """A block of updates of two or more Locals: the lanes of a register tile."""
-    if not isinstance(s, Block) or not all(isinstance(c, Assign) for c in s.stmts):
-        return False
-    return len({c.var for c in s.stmts if isinstance(c, Assign)}) > 1
 
 
 def _mentions(e: Expr, var: str) -> bool:

@@ -99,6 +99,10 @@ class DType(enum.Enum):
 
 
 class LoopKind(enum.Enum):
+    """SERIAL, PARALLEL (a runtime may split it across threads), UNROLL (its body is
+    unrolled lanes, e.g. a register tile's: a back end vectorises across the lanes, not
+    the loop; LLVM: no loop vectorisation, SLP), VECTOR, GPU_BLOCK, GPU_THREAD."""
+
     SERIAL = "serial"
     PARALLEL = "parallel"
     VECTOR = "vector"

@@ -72,6 +72,7 @@ from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff
 UNROLL = 4  # unroll-and-jam factor of the innermost reduction loop
 BLOCK = 4  # register-blocking factor of an output loop
 SHORT = 16  # a constant extent up to this is short
+DOT_TILE = (2, 4)  # jam factors of the last two output loops of a dot-product nest
 MAX_STRIDE = 4  # the largest stride of a read along a register-tiled loop
 LANES = 16  # register tile width along the innermost loop (poly/regtile.py)
 
@@ -113,7 +114,9 @@ def choose_order(
     else:
         j = options.innermost if options.innermost in _lhs_vars(facts) else None
     if j is None:
-        return literal
+        if options.innermost != AUTO or options.register_tile == 1:
+            return literal
+        return _dot_tile(facts, space, lets, reads)
     others = tuple(v for v in facts.index_vars if v != j)
     block_var = _block_var(others, j, reads, space, lets)
     jams: list[tuple[str, int]] = []
@@ -127,6 +130,25 @@ def choose_order(
     return LoopOrder(
         others, facts.reduction_vars, (j,), register=False, jams=tuple(jams), lanes=lanes
     )
+
+
+def _dot_tile(
+    facts: StmtFacts, space: StmtSpace, lets: dict[str, Expr], reads: list[Access]
+) -> LoopOrder:
+    """The literal order; for a long unit-stride innermost reduction (a dot product per
+    output: linear layers, attention scores), the last two output loops unrolled and
+    jammed by DOT_TILE (the last two that are not short), so a tile of outputs accumulates in registers (LLVM vectorises
+    the reduction loop, one vector of partial sums per output) and each loaded vector
+    of a read is used by several outputs. `Options(register_tile=1)` turns it off."""
+    literal = literal_order(facts)
+    r = facts.reduction_vars[-1]
+    if short(facts, r) or not _unit_stride_reads(r, reads, space, lets):
+        return literal
+    outer = [v for v in facts.index_vars if not short(facts, v)][-2:]
+    if len(outer) < 2:
+        return literal  # one output row per loop: no read is shared between outputs
+    jams = tuple((v, f) for v, f in zip(outer, DOT_TILE, strict=True))
+    return LoopOrder(literal.outer, literal.inner, jams=jams[::-1])
 
 
 def _memory_legal(facts: StmtFacts, injective: bool, self_reads: bool) -> bool:

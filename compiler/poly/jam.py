@@ -7,8 +7,9 @@ checks before it asks for a jam: an injective left-hand side, no reads of the ou
 Ensures:  `unroll_and_jam(stmt, var, factor)` runs the same instances: every loop over
 `var` becomes a main loop with step `factor * step`, whose body holds `factor` copies
 of the original body (`var`, `var + step`, ...) pushed down through the inner loops
-whose bounds do not use `var` (and through blocks and ifs that do not), followed by a
-remainder loop with the original body. Each element still gets its contributions in
+whose bounds do not use `var` (and through blocks and ifs that do not, and through a
+Local accumulator, which becomes one Local per copy: `acc_<var>0`, `acc_<var>1`, ...),
+followed by a remainder loop with the original body. Each element still gets its contributions in
 the same order. The loop kind (parallel) is kept on both loops.
 
 Worked example, factor 2:
@@ -54,19 +55,32 @@ class _Jammer(L.Mutator):
         blocks = L.Bin(L.BinOp.MUL, L.FloorDiv(trips, const(u, I64)), const(u * s, I64))
         split = blocks if zero else L.Bin(L.BinOp.ADD, node.lo, blocks)
         offsets = [k * s for k in range(u)]
-        main = dataclasses.replace(node, hi=split, step=u * s, body=self._jam(node.body, offsets))
+        renames: list[dict[str, str]] = [{} for _ in offsets]
+        body = self._jam(node.body, offsets, renames)
+        main = dataclasses.replace(node, hi=split, step=u * s, body=body)
         rest = dataclasses.replace(node, lo=split)
         return L.Block((main, rest))
 
-    def _jam(self, s: L.Stmt, offsets: list[int]) -> L.Stmt:
+    def _jam(self, s: L.Stmt, offsets: list[int], renames: list[dict[str, str]]) -> L.Stmt:
         if isinstance(s, L.For) and not self._uses(s.lo, s.hi):
-            return dataclasses.replace(s, body=self._jam(s.body, offsets))
+            return dataclasses.replace(s, body=self._jam(s.body, offsets, renames))
         if isinstance(s, L.Block):
-            return L.Block(tuple(self._jam(c, offsets) for c in s.stmts))
+            return L.Block(tuple(self._jam(c, offsets, renames) for c in s.stmts))
         if isinstance(s, L.If) and not self._uses(s.cond):
-            otherwise = None if s.otherwise is None else self._jam(s.otherwise, offsets)
-            return L.If(s.cond, self._jam(s.then, offsets), otherwise)
-        return L.Block(tuple(_shift(s, self.var, k) for k in offsets))
+            then = self._jam(s.then, offsets, renames)
+            otherwise = None if s.otherwise is None else self._jam(s.otherwise, offsets, renames)
+            return L.If(s.cond, then, otherwise)
+        if isinstance(s, L.Local):  # one accumulator per copy (register-form jams)
+            names = [f"{s.var}_{self.var}{k}" for k in range(len(offsets))]
+            inner = [{**r, s.var: n} for r, n in zip(renames, names, strict=True)]
+            body = self._jam(s.body, offsets, inner)
+            for k in reversed(range(len(offsets))):
+                init = _shift(_rename(s.init, renames[k]), self.var, offsets[k])
+                body = L.Local(names[k], s.dtype, init, body)
+            return body
+        return L.Block(
+            tuple(_shift(_rename(s, r), self.var, k) for k, r in zip(offsets, renames, strict=True))
+        )
 
     def _uses(self, *exprs: L.Expr) -> bool:
         found: list[bool] = []
@@ -80,6 +94,22 @@ class _Jammer(L.Mutator):
         for e in exprs:
             _Find().visit(e)
         return bool(found)
+
+
+def _rename(s: L.Node, names: dict[str, str]) -> L.Node:
+    """`s` with the Locals in `names` renamed (their reads and assignments)."""
+    if not names:
+        return s
+
+    class _Rename(L.Mutator):
+        def mutate_VarRef(self, node: L.VarRef) -> L.Expr:
+            return dataclasses.replace(node, name=names[node.name]) if node.name in names else node
+
+        def mutate_Assign(self, node: L.Assign) -> L.Stmt:
+            node = self.generic_mutate(node)
+            return dataclasses.replace(node, var=names.get(node.var, node.var))
+
+    return _Rename().mutate(s)
 
 
 def _shift(s: L.Stmt, var: str, offset: int) -> L.Stmt:

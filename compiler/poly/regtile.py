@@ -17,6 +17,14 @@ on the reduction loops) and only such accumulating stores becomes
         O[t, j + l] = acc_t_l   for every target t and lane l
     <the reduction loops again, their `j` loops over the remainder only>
 
+With `identity` (an `op!` statement whose output holds the identity before the nest,
+and no cache tile splits the reduction), the locals start at the identity instead of
+loading the output, and the remainder is one more full tile ending at the last
+element when the extent is at least `width` (its first lanes recompute, from the
+identity and in the same order, values already stored), so there are no guards at
+all; otherwise the remainder runs in memory form. The innermost reduction loops (the
+parents of the lanes) become `LoopKind.UNROLL`.
+
 so a tile of `targets x width` output elements stays in registers for the whole
 reduction (LLVM's SLP vectoriser turns the lanes into vector registers: the
 vectorised dimension is explicit). Reads may use `j` in any affine way (a strided
@@ -167,7 +175,12 @@ class _Lanes(L.Mutator):
 
     def mutate_For(self, node: L.For) -> L.Stmt:
         if node.var != self.j:
-            return self.generic_mutate(node)
+            new = self.generic_mutate(node)
+            inner = node.body.stmts if isinstance(node.body, L.Block) else (node.body,)
+            if any(isinstance(c, L.For) and c.var == self.j for c in inner):
+                # its body is now lanes: back ends vectorise across them, not the loop
+                return dataclasses.replace(new, kind=L.LoopKind.UNROLL)
+            return new
         stores = node.body.stmts if isinstance(node.body, L.Block) else (node.body,)
         out: list[L.Stmt] = []
         for st in stores:

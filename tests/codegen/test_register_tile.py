@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import compiler
 from compiler import loops as L
+from compiler.codegen.llvm_emit import SUM_BLOCK
 from compiler.frontend.check import check_def
 from compiler.frontend.parser import parse
 from compiler.options import Options
@@ -147,3 +148,56 @@ def test_conv_gradients_are_register_tiled_and_correct() -> None:
     want = ref.vjp(i, w, grad_outputs=(g,))
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+LINEAR = "def lin(float(B, I) X, float(O, I) W) -> (Y) { Y(b, o) +=! X(b, i) * W(o, i) }"
+SCORES = (
+    "def scores(float(B, T, E) Q, float(B, S, E) K) -> (A) {\n"
+    "    A(b, t, s) +=! Q(b, t, e) * K(b, s, e)\n}"
+)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    b=st.sampled_from([1, 2, 3, 5]),
+    o=st.sampled_from([1, 3, 4, 9]),
+    i=st.sampled_from([1, 17, 64, 2053, 4099]),
+    seed=st.integers(0, 2**16),
+)
+def test_dot_product_tiles_match_the_reference(b: int, o: int, i: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((b, i)).astype(np.float32)
+    w = rng.standard_normal((o, i)).astype(np.float32)
+    _check(LINEAR, [x, w], Options(threads=2))
+
+
+def test_attention_scores_are_dot_tiled_and_correct() -> None:
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((2, 7, 33)).astype(np.float32)
+    k = rng.standard_normal((2, 5, 33)).astype(np.float32)
+    _check(SCORES, [q, k], Options())
+    f = _lowered(SCORES, Options())
+    assert len(_find(f.body, L.Local)) >= 8  # 2 x 4 accumulators in the full tile
+    assert not _find(_lowered(SCORES, Options(register_tile=1)).body, L.Local)[1:]
+
+
+def test_long_dot_products_are_summed_in_blocks() -> None:
+    n = 200_003
+    x = np.full((3, n), 0.1, np.float32)
+    w = np.ones((5, n), np.float32)
+    (y,) = compiler.define(LINEAR, target="llvm", cache=None)(x, w)
+    exact = n * float(np.float32(0.1))
+    # the bound of a blocked sum whose blocks are not split into vector lanes
+    # (measured: 3.5e-5 relative in the 2 x 4 tile, 5.8e-7 in the remainder; one
+    # running sum: about 1e-3)
+    bound = (SUM_BLOCK + 2) * float(np.finfo(np.float32).eps) / 2
+    assert np.all(np.abs(y - exact) <= bound * exact)
+
+
+def test_lane_loops_are_left_to_slp() -> None:
+    from compiler.codegen import build_module
+
+    f = _lowered(conv_source(2, 1), Options(register_tile=16))
+    text = str(build_module(f))
+    assert "llvm.loop.vectorize.width" in text
+    assert ".partial" not in text  # lane loops are short: never split into sum blocks

@@ -83,7 +83,7 @@ def test_options_equal_interp(name: str, options: Options, ft: str, threads: int
 @pytest.mark.parametrize(
     "kwargs",
     [{"threads": 0}, {"unroll": 0}, {"block": 17}, {"unroll": True}, {"innermost": "1x"},
-     {"innermost": 3}],
+     {"innermost": 3}, {"register_tile": 0}, {"register_tile": 65}],
 )  # fmt: skip
 def test_bad_options_are_options_errors(kwargs: dict) -> None:
     with pytest.raises(OptionsError):

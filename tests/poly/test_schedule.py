@@ -86,7 +86,7 @@ def test_model_puts_the_unit_stride_output_variable_below_the_reduction() -> Non
 def test_model_blocks_the_output_channel_of_a_convolution() -> None:
     _, nest = _schedule(CONV).nests
     assert (nest.outer, nest.inner, nest.innermost) == (("n", "h", "m"), ("c", "kh", "kw"), ("w",))
-    assert nest.jams == (("m", 4), ("kw", 4))
+    assert nest.jams == (("m", 4),) and nest.lanes == 16  # kw: the lanes replace its unroll
 
 
 def test_model_keeps_a_long_unit_stride_reduction_in_a_register() -> None:
@@ -98,7 +98,12 @@ def test_model_keeps_a_long_unit_stride_reduction_in_a_register() -> None:
     rows = "def f(float(N,D) X) -> (s) { s(n) +=! X(n,d) }"
     for src in (weight_grad, rows):
         nest = _schedule(src).nests[-1]
-        assert nest.accumulate and nest.innermost == () and nest.jams == ()
+        assert nest.accumulate and nest.innermost == ()
+    # a tile of 2 x 4 dot products over the long output loops (not the 3 x 3 window)
+    assert _schedule(weight_grad).nests[-1].jams == (("c", 4), ("m", 2))
+    assert _schedule(rows).nests[-1].jams == ()
+    plain = _schedule(weight_grad, Options(register_tile=1)).nests[-1]
+    assert plain.accumulate and plain.jams == ()
 
 
 def test_explicit_options_override_the_model() -> None:
