@@ -11,7 +11,7 @@ header (`codegen.cuda_emulation`, target "cuda-emulated").
 
 Semantics follow the loop IR (`loops/ir.py`): integer `/` and `%` by zero give 0 and
 never trap (`tcc_div`, `tcc_rem`), `FloorDiv`/`Mod` round toward -inf, float min/max
-ignore NaN (`fminf`), narrow integer arithmetic wraps in its type (a cast back), math
+propagate NaN (`tcc_min`, like NumPy's minimum), narrow integer arithmetic wraps in its type (a cast back), math
 builtins map to CUDA's float (`expf`) or double (`exp`) functions, and to the fast
 intrinsics (`__expf`) only with `fast_math`. A failed run-time bounds check reports
 through `tcc_report` (an atomicCAS on the error record: the first failure wins).
@@ -127,8 +127,9 @@ template <typename T> __device__ __forceinline__ T tcc_mod(T a, T b) {
   T r = tcc_rem(a, b);
   return (T(-1) < T(0) && r != T(0) && ((r < T(0)) != (b < T(0)))) ? T(r + b) : r;
 }
-template <typename T> __device__ __forceinline__ T tcc_min(T a, T b) { return b < a ? b : a; }
-template <typename T> __device__ __forceinline__ T tcc_max(T a, T b) { return a < b ? b : a; }
+// min/max propagate NaN (NumPy's minimum/maximum, the loop IR's Min/Max): b != b only for a NaN
+template <typename T> __device__ __forceinline__ T tcc_min(T a, T b) { return (b < a || b != b) ? b : a; }
+template <typename T> __device__ __forceinline__ T tcc_max(T a, T b) { return (a < b || b != b) ? b : a; }
 __device__ __forceinline__ float tcc_ffloordiv(float a, float b) { return floorf(a / b); }
 __device__ __forceinline__ double tcc_ffloordiv(double a, double b) { return floor(a / b); }
 __device__ __forceinline__ float tcc_fmod(float a, float b) { return a - b * floorf(a / b); }
@@ -413,8 +414,8 @@ class _KernelEmitter:
         return self._minmax("max", e.a, e.b), P_POSTFIX
 
     def _minmax(self, which: str, a: Expr, b: Expr) -> str:
-        if a.dtype.is_float:
-            return self._call(f"f{which}", (a, b), a.dtype)
+        # floats too: tcc_min/tcc_max propagate NaN, as the loop IR's Min/Max do
+        # (`fminf` would ignore it; the builtins fmin/fmax are Calls, not Min/Max)
         return f"tcc_{which}({self.expr(a)}, {self.expr(b)})"
 
     def _expr_FloorDiv(self, e: FloorDiv) -> tuple[str, int]:

@@ -46,12 +46,13 @@ def matrix(rows: int, width: int, dtype: type, seed: int) -> np.ndarray:
     return a
 
 
-@pytest.mark.parametrize("target", ["llvm", "interp"])
+@pytest.mark.parametrize("target", ["llvm", "interp", "cuda-emulated"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("width", [1, 3, 17, 64, 131])
 def test_nan_propagates_like_numpy(target: str, dtype: type, width: int) -> None:
     text = SOURCE if dtype is np.float32 else SOURCE.replace("float(N, D)", "double(N, D)")
-    k = compiler.define(text, target=target, options=Options(threads=2), cache=False)
+    options = None if target.startswith("cuda") else Options(threads=2)
+    k = compiler.define(text, target=target, options=options, cache=False)
     a = matrix(9, width, dtype, width)
     for got, want in zip(k(a), expected(a), strict=True):
         np.testing.assert_array_equal(got, want)
