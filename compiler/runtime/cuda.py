@@ -203,7 +203,8 @@ class CudaProgram:
         from compiler.runtime.native import NativeProgram
 
         # the LLVM target's wording; it reads only `self.lowered.checks`
-        return NativeProgram._read_error(self, check_id, value, arrays)  # type: ignore[arg-type]
+        record = np.array([check_id + 1, value], dtype=np.int64)
+        return NativeProgram.read_error(self, record, arrays)  # type: ignore[arg-type]
 
 
 _IMAGES: dict[tuple[str, str, bool], bytes] = {}

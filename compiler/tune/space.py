@@ -150,6 +150,7 @@ FIELDS: dict[str, dict[str, FieldSpace]] = {
         "unroll": Choice(lambda ctx: _FACTORS),
         "block": Choice(lambda ctx: _FACTORS[:5]),
         "tile": TileSpace(),
+        "register_tile": Choice(lambda ctx: (None, 1, 8, 16, 32)),
     },
 }
 
