@@ -107,8 +107,11 @@ def kernel_jvp(
                 info.span,
             )
         wrt.append(info.name)
-    given = [np.asarray(t, dtype=NP_DTYPE[i.dtype]) for i, t in zip(inputs, tangents, strict=True)
-             if t is not None]
+    given = [
+        np.asarray(t, dtype=NP_DTYPE[i.dtype])
+        for i, t in zip(inputs, tangents, strict=True)
+        if t is not None
+    ]
     tangent, names = _tangent_kernel(kernel, tuple(wrt))
     results = tangent(*arrays, *given)
     by_name = {t.name: r for t, r in zip(tangent.ranged.checked.outputs, results, strict=True)}
