@@ -21,8 +21,11 @@ outputs: the input gradients in order). `reorder_function` maps the list of outp
 gradient tensors before they reach a `backward=` def (for layers with temporary
 outputs whose gradients the backward def does not take), as in TC's Python API; it
 may be given to `define` or to each call. Integer inputs get no gradient; integer
-outputs are marked non-differentiable. The backward is not itself differentiable
-(`once_differentiable`: `create_graph=True` through a TC layer raises).
+outputs are marked non-differentiable. Under `create_graph=True` the backward is
+itself a TC layer (the gradient def's), so gradients of gradients, Hessian-vector
+products and `gradgradcheck` work to any order; forward-mode AD (`torch.func.jvp`,
+`torch.autograd.forward_ad`) runs the tangent def (`Kernel.jvp`). A layer with a
+hand-written `backward=` def supports neither: both raise a TCError.
 
 Under `torch.no_grad()` / `torch.inference_mode()`, or when no input requires grad,
 the kernel runs directly and the outputs have no `grad_fn`. torch.compile and
@@ -43,9 +46,7 @@ except ImportError as err:  # pragma: no cover - exercised by a test that hides 
         "(or pip install -e '.[torch]')"
     ) from err
 
-from torch.autograd.function import once_differentiable
-
-from compiler.frontend.diagnostics import OptionsError
+from compiler.frontend.diagnostics import OptionsError, TCError
 from compiler.kernel import Kernel
 from compiler.options import as_options
 from compiler.torch_convert import array_to_tensor, tensor_to_array, torch_dtype
@@ -138,7 +139,8 @@ class TCLayer:
         """One tensor per output. `reorder_function` overrides define's for this call."""
         reorder = reorder_function or self.reorder_function
         _check_reorder(reorder, self.kernel.backward)
-        if self.training and torch.is_grad_enabled() and _any_requires_grad(tensors):
+        recording = torch.is_grad_enabled() and _any_requires_grad(tensors)
+        if self.training and (recording or _any_transformed(tensors)):
             args = [self._as_tensor(i, t) for i, t in enumerate(tensors)]
             return tuple(_TCFunction.apply(self, reorder, *args))
         return self.run(tensors)
@@ -148,8 +150,27 @@ class TCLayer:
         infos = self.kernel.ranged.checked.inputs
         if len(tensors) != len(infos):
             self.kernel(*tensors)  # the kernel's own error names every parameter
+        if _any_transformed(tensors):
+            raise TCError(
+                f"layer '{self.name}' was called under forward-mode AD or a torch.func "
+                "transform, which needs a training layer",
+                hint="define the layer with training=True",
+            )
         arrays = [tensor_to_array(t, v) for t, v in zip(infos, tensors, strict=True)]
         return tuple(array_to_tensor(a) for a in self.kernel(*arrays))
+
+    def gradient_layer(self, wanted: tuple[str, ...]) -> TCLayer:
+        """The derived gradient def for the inputs `wanted`, as a training layer (the
+        backward under `create_graph=True`; its own backward is the second order)."""
+        cache = self.__dict__.setdefault("_gradient_layers", {})
+        if wanted not in cache:
+            kernel = self.gradients.derived_kernel(wanted)
+            glayer = TCLayer.__new__(TCLayer)
+            glayer.options, glayer.kernel, glayer.name = self.options, kernel, kernel.name
+            glayer.training, glayer.reorder_function = True, None
+            glayer.gradients = GradientRunner(kernel, self.options)
+            cache[wanted] = glayer
+        return cache[wanted]
 
     def _as_tensor(self, position: int, value: Any) -> torch.Tensor:
         """Python numbers (0-d inputs) as tensors, so autograd can save them."""
@@ -162,6 +183,27 @@ class TCLayer:
 
 def _any_requires_grad(values: Sequence[Any]) -> bool:
     return any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
+
+
+def _any_transformed(values: Sequence[Any]) -> bool:
+    """A dual tensor (forward-mode AD) or a torch.func transform's wrapper among `values`."""
+    from torch.autograd.forward_ad import unpack_dual
+
+    wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
+    for v in values:
+        if not isinstance(v, torch.Tensor):
+            continue
+        if (wrapped is not None and wrapped(v)) or unpack_dual(v).tangent is not None:
+            return True
+    return False
+
+
+def _plain(value: Any) -> Any:
+    """`value` without torch.func's wrappers (the data a transform's rule computes on)."""
+    functorch = torch._C._functorch
+    while isinstance(value, torch.Tensor) and functorch.is_functorch_wrapped_tensor(value):
+        value = functorch.get_unwrapped(value)
+    return value
 
 
 def _check_reorder(reorder: object, backward: str | None) -> None:
@@ -182,29 +224,33 @@ def _check_reorder(reorder: object, backward: str | None) -> None:
 
 
 class _TCFunction(torch.autograd.Function):
-    """Forward: the TC kernel. Backward: `GradientRunner` on the needed inputs."""
+    """Forward: the TC kernel. Backward: `GradientRunner` on the needed inputs; under
+    `create_graph=True`, the gradient kernel as a TC layer of its own (so it is
+    differentiable again). Forward mode (`torch.func.jvp`, `forward_ad`): `Kernel.jvp`."""
 
     @staticmethod
     def forward(
-        ctx: Any, layer: TCLayer, reorder: ReorderFunction | None, *tensors: torch.Tensor
+        layer: TCLayer, reorder: ReorderFunction | None, *tensors: torch.Tensor
     ) -> tuple[torch.Tensor, ...]:
-        outputs = layer.run(tensors)
-        ctx.layer, ctx.reorder = layer, reorder
-        ctx.n_inputs = len(tensors)
-        ctx.save_for_backward(*tensors, *outputs)
-        infos = layer.kernel.ranged.checked.outputs
-        ctx.mark_non_differentiable(
-            *(o for o, t in zip(outputs, infos, strict=True) if not t.dtype.is_float)
-        )
-        return outputs
+        return layer.run(tensors)
 
     @staticmethod
-    @once_differentiable
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        layer, reorder, *tensors = inputs
+        ctx.layer, ctx.reorder = layer, reorder
+        ctx.n_inputs = len(tensors)
+        ctx.save_for_backward(*tensors, *output)
+        ctx.save_for_forward(*tensors)
+        infos = layer.kernel.ranged.checked.outputs
+        ctx.mark_non_differentiable(
+            *(o for o, t in zip(output, infos, strict=True) if not t.dtype.is_float)
+        )
+
+    @staticmethod
     def backward(ctx: Any, *grad_outputs: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         layer: TCLayer = ctx.layer
         saved = ctx.saved_tensors
         inputs, outputs = saved[: ctx.n_inputs], saved[ctx.n_inputs :]
-        in_infos = layer.kernel.ranged.checked.inputs
         out_infos = layer.kernel.ranged.checked.outputs
         grads = [
             g if t.dtype.is_float else torch.zeros_like(o)
@@ -212,14 +258,71 @@ class _TCFunction(torch.autograd.Function):
         ]
         if ctx.reorder is not None:
             grads = list(ctx.reorder(list(grads)))
+        needed = ctx.needs_input_grad[2:]
+        if torch.is_grad_enabled():  # create_graph=True: a differentiable backward
+            results = _differentiable_backward(layer, inputs, outputs, grads, needed)
+            return (None, None, *results)
+        in_infos = layer.kernel.ranged.checked.inputs
         grad_arrays = [_grad_array(g, i) for i, g in enumerate(grads)]
-        results = layer.gradients.input_gradients(
+        arrays = layer.gradients.input_gradients(
             [tensor_to_array(t, v) for t, v in zip(in_infos, inputs, strict=True)],
             [tensor_to_array(t, v, "output") for t, v in zip(out_infos, outputs, strict=True)],
             grad_arrays,
-            ctx.needs_input_grad[2:],
+            needed,
         )
-        return (None, None, *(None if r is None else array_to_tensor(r) for r in results))
+        return (None, None, *(None if r is None else array_to_tensor(r) for r in arrays))
+
+    @staticmethod
+    def jvp(ctx: Any, *tangents: Any) -> tuple[torch.Tensor, ...]:
+        layer: TCLayer = ctx.layer
+        if layer.kernel.backward is not None:
+            raise TCError(
+                f"forward-mode AD through layer '{layer.name}': its gradient is the "
+                f"hand-written def '{layer.kernel.backward}', which forward mode cannot use",
+                hint="define the layer without backward= for forward-mode AD",
+            )
+        infos = layer.kernel.ranged.checked.inputs
+        # torch.func hands this rule its wrapped tensors: read their data outside it.
+        with torch._C._DisableFuncTorch():
+            inputs = [_plain(v) for v in ctx.saved_tensors[: ctx.n_inputs]]
+            arrays = [tensor_to_array(t, v) for t, v in zip(infos, inputs, strict=True)]
+            dots = [
+                None if t is None or not info.dtype.is_float else _grad_array(_plain(t), k)
+                for k, (info, t) in enumerate(zip(infos, tangents[2:], strict=True))
+            ]
+            _, out_dots = layer.kernel.jvp(*arrays, tangents=dots)
+            return tuple(None if d is None else array_to_tensor(d) for d in out_dots)
+
+
+def _differentiable_backward(
+    layer: TCLayer,
+    inputs: Sequence[torch.Tensor],
+    outputs: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor],
+    needed: Sequence[bool],
+) -> tuple[torch.Tensor | None, ...]:
+    """The input gradients as outputs of the gradient def's own TC layer."""
+    if layer.kernel.backward is not None:
+        raise TCError(
+            f"create_graph=True through layer '{layer.name}': its gradient is the "
+            f"hand-written def '{layer.kernel.backward}', which tcc cannot differentiate "
+            "as a backward",
+            hint="define the layer without backward= for double backward",
+        )
+    infos = layer.kernel.ranged.checked.inputs
+    wanted = tuple(
+        t.name for t, need in zip(infos, needed, strict=True) if need and t.dtype.is_float
+    )
+    if not wanted:
+        return (None,) * len(infos)
+    glayer = layer.gradient_layer(wanted)
+    by_name = dict(zip(layer.outputs, outputs, strict=True))
+    params = glayer.inputs
+    read = params[len(inputs) : len(params) - len(grads)]
+    args = [*inputs, *(by_name[p] for p in read), *(g.contiguous() for g in grads)]
+    results = glayer(*args)
+    found = dict(zip(wanted, results, strict=False))
+    return tuple(found.get(t.name) for t in infos)
 
 
 def _grad_array(grad: Any, position: int) -> Any:

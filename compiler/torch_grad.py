@@ -93,7 +93,8 @@ class GradientRunner:
             grads = self._derived_gradients(wanted, inputs, outputs, grad_outputs)
         return tuple(grads[i] if t.name in wanted else None for i, t in enumerate(infos))
 
-    def _derived_kernel(self, wanted: tuple[str, ...]) -> Kernel:
+    def derived_kernel(self, wanted: tuple[str, ...]) -> Kernel:
+        """The derived gradient kernel for the inputs `wanted` (compiled once)."""
         if wanted not in self._derived:
             gradient = gradient_ranged(self.kernel.ranged, wrt=wanted)  # IR, never text
             self._derived[wanted] = define_ranged(
@@ -109,7 +110,7 @@ class GradientRunner:
         grad_outputs: Sequence[np.ndarray],
     ) -> list[np.ndarray | None]:
         checked = self.kernel.ranged.checked
-        backward = self._derived_kernel(wanted)
+        backward = self.derived_kernel(wanted)
         # Parameters: the inputs, the outputs it reads, one adjoint per output; its
         # first outputs: one gradient per wanted input (names from the name supply).
         by_name: dict[str, Any] = dict(zip((t.name for t in checked.outputs), outputs, strict=True))
