@@ -206,3 +206,17 @@ def _torch_forward(torch, case: str, xs):
     a = torch.tanh(z + b1)
     y = a @ w2.T
     return z, a, y, ((y + b2) ** 2).sum()
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (1, 7, 1), (2, 1, 3)])
+def test_jvp_and_hvp_on_size_one_dimensions(shape: tuple[int, int, int]) -> None:
+    m, k, n = shape
+    kernel = compiler.define(CASES["matmul"][0])
+    a, b = RNG.uniform(-1, 1, size=(m, k)), RNG.uniform(-1, 1, size=(k, n))
+    da, db = RNG.uniform(-1, 1, size=(m, k)), RNG.uniform(-1, 1, size=(k, n))
+    (c,), (dc,) = kernel.jvp(a, b, tangents=(da, db))
+    np.testing.assert_allclose(dc, da @ b + a @ db, rtol=1e-12, atol=1e-14)
+    g = RNG.uniform(-1, 1, size=(m, n))
+    ha, hb = kernel.hvp(a, b, vectors=(da, db), grad_outputs=(g,))
+    np.testing.assert_allclose(ha, g @ db.T, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(hb, da.T @ g, rtol=1e-12, atol=1e-14)

@@ -49,3 +49,16 @@ def test_compile_order_without_grad_is_a_user_error(tmp_path: Path) -> None:
     r = tcc("compile", str(f), "--order", "2")
     assert r.returncode == 1
     assert "--grad" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_second_order_gradient_is_gathered() -> None:
+    """No affine scatter is left in the gradient of the gradient of a convolution."""
+    from compiler.frontend.ast import Var
+    from compiler.frontend.parser import parse
+
+    r = tcc("compile", "examples/conv2d.tc", "--grad", "--order", "2")
+    assert r.returncode == 0, r.stderr
+    definition = parse(r.stdout).get(None)
+    assert any(s.lhs.name.startswith("I_grad") for s in definition.stmts)
+    for stmt in definition.stmts:
+        assert all(isinstance(a, Var) for a in stmt.lhs.args), stmt
