@@ -33,18 +33,19 @@ ALLOWED = {  # layer -> the layers of ours it may import (besides itself and the
 # (the codegen pass compiles through the CPU runtime, which lowers through the
 # pipeline), torch <-> torch_module.
 ROOT_ALLOWED: dict[str, set[str]] = {
-    "__init__": {"backward", "gradcheck", "kernel", "shapes"},
+    "__init__": {"backward", "gradcheck", "higher", "kernel", "shapes"},
     "__main__": {"cli"},
     "backward": {"frontend", "kernel", "pipeline"},
     "cli": {"codegen", "frontend", "gradcheck", "interp_expr", "kernel", "pipeline", "shapes"},
     "gradcheck": {"frontend", "kernel"},
+    "higher": {"autodiff", "backward", "frontend", "interp_expr", "kernel", "pipeline"},
     "interp": {"frontend", "interp_domain", "interp_expr", "shapes"},
     "interp_builtins": set(),
     "interp_domain": {"frontend", "interp_expr"},
     "interp_expr": {"frontend", "interp_builtins"},
     "kernel": {
-        "backward", "codegen", "frontend", "interp", "interp_domain", "interp_expr",
-        "native", "pipeline", "shapes",
+        "backward", "codegen", "frontend", "higher", "interp", "interp_domain",
+        "interp_expr", "native", "pipeline", "shapes",
     },
     "names": set(),
     "native": {"codegen", "frontend", "loops", "pipeline", "poly"},
