@@ -103,7 +103,8 @@ class _Forward:
                 target = stmt.lhs.name
                 if target in active or not self.types[target].is_float:
                     continue
-                if any(isinstance(e, Access) and e.name in active for e in walk(stmt.rhs)):
+                rhs = inline_lets(stmt).rhs  # a let's reads count where it is used
+                if any(isinstance(e, Access) and e.name in active for e in walk(rhs)):
                     active.add(target)
                     changed = True
         order = dict.fromkeys(s.lhs.name for s in self.definition.stmts)

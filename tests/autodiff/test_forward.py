@@ -43,6 +43,13 @@ CASES = {
         }""",
         [(4, 3), (4,)],
     ),
+    "lets": (
+        """
+        def f(double(N) A, double(N) B) -> (O) {
+            O(i) = s * t where s = A(i) + B(i), t = exp(s)
+        }""",
+        [(5,), (5,)],
+    ),
     "lets_select": (
         """
         def f(double(N) A, double(N) B) -> (O) {
