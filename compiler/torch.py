@@ -187,13 +187,14 @@ def _any_requires_grad(values: Sequence[Any]) -> bool:
 
 def _any_transformed(values: Sequence[Any]) -> bool:
     """A dual tensor (forward-mode AD) or a torch.func transform's wrapper among `values`."""
-    from torch.autograd.forward_ad import unpack_dual
+    from torch.autograd import forward_ad
 
-    wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
+    dual = forward_ad._current_level >= 0  # inside a dual_level(): look for tangents
+    wrapped = torch._C._functorch.is_functorch_wrapped_tensor
     for v in values:
         if not isinstance(v, torch.Tensor):
             continue
-        if (wrapped is not None and wrapped(v)) or unpack_dual(v).tangent is not None:
+        if wrapped(v) or (dual and forward_ad.unpack_dual(v).tangent is not None):
             return True
     return False
 
