@@ -58,7 +58,7 @@ from compiler.frontend.types import INDEX_TYPE, expr_type
 from compiler.names import NameSupply
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class TangentDef:
     """A tangent def and, per forward tensor with a tangent, its tangent's name."""
 
