@@ -133,8 +133,6 @@ def kernel_hvp(
     """Forward-over-reverse: the derivative of `kernel.vjp(*arrays, grad_outputs=...)`
     along `vectors` (one per input, None: zero); one array per input (None for an
     integer input)."""
-    from compiler.backward import vjp
-
     if kernel.backward is not None:
         raise TCError(
             f"hvp of def '{kernel.name}' needs the derived gradient; its gradient is the "
@@ -142,12 +140,12 @@ def kernel_hvp(
             hint="define the kernel without backward= to use hvp",
         )
     checked = kernel.ranged.checked
-    vjp(kernel, arrays, grad_outputs)  # validates grad_outputs (and compiles the gradient)
-    _, out_dots = kernel_jvp(kernel, arrays, vectors)
+    outputs, out_dots = kernel_jvp(kernel, arrays, vectors)
+    _check_grad_outputs(kernel, outputs, grad_outputs)
     backward = kernel.grad
     params = backward.ranged.checked.inputs
     n_in, n_out = len(checked.inputs), len(checked.outputs)
-    forward = dict(zip((t.name for t in checked.outputs), kernel(*arrays), strict=True))
+    forward = dict(zip((t.name for t in checked.outputs), outputs, strict=True))
     dots = dict(zip((t.name for t in checked.outputs), out_dots, strict=True))
     values: list[Any] = [*arrays]
     tangents: list[Any] = list(vectors)
@@ -159,6 +157,23 @@ def kernel_hvp(
     _, grad_dots = kernel_jvp(backward, values, tangents)
     floats = iter(grad_dots)
     return tuple(next(floats) if t.dtype.is_float else None for t in checked.inputs)
+
+
+def _check_grad_outputs(kernel: Kernel, outputs: Sequence[Any], grad_outputs: Any) -> None:
+    infos = kernel.ranged.checked.outputs
+    if isinstance(grad_outputs, np.ndarray) or len(grad_outputs) != len(infos):
+        names = ", ".join(t.name for t in infos)
+        raise ShapeError(
+            f"grad_outputs= needs one array per output of def '{kernel.name}' ({names})",
+            hint="pass grad_outputs=(dO, ...) as a tuple, in output order",
+        )
+    for info, out, g in zip(infos, outputs, grad_outputs, strict=True):
+        if tuple(np.shape(g)) != tuple(out.shape):
+            raise ShapeError(
+                f"grad_outputs for '{info.name}' has shape {tuple(np.shape(g))}, expected "
+                f"{tuple(out.shape)} (the shape of the output)",
+                info.span,
+            )
 
 
 __all__ = ["jvp", "kernel_hvp", "kernel_jvp", "tangent_ranged"]

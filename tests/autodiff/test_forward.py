@@ -227,3 +227,22 @@ def test_jvp_and_hvp_on_size_one_dimensions(shape: tuple[int, int, int]) -> None
     ha, hb = kernel.hvp(a, b, vectors=(da, db), grad_outputs=(g,))
     np.testing.assert_allclose(ha, g @ db.T, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(hb, da.T @ g, rtol=1e-12, atol=1e-14)
+
+
+def test_hvp_checks_grad_outputs_and_refuses_a_hand_written_backward() -> None:
+    source = CASES["matmul"][0]
+    a, b = _inputs("matmul")
+    kernel = compiler.define(source, target="interp")
+    with pytest.raises(compiler.ShapeError, match="one array per output"):
+        kernel.hvp(a, b, vectors=(a, b), grad_outputs=())
+    with pytest.raises(compiler.ShapeError, match=r"expected \(3, 2\)"):
+        kernel.hvp(a, b, vectors=(a, b), grad_outputs=(np.ones((2, 3)),))
+    user = source + (
+        "def mm_grad(double(M, K) A, double(K, N) B, double(M, N) C_grad)"
+        " -> (A_grad, B_grad) {\n"
+        "    A_grad(m, k) +=! C_grad(m, n) * B(k, n)\n"
+        "    B_grad(k, n) +=! C_grad(m, n) * A(m, k)\n}\n"
+    )
+    kernel = compiler.define(user, "matmul", target="interp", backward="mm_grad")
+    with pytest.raises(compiler.TCError, match="hand-written def 'mm_grad'"):
+        kernel.hvp(a, b, vectors=(a, b), grad_outputs=(np.ones((3, 2)),))
