@@ -72,7 +72,8 @@ def _tangent_kernel(kernel: Kernel, wrt: tuple[str, ...]) -> tuple[Kernel, dict]
     if found is None:
         ranged, names = tangent_ranged(kernel.ranged, wrt)
         cache = getattr(kernel, "cache", True)
-        found = (define_ranged(ranged, target=kernel.target, cache=cache), names)
+        compiled = define_ranged(ranged, target=kernel.target, options=kernel.options, cache=cache)
+        found = (compiled, names)
         with _LOCK:
             kernel.__dict__["_tangent_kernels"][wrt] = found
     return found
