@@ -43,6 +43,7 @@ __all__ = [
     "grad",
     "gradcheck",
     "infer_shapes",
+    "jvp",
 ]
 __version__ = "0.1.0"
 
@@ -98,6 +99,13 @@ def grad(source: str, name: str | None = None, **kwargs: Any) -> str:
     from compiler.backward import grad as _grad
 
     return _grad(source, name, **kwargs)
+
+
+def jvp(source: str, name: str | None = None, **kwargs: Any) -> str:
+    """The tangent def (forward mode) of def `name` as TC text (see `compiler.higher.jvp`)."""
+    from compiler.higher import jvp as _jvp
+
+    return _jvp(source, name, **kwargs)
 
 
 # Imported eagerly: a lazy import of the submodule `compiler.gradcheck` would

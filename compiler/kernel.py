@@ -214,6 +214,24 @@ class Kernel:
 
         return vjp(self, arrays, grad_outputs)
 
+    def jvp(
+        self, *arrays: Any, tangents: Sequence[Any]
+    ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray | None, ...]]:
+        """(outputs, output tangents) given one tangent per input (None: zero): the
+        Jacobian-vector product, by forward mode (`compiler.higher`)."""
+        from compiler.higher import kernel_jvp
+
+        return kernel_jvp(self, arrays, tangents)
+
+    def hvp(
+        self, *arrays: Any, vectors: Sequence[Any], grad_outputs: Sequence[Any]
+    ) -> tuple[np.ndarray | None, ...]:
+        """The derivative of `vjp(*arrays, grad_outputs=...)` along `vectors` (one per
+        input, None: zero), forward-over-reverse: H·v for a scalar output."""
+        from compiler.higher import kernel_hvp
+
+        return kernel_hvp(self, arrays, vectors, grad_outputs)
+
     def output_shapes(self, *arrays: Any) -> dict[str, tuple[int, ...]]:
         """The shape of every output for these inputs, by name."""
         key = signature(arrays)

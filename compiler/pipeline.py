@@ -59,6 +59,8 @@ class PassContext:
     grad: bool = False  # run the `grad` pass (else it passes its input through)
     wrt: tuple[str, ...] | None = None  # the inputs to differentiate (None: every float)
     zeros: tuple[str, ...] = ()  # outputs whose cotangent is zero (no `<out>_grad` param)
+    order: int = 1  # with grad: how many times (2: the gradient of the gradient)
+    jvp: bool = False  # the `grad` pass then gives the tangent def (forward mode)
     names: NameSupply | None = None  # seeded with the def's names by `select`
     diagnostics: list[Diagnostic] = field(default_factory=list)  # warnings, in order
 
@@ -107,14 +109,26 @@ def _ranges(checked: Any, ctx: PassContext) -> Any:
 
 
 def _grad(ranged: Any, ctx: PassContext) -> Any:
-    from compiler.autodiff import grad_def
+    from compiler.autodiff import grad_def, jvp_def
 
-    if not ctx.grad:
+    if not (ctx.grad or ctx.jvp):
         return ranged
-    names = ctx.supply(ranged.checked.definition)
-    gradient = grad_def(ranged, wrt=ctx.wrt, names=names, zeros=ctx.zeros)
-    # Ordering: the gradient def is checked and ranged like any def (in memory).
-    return _ranges(_check(gradient, ctx), ctx)
+    for k in range(ctx.order if ctx.grad else 0):
+        wrt = ctx.wrt if k == 0 else None
+        zeros = ctx.zeros if k == 0 else ()
+        if k > 0:  # the supply of the def now differentiated (its statements' locals)
+            ctx.names = None
+        names = ctx.supply(ranged.checked.definition)
+        gradient = grad_def(ranged, wrt=wrt, names=names, zeros=zeros)
+        # Ordering: the gradient def is checked and ranged like any def (in memory).
+        ranged = _ranges(_check(gradient, ctx), ctx)
+    if ctx.jvp:
+        wrt = None if ctx.grad else ctx.wrt
+        if ctx.grad:
+            ctx.names = None
+        tangent = jvp_def(ranged, wrt=wrt, names=ctx.supply(ranged.checked.definition))
+        ranged = _ranges(_check(tangent.definition, ctx), ctx)
+    return ranged
 
 
 def _gather(ranged: Any, ctx: PassContext) -> Any:
@@ -159,7 +173,12 @@ PASSES: tuple[Pass, ...] = (
     Pass("check", _check, "Def -> CheckedDef (names, types, reductions, builtins)"),
     Pass("ranges", _ranges, "CheckedDef -> RangedDef (TC range inference with isl)"),
     # Ordering: grad after ranges, before gather (see the module doc).
-    Pass("grad", _grad, "RangedDef -> the gradient's RangedDef (reverse-mode AD, scatter form)"),
+    Pass(
+        "grad",
+        _grad,
+        "RangedDef -> the gradient's RangedDef (reverse-mode AD, scatter form; "
+        "`order` times), or the tangent def's (`jvp`: forward mode)",
+    ),
     Pass("gather", _gather, "RangedDef -> RangedDef (affine scatters rewritten as gathers)"),
     # Ordering: schedule after gather, lower after schedule (see the module doc).
     Pass("schedule", _schedule, "RangedDef -> Schedule (nests, bands, parallel marks)"),
@@ -180,12 +199,16 @@ def run(
     observe: Observer | None = None,
     grad: bool = False,
     wrt: Iterable[str] | None = None,
+    order: int = 1,
+    jvp: bool = False,
     options: Options | None = None,
     ctx: PassContext | None = None,
 ) -> Any:
     """Run the passes from `parse` up to and including `upto`; return its result.
 
-    `grad=True` runs the `grad` pass (the result is then the gradient's); `ctx`
+    `grad=True` runs the `grad` pass (the result is then the gradient's; `order=2`
+    the gradient's gradient); `jvp=True` gives the tangent def (of the gradient,
+    with `grad`: forward-over-reverse); `ctx`
     (else one made from the other arguments) receives the diagnostics."""
     if ctx is None:
         ctx = PassContext(
@@ -194,6 +217,8 @@ def run(
             entry=name,
             grad=grad,
             wrt=None if wrt is None else tuple(wrt),
+            order=order,
+            jvp=jvp,
         )
     return run_from(text, ctx, start="parse", upto=upto, observe=observe)
 
@@ -212,7 +237,7 @@ def run_from(
     if first > last:
         raise OptionsError(f"pass '{start}' comes after pass '{upto}'")
     for p in PASSES[first : last + 1]:
-        if p.name == "grad" and not ctx.grad:
+        if p.name == "grad" and not (ctx.grad or ctx.jvp):
             continue
         began = time.perf_counter()
         value = p.run(value, ctx)

@@ -41,17 +41,19 @@ ALLOWED = {  # package -> the packages and root modules of ours it may import (b
 
 # Root modules (the API layer and the driver) -> the packages and root modules they may
 # import (besides the leaves), as they are. Known cycles, each broken at run time by a
-# function-level import: kernel <-> backward (Kernel.grad), pipeline <-> runtime (the
+# function-level import: kernel <-> backward (Kernel.grad), kernel <-> higher (Kernel.jvp), pipeline <-> runtime (the
 # codegen pass compiles through the CPU runtime, whose compile cache lowers through the
 # pipeline), kernel <-> tune (options="tuned"), cli <-> tune (`tcc tune`).
 ROOT_ALLOWED: dict[str, set[str]] = {
-    "__init__": {"backward", "gradcheck", "kernel", "shapes", "tune"},
+    "__init__": {"backward", "gradcheck", "higher", "kernel", "shapes", "tune"},
     "__main__": {"cli"},
     "backward": {"frontend", "interp", "kernel", "pipeline"},
     "gradcheck": {"frontend", "kernel"},
+    "higher": {"autodiff", "backward", "frontend", "interp", "kernel", "pipeline"},
     "inputs": {"frontend", "interp", "shapes"},
     "kernel": {
-        "backward", "codegen", "frontend", "interp", "pipeline", "runtime", "shapes", "tune",
+        "backward", "codegen", "frontend", "higher", "interp", "pipeline", "runtime", "shapes",
+        "tune",
     },
     "names": set(),
     "options": set(),

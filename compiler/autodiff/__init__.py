@@ -1,6 +1,7 @@
 """Reverse-mode automatic differentiation, TC to TC.
 
     grad_def(ranged: RangedDef, *, wrt=None) -> ast.Def     (reverse.py)
+    jvp_def(ranged: RangedDef, *, wrt=None) -> TangentDef   (forward.py)
 
 `rules.py` holds the derivative rules of the builtins, `algebra.py` the constructors
 with symbolic zeros, `versions.py` the versions of tensors written several times and
@@ -10,6 +11,7 @@ only `compiler.frontend` (STYLE.md rule 1): its input already carries explicit r
 
 from __future__ import annotations
 
+from compiler.autodiff.forward import TangentDef, jvp_def
 from compiler.autodiff.reverse import grad_def
 
-__all__ = ["grad_def"]
+__all__ = ["TangentDef", "grad_def", "jvp_def"]

@@ -1,6 +1,7 @@
 """Every derivative rule of TC, in tables apart from the traversal.
 
     vjp(op, args, g) -> one adjoint per argument of `op(*args)`, given its adjoint g
+    jvp(op, args, ts) -> the tangent of `op(*args)`, given one tangent per argument
     ARITHMETIC[op](args, g)    + - * / % and unary -, and casts
     PARTIALS[fn](args)         one partial derivative per argument of builtin `fn`
 
@@ -282,3 +283,25 @@ def vjp(op: BinOp | UnaryOp | str, args: tuple[Expr, ...], g: Expr) -> tuple[May
         return rule(args, g)
     parts = partials(op, args) if isinstance(op, str) else None
     return None if parts is None else tuple(mul(g, p) for p in parts)
+
+
+def jvp(
+    op: BinOp | UnaryOp | str, args: tuple[Expr, ...], tangents: tuple[MaybeExpr, ...]
+) -> MaybeExpr:
+    """The tangent of `op(*args)` given one tangent per argument (None: zero), from
+    the same rules as `vjp`: every rule is linear in its adjoint, so the k-th adjoint
+    with the k-th tangent in place of the adjoint is `partial_k * tangent_k`; the
+    tangent is their sum. None: a zero tangent; `NO_RULE`: `op` has no rule."""
+    total: MaybeExpr = None
+    for k, t in enumerate(tangents):
+        if t is None:
+            continue
+        parts = vjp(op, args, t)
+        if parts is None:
+            return NO_RULE
+        total = add(total, parts[k])
+    return total
+
+
+NO_RULE = Call("__no_rule__", ())
+"""What `jvp` returns for an operator without a rule (a sentinel, never emitted)."""

@@ -323,6 +323,18 @@ def _add_compile_args(parser: argparse.ArgumentParser) -> None:
         "--grad", action="store_true", help="print the gradient def (reverse-mode AD) as TC"
     )
     parser.add_argument(
+        "--jvp",
+        action="store_true",
+        help="print the tangent def (forward-mode AD) as TC (of the gradient, with --grad)",
+    )
+    parser.add_argument(
+        "--order",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --grad: differentiate N times (2: the gradient of the gradient)",
+    )
+    parser.add_argument(
         "--form",
         choices=("gather", "scatter"),
         default="gather",
@@ -355,7 +367,13 @@ def _run_compile(args: argparse.Namespace) -> int:
     from compiler.diagnostics import OptionsError
 
     dumps = set(args.dump_after)
-    if not args.grad and args.emit is None and not dumps:
+    if args.order < 1 or (args.order != 1 and not args.grad):
+        raise OptionsError(
+            f"tcc compile: --order {args.order}: expected a positive order with --grad",
+            hint="e.g. tcc compile FILE --grad --order 2",
+        )
+    derive = args.grad or args.jvp
+    if not derive and args.emit is None and not dumps:
         raise OptionsError(
             "tcc compile: say what to print",
             hint="pass --emit loops|llvm|cuda, --grad or --dump-after",
@@ -364,12 +382,14 @@ def _run_compile(args: argparse.Namespace) -> int:
     # --emit cuda: the CUDA target lowers a RangedDef itself (compiler.runtime.cuda)
     goal = {"loops": "lower", "llvm": "codegen"}.get(args.emit or "", "")
     if not goal:
-        goal = ("gather" if args.form == "gather" else "grad") if args.grad else "ranges"
-    if "all" in dumps and args.emit is None and not args.grad:
+        goal = ("gather" if args.form == "gather" else "grad") if derive else "ranges"
+    if "all" in dumps and args.emit is None and not derive:
         goal = pipeline.PASS_NAMES[-1]
     named = [pipeline.PASS_NAMES.index(d) for d in dumps if d != "all"]
     upto = pipeline.PASS_NAMES[max([pipeline.PASS_NAMES.index(goal), *named])]
-    ctx = pipeline.PassContext(filename=filename, entry=args.entry, grad=args.grad)
+    ctx = pipeline.PassContext(
+        filename=filename, entry=args.entry, grad=args.grad, order=args.order, jvp=args.jvp
+    )
     times: list[tuple[str, float]] = []
     results: dict[str, object] = {}
 
@@ -391,7 +411,7 @@ def _run_compile(args: argparse.Namespace) -> int:
         from compiler.runtime.cuda import cuda_source
 
         print(cuda_source(results[goal]), end="")
-    elif args.emit is not None or args.grad:
+    elif args.emit is not None or derive:
         print(pipeline.dump(results[goal]), end="")
     if args.time_passes:
         _print_times(times)

@@ -21,8 +21,11 @@ outputs: the input gradients in order). `reorder_function` maps the list of outp
 gradient tensors before they reach a `backward=` def (for layers with temporary
 outputs whose gradients the backward def does not take), as in TC's Python API; it
 may be given to `define` or to each call. Integer inputs get no gradient; integer
-outputs are marked non-differentiable. The backward is not itself differentiable
-(a second derivative through a TC layer raises a TCError that says so).
+outputs are marked non-differentiable. Under `create_graph=True` the backward is
+itself a TC layer (the gradient def's), so gradients of gradients, Hessian-vector
+products and `gradgradcheck` work to any order; forward-mode AD (`torch.func.jvp`,
+`torch.autograd.forward_ad`) runs the tangent def (`Kernel.jvp`). A layer with a
+hand-written `backward=` def supports neither: both raise a TCError.
 
 Under `torch.no_grad()` / `torch.inference_mode()`, or when no input requires grad,
 the kernel runs directly and the outputs have no `grad_fn`. Under torch.compile a
@@ -142,7 +145,8 @@ class TCLayer:
         """One tensor per output. `reorder_function` overrides define's for this call."""
         reorder = reorder_function or self.reorder_function
         _check_reorder(reorder, self.kernel.backward)
-        if self.training and torch.is_grad_enabled() and _any_requires_grad(tensors):
+        recording = torch.is_grad_enabled() and _any_requires_grad(tensors)
+        if self.training and (recording or _any_transformed(tensors)):
             args = [self._as_tensor(i, t) for i, t in enumerate(tensors)]
             return tuple(_TCFunction.apply(self, reorder, *args))
         return self.run(tensors)
@@ -152,8 +156,27 @@ class TCLayer:
         infos = self.kernel.ranged.checked.inputs
         if len(tensors) != len(infos):
             self.kernel(*tensors)  # the kernel's own error names every parameter
+        if _any_transformed(tensors):
+            raise TCError(
+                f"layer '{self.name}' was called under forward-mode AD or a torch.func "
+                "transform, which needs a training layer",
+                hint="define the layer with training=True",
+            )
         arrays = [tensor_to_array(t, v) for t, v in zip(infos, tensors, strict=True)]
         return tuple(array_to_tensor(a) for a in self.kernel(*arrays))
+
+    def gradient_layer(self, wanted: tuple[str, ...]) -> TCLayer:
+        """The derived gradient def for the inputs `wanted`, as a training layer (the
+        backward under `create_graph=True`; its own backward is the second order)."""
+        cache = self.__dict__.setdefault("_gradient_layers", {})
+        if wanted not in cache:
+            kernel = self.gradients.derived_kernel(wanted)
+            glayer = TCLayer.__new__(TCLayer)
+            glayer.options, glayer.kernel, glayer.name = self.options, kernel, kernel.name
+            glayer.training, glayer.reorder_function = True, None
+            glayer.gradients = GradientRunner(kernel, self.options)
+            cache[wanted] = glayer
+        return cache[wanted]
 
     def _as_tensor(self, position: int, value: Any) -> torch.Tensor:
         """Python numbers (0-d inputs) as tensors, so autograd can save them."""
@@ -174,6 +197,28 @@ def _tuned_kernel(*args: Any, **kwargs: Any) -> Kernel:
     return TunedKernel(*args, **kwargs)
 
 
+def _any_transformed(values: Sequence[Any]) -> bool:
+    """A dual tensor (forward-mode AD) or a torch.func transform's wrapper among `values`."""
+    from torch.autograd import forward_ad
+
+    dual = forward_ad._current_level >= 0  # inside a dual_level(): look for tangents
+    wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+    for v in values:
+        if not isinstance(v, torch.Tensor):
+            continue
+        if wrapped(v) or (dual and forward_ad.unpack_dual(v).tangent is not None):
+            return True
+    return False
+
+
+def _plain(value: Any) -> Any:
+    """`value` without torch.func's wrappers (the data a transform's rule computes on)."""
+    functorch = torch._C._functorch
+    while isinstance(value, torch.Tensor) and functorch.is_functorch_wrapped_tensor(value):
+        value = functorch.get_unwrapped(value)
+    return value
+
+
 def _check_reorder(reorder: object, backward: str | None) -> None:
     if reorder is None:
         return
@@ -192,65 +237,100 @@ def _check_reorder(reorder: object, backward: str | None) -> None:
 
 
 class _TCFunction(torch.autograd.Function):
-    """Forward: the TC kernel. Backward: `GradientRunner` on the needed inputs."""
+    """Forward: the TC kernel. Backward: `GradientRunner` on the needed inputs; under
+    `create_graph=True`, the gradient kernel as a TC layer of its own (so it is
+    differentiable again). Forward mode (`torch.func.jvp`, `forward_ad`): `Kernel.jvp`."""
 
     @staticmethod
     def forward(
-        ctx: Any, layer: TCLayer, reorder: ReorderFunction | None, *tensors: torch.Tensor
+        layer: TCLayer, reorder: ReorderFunction | None, *tensors: torch.Tensor
     ) -> tuple[torch.Tensor, ...]:
-        outputs = layer.run(tensors)
+        return layer.run(tensors)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        layer, reorder, *tensors = inputs
         ctx.layer, ctx.reorder = layer, reorder
         ctx.n_inputs = len(tensors)
-        ctx.save_for_backward(*tensors, *outputs)
+        ctx.save_for_backward(*tensors, *output)
+        ctx.save_for_forward(*tensors)
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None
         infos = layer.kernel.ranged.checked.outputs
         ctx.mark_non_differentiable(
-            *(o for o, t in zip(outputs, infos, strict=True) if not t.dtype.is_float)
+            *(o for o, t in zip(output, infos, strict=True) if not t.dtype.is_float)
         )
-        return outputs
 
     @staticmethod
     def backward(ctx: Any, *grad_outputs: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        with torch.no_grad():
-            result = _gradients(ctx, *grad_outputs)
         if not torch.is_grad_enabled():
-            return result
-        # create_graph=True: tie the gradients to everything they depend on through a
-        # node whose backward raises, so a second derivative (gradgradcheck, double
-        # backward) is a clear error, never a silent zero
-        depends = [
-            t
-            for t in (*ctx.saved_tensors[: ctx.n_inputs], *grad_outputs)
-            if isinstance(t, torch.Tensor) and t.requires_grad
+            with torch.no_grad():
+                return _gradients(ctx, *grad_outputs)
+        # create_graph=True: a differentiable backward (dense cotangents)
+        layer: TCLayer = ctx.layer
+        saved = ctx.saved_tensors
+        inputs, outputs = saved[: ctx.n_inputs], saved[ctx.n_inputs :]
+        out_infos = layer.kernel.ranged.checked.outputs
+        grads = [
+            g if g is not None and t.dtype.is_float else torch.zeros_like(o)
+            for g, t, o in zip(grad_outputs, out_infos, outputs, strict=True)
         ]
-        present = [k for k, g in enumerate(result) if g is not None]
-        if not depends or not present:
-            return result
-        tied = _NotTwice.apply(
-            ctx.layer.name, len(present), *(result[k] for k in present), *depends
-        )
-        out = list(result)
-        for k, g in zip(present, tied, strict=True):
-            out[k] = g
-        return tuple(out)
-
-
-class _NotTwice(torch.autograd.Function):
-    """Identity on the first `n` tensors; differentiating through it raises."""
+        if ctx.reorder is not None:
+            grads = list(ctx.reorder(list(grads)))
+        needed = ctx.needs_input_grad[2:]
+        results = _differentiable_backward(layer, inputs, outputs, grads, needed)
+        return (None, None, *results)
 
     @staticmethod
-    def forward(ctx: Any, name: str, n: int, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        ctx.name = name
-        return tuple(t.clone() for t in tensors[:n])
+    def jvp(ctx: Any, *tangents: Any) -> tuple[torch.Tensor, ...]:
+        layer: TCLayer = ctx.layer
+        if layer.kernel.backward is not None:
+            raise TCError(
+                f"forward-mode AD through layer '{layer.name}': its gradient is the "
+                f"hand-written def '{layer.kernel.backward}', which forward mode cannot use",
+                hint="define the layer without backward= for forward-mode AD",
+            )
+        infos = layer.kernel.ranged.checked.inputs
+        # torch.func hands this rule its wrapped tensors: read their data outside it.
+        with torch._C._DisableFuncTorch():
+            inputs = [_plain(v) for v in ctx.saved_tensors[: ctx.n_inputs]]
+            arrays = [tensor_to_array(t, v) for t, v in zip(infos, inputs, strict=True)]
+            dots = [
+                None if t is None or not info.dtype.is_float else _grad_array(_plain(t), k)
+                for k, (info, t) in enumerate(zip(infos, tangents[2:], strict=True))
+            ]
+            _, out_dots = layer.kernel.jvp(*arrays, tangents=dots)
+            return tuple(None if d is None else array_to_tensor(d) for d in out_dots)
 
-    @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[None, ...]:
+
+def _differentiable_backward(
+    layer: TCLayer,
+    inputs: Sequence[torch.Tensor],
+    outputs: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor],
+    needed: Sequence[bool],
+) -> tuple[torch.Tensor | None, ...]:
+    """The input gradients as outputs of the gradient def's own TC layer."""
+    if layer.kernel.backward is not None:
         raise TCError(
-            f"cannot differentiate twice through TC layer '{ctx.name}': the backward of a TC "
-            "layer is not itself differentiable (second derivatives, e.g. "
-            "torch.autograd.gradgradcheck or a backward through create_graph=True gradients)",
-            hint="use first derivatives only; torch.autograd.gradcheck works",
+            f"create_graph=True through layer '{layer.name}': its gradient is the "
+            f"hand-written def '{layer.kernel.backward}', which tcc cannot differentiate "
+            "as a backward",
+            hint="define the layer without backward= for double backward",
         )
+    infos = layer.kernel.ranged.checked.inputs
+    wanted = tuple(
+        t.name for t, need in zip(infos, needed, strict=True) if need and t.dtype.is_float
+    )
+    if not wanted:
+        return (None,) * len(infos)
+    glayer = layer.gradient_layer(wanted)
+    by_name = dict(zip(layer.outputs, outputs, strict=True))
+    params = glayer.inputs
+    read = params[len(inputs) : len(params) - len(grads)]
+    args = [*inputs, *(by_name[p] for p in read), *(g.contiguous() for g in grads)]
+    results = glayer(*args)
+    found = dict(zip(wanted, results, strict=False))
+    return tuple(found.get(t.name) for t in infos)
 
 
 def _gradients(ctx: Any, *grad_outputs: torch.Tensor) -> tuple[torch.Tensor | None, ...]:

@@ -93,8 +93,8 @@ class GradientRunner:
             grads = self._derived_gradients(wanted, inputs, outputs, grad_outputs)
         return tuple(grads[i] if t.name in wanted else None for i, t in enumerate(infos))
 
-    def _derived_kernel(self, wanted: tuple[str, ...], zeros: tuple[str, ...] = ()) -> Kernel:
-        """The gradient def for the `wanted` inputs, with the outputs `zeros` given
+    def derived_kernel(self, wanted: tuple[str, ...], zeros: tuple[str, ...] = ()) -> Kernel:
+        """The derived gradient kernel (compiled once) for the `wanted` inputs, with the outputs `zeros` given
         symbolic zero cotangents (no parameter, no statement they alone feed)."""
         key = (wanted, zeros)
         if key not in self._derived:
@@ -116,7 +116,7 @@ class GradientRunner:
             t.name for t, g in zip(checked.outputs, grad_outputs, strict=True) if g is None
         )
         grad_outputs = [g for g in grad_outputs if g is not None]
-        backward = self._derived_kernel(wanted, zeros)
+        backward = self.derived_kernel(wanted, zeros)
         # Parameters: the inputs, the outputs it reads, one adjoint per output; its
         # first outputs: one gradient per wanted input (names from the name supply).
         by_name: dict[str, Any] = dict(zip((t.name for t in checked.outputs), outputs, strict=True))

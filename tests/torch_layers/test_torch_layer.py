@@ -264,9 +264,16 @@ def test_wrong_argument_count_is_a_shape_error(conv_ad: tct.TCLayer) -> None:
         conv_ad(torch.zeros(1, 1, 3, 3))
 
 
-def test_second_derivatives_are_refused_not_wrong(conv_ad: tct.TCLayer) -> None:
-    inputs = _conv_inputs()
-    (out,) = conv_ad(*inputs)
-    (g,) = torch.autograd.grad((out * out).sum(), inputs[0], create_graph=True)
-    with pytest.raises(TCError, match="cannot differentiate twice through TC layer 'conv'"):
-        g.sum().backward()
+def test_second_derivatives_match_torch(conv_user: tct.TCLayer) -> None:
+    inputs = _conv_inputs(torch.float64)
+    layer = tct.define(as_double(CONV), "conv", training=True)
+    second = []
+    for f in (lambda i, w: layer(i, w)[0], lambda i, w: F.conv2d(i, w)):
+        (g,) = torch.autograd.grad((f(*inputs) ** 2).sum(), inputs[0], create_graph=True)
+        second.append(torch.autograd.grad((g * g).sum(), inputs))
+    for got, want in zip(*second, strict=True):
+        torch.testing.assert_close(got, want)
+    floats = _conv_inputs()
+    (out,) = conv_user(*floats)
+    with pytest.raises(TCError, match="hand-written def 'conv_grad'"):
+        torch.autograd.grad((out * out).sum(), floats[0], create_graph=True)

@@ -1,0 +1,248 @@
+"""Statement-level forward-mode AD: a ranged TC def -> its tangent def, TC to TC.
+
+Requires: a `RangedDef` (every statement carries its ranges), as `reverse`.
+Ensures:  `jvp_def(ranged, wrt=None)` returns a new `Def` named `<name>_jvp`:
+          - params: the forward inputs, then one tangent `<in>_dot` per input in
+            `wrt` (default: every float input; the others' tangents are symbolic
+            zeros and generate nothing);
+          - outputs: the forward outputs, then one tangent `<T>_dot` per tensor the
+            def writes whose value depends on a tangent input (an output that does
+            not has a zero tangent and no `_dot` tensor);
+          - statements: the forward statements, each preceded by its tangent
+            statement (same left-hand side, ranges and reduction, tangent tensors in
+            place of values): the tangent reads the values the forward statement
+            reads, before it overwrites them. Every name comes from the
+            compilation's `NameSupply`, so tangents nest with gradients.
+
+The derivatives come from `rules.jvp`, i.e. from the same table as reverse mode
+(`rules.vjp` with the tangent in place of the adjoint), so `<jvp(t), c> == <t, vjp(c)>`.
+
+Reductions: `+=`/`=`: the tangent statement has the forward's operator.
+`max=!`/`min=!`: `O_dot(i) +=! (X(i, j) == O(i) ? X_dot(i, j) : 0)` after the forward
+statement: the tangents of every element equal to the result, summed (reverse mode's
+tie rule: on a tie every tied element receives the full adjoint, so the two stay
+adjoint). `max=`/`min=` without `!`, a `max=`/`min=` whose right-hand side reads its
+own left-hand side, and `*=`/`*=!` raise a TCError (not supported in forward mode).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+from compiler.autodiff import algebra as al
+from compiler.autodiff.algebra import MaybeExpr
+from compiler.autodiff.rewrite import inline_lets, locate
+from compiler.autodiff.rules import NO_RULE, UNSUPPORTED, jvp
+from compiler.diagnostics import InternalError, TCError
+from compiler.frontend.ast import (
+    Access,
+    AssignOp,
+    Binary,
+    Call,
+    Cast,
+    Const,
+    Def,
+    Expr,
+    Let,
+    Param,
+    ScalarType,
+    Select,
+    Stmt,
+    Unary,
+    Var,
+)
+from compiler.frontend.checked import RangedDef, Role
+from compiler.frontend.scopes import name_supply, walk
+from compiler.frontend.types import INDEX_TYPE, expr_type
+from compiler.names import NameSupply
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TangentDef:
+    """A tangent def and, per forward tensor with a tangent, its tangent's name."""
+
+    definition: Def
+    tangents: tuple[tuple[str, str], ...]
+
+    def tangent_of(self, tensor: str) -> str | None:
+        return dict(self.tangents).get(tensor)
+
+
+def jvp_def(
+    ranged: RangedDef, *, wrt: Iterable[str] | None = None, names: NameSupply | None = None
+) -> TangentDef:
+    """The tangent def of `ranged` (see the module docstring)."""
+    supply = names if names is not None else name_supply(ranged.checked.definition)
+    return _Forward(ranged, wrt, supply).run()
+
+
+class _Forward:
+    def __init__(self, ranged: RangedDef, wrt: Iterable[str] | None, names: NameSupply) -> None:
+        self.ranged = ranged
+        self.checked = ranged.checked
+        self.definition = ranged.checked.definition
+        self.names = names
+        self.wrt = _wrt(ranged, wrt)
+        self.types: dict[str, ScalarType] = {t.name: t.dtype for t in self.checked.tensors}
+        self.types |= dict.fromkeys(self.checked.size_params, INDEX_TYPE)
+        self.def_name = names.fresh(f"{ranged.name}_jvp")
+        self.dot: dict[str, str] = {n: names.fresh(f"{n}_dot") for n in self.wrt}
+        for tensor in self._active():
+            self.dot[tensor] = names.fresh(f"{tensor}_dot")
+        for tensor, dot in self.dot.items():
+            self.types[dot] = self.types[tensor]
+
+    def _active(self) -> list[str]:
+        """Written float tensors whose value depends on a tangent input, in order."""
+        active = set(self.wrt)
+        changed = True
+        while changed:
+            changed = False
+            for stmt in self.definition.stmts:
+                target = stmt.lhs.name
+                if target in active or not self.types[target].is_float:
+                    continue
+                rhs = inline_lets(stmt).rhs  # a let's reads count where it is used
+                if any(isinstance(e, Access) and e.name in active for e in walk(rhs)):
+                    active.add(target)
+                    changed = True
+        order = dict.fromkeys(s.lhs.name for s in self.definition.stmts)
+        return [t for t in order if t in active and t not in self.wrt]
+
+    def run(self) -> TangentDef:
+        stmts: list[Stmt] = []
+        for stmt in self.definition.stmts:
+            tangent = self._statement(stmt)
+            if stmt.op.base in (AssignOp.MAX, AssignOp.MIN):
+                stmts.append(stmt)
+                stmts.extend(tangent)
+            else:
+                stmts.extend(tangent)
+                stmts.append(stmt)
+        d = self.definition
+        infos = {t.name: t for t in self.checked.inputs}
+        params = tuple(
+            Param(self.dot[n], infos[n].dtype, tuple(infos[n].dims or ()), span=infos[n].span)
+            for n in self.wrt
+        )
+        declared = {p.name: p for p in d.outputs}
+        outputs = []
+        for tensor, dot in self.dot.items():
+            if tensor in self.wrt:
+                continue
+            p = declared[tensor]
+            dtype, dims = (p.dtype, p.dims) if p.dims is not None else (None, None)
+            outputs.append(Param(dot, dtype, dims, span=p.span))
+        tangent = Def(
+            self.def_name, (*d.params, *params), (*d.outputs, *outputs), tuple(stmts), span=d.span
+        )
+        return TangentDef(tangent, tuple(self.dot.items()))
+
+    def _statement(self, stmt: Stmt) -> list[Stmt]:
+        target = stmt.lhs.name
+        dot = self.dot.get(target)
+        if dot is None:
+            return []
+        flat = inline_lets(stmt)
+        where = tuple(c for c in flat.where if not isinstance(c, Let))
+        value = self._tangent(flat.rhs)
+        op = stmt.op
+        base = op.base
+        if base in (AssignOp.MAX, AssignOp.MIN):
+            if not op.init:
+                raise TCError(
+                    f"cannot differentiate `{op.value}` without '!' in forward mode: "
+                    "not supported yet",
+                    stmt.span,
+                    hint=f"use `{op.value}!`",
+                )
+            if any(isinstance(e, Access) and e.name == target for e in walk(flat.rhs)):
+                raise TCError(
+                    f"cannot differentiate a `{op.value}` whose right-hand side reads "
+                    f"'{target}' in forward mode: not supported",
+                    stmt.span,
+                )
+            result = Access(target, stmt.lhs.args)
+            value = al.select(al.eq(flat.rhs, result), value, None)
+            op = AssignOp.PLUS_INIT
+        elif base not in (AssignOp.ASSIGN, AssignOp.PLUS):
+            raise TCError(
+                f"cannot differentiate `{op.value}` in forward mode: not supported yet",
+                stmt.span,
+                hint="write the product with `=` and `+=` (e.g. exp of a sum of logs)",
+            )
+        if value is None:
+            if op is AssignOp.PLUS:
+                return []
+            value = al.const(0)
+        dtype = self.types[target]
+        if expr_type(value, _Env(self.types)) is not dtype:
+            value = Cast(dtype, value)
+        lhs = dataclasses.replace(stmt.lhs, name=dot)
+        tangent = Stmt(lhs, op, value, where, span=stmt.span)
+        return [locate(tangent, stmt.span)]
+
+    def _tangent(self, expr: Expr) -> MaybeExpr:
+        if not expr_type(expr, _Env(self.types)).is_float:
+            return None
+        if isinstance(expr, Access):
+            dot = self.dot.get(expr.name)
+            return None if dot is None else Access(dot, expr.args, span=expr.span)
+        if isinstance(expr, (Const, Var)):
+            return None
+        if isinstance(expr, Select):
+            return al.select(expr.cond, self._tangent(expr.then), self._tangent(expr.otherwise))
+        if isinstance(expr, Cast):
+            inner = self._tangent(expr.operand)
+            return None if inner is None else Cast(expr.dtype, inner)
+        op, args = _operator(expr)
+        tangents = tuple(self._tangent(a) for a in args)
+        if all(t is None for t in tangents):
+            return None
+        if isinstance(op, str) and op in UNSUPPORTED:
+            raise TCError(f"cannot differentiate '{op}': {UNSUPPORTED[op]}", expr.span)
+        value = jvp(op, args, tangents)
+        if value is NO_RULE:
+            raise TCError(f"no derivative rule for builtin '{op}'", expr.span)
+        return value
+
+
+def _operator(expr: Expr) -> tuple[object, tuple[Expr, ...]]:
+    if isinstance(expr, Binary):
+        return expr.op, (expr.lhs, expr.rhs)
+    if isinstance(expr, Unary):
+        return expr.op, (expr.operand,)
+    if isinstance(expr, Call):
+        return expr.fn, expr.args
+    raise InternalError(f"forward autodiff: no rule for a float {type(expr).__name__}")
+
+
+class _Env(dict):
+    """Tensor and size types; unknown names are index variables (int32)."""
+
+    def __missing__(self, key: str) -> ScalarType:
+        return INDEX_TYPE
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
+def _wrt(ranged: RangedDef, wrt: Iterable[str] | None) -> tuple[str, ...]:
+    inputs = {t.name: t for t in ranged.checked.inputs if t.role is Role.INPUT}
+    if wrt is None:
+        return tuple(n for n, t in inputs.items() if t.dtype.is_float)
+    names = tuple(wrt)
+    for name in names:
+        info = inputs.get(name)
+        if info is None:
+            raise TCError(f"wrt names '{name}', which is not an input of def '{ranged.name}'")
+        if not info.dtype.is_float:
+            raise TCError(
+                f"cannot take a tangent of '{name}': it is {info.dtype.value}, "
+                "not a floating-point input"
+            )
+    return tuple(n for n in inputs if n in names)
+
+
+__all__ = ["TangentDef", "jvp_def"]
