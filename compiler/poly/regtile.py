@@ -60,6 +60,8 @@ def register_tile(
     statement after its Init nest), or None when unknown."""
     if width <= 1:
         return stmt
+    if identity is not None and _split_reduction(stmt, first_reduction):
+        identity = None  # each loop over `first` holds a part of every element's sum
     return _Tiler(j, first_reduction, width, identity).mutate(stmt)
 
 
@@ -120,6 +122,39 @@ class _Tiler(L.Mutator):
         last = L.Let(self.j, L.Bin(L.BinOp.SUB, hi, const(self.width, I64)), body)
         tail = L.If(L.Bin(L.BinOp.LT, split, hi), L.If(short, rest, last))
         return L.Block((main, tail))
+
+
+def _split_reduction(stmt: L.Stmt, first: str) -> bool:
+    """Whether one instance of the loops above the reduction runs more than one loop
+    over `first` (an unroll-and-jam of `first` leaves a remainder loop; isl may split
+    a domain into pieces): each such loop then adds only part of an element's sum."""
+
+    def reached(s: L.Stmt) -> int:
+        # loops over `first` one instance of the enclosing loops runs, at most
+        if isinstance(s, L.For):
+            return 1 if s.var == first else 0
+        if isinstance(s, L.Block):
+            return sum(reached(c) for c in s.stmts)
+        if isinstance(s, L.If):
+            return max(reached(s.then), 0 if s.otherwise is None else reached(s.otherwise))
+        if isinstance(s, (L.Let, L.Local, L.Alloc)):
+            return reached(s.body)
+        return 0
+
+    def split(s: L.Stmt) -> bool:
+        if reached(s) > 1:
+            return True
+        if isinstance(s, L.For):
+            return s.var != first and split(s.body)
+        if isinstance(s, L.Block):
+            return any(split(c) for c in s.stmts)
+        if isinstance(s, L.If):
+            return split(s.then) or (s.otherwise is not None and split(s.otherwise))
+        if isinstance(s, (L.Let, L.Local, L.Alloc)):
+            return split(s.body)
+        return False
+
+    return split(stmt)
 
 
 class _Inner:

@@ -318,11 +318,12 @@ def _differentiable_backward(
             hint="define the layer without backward= for double backward",
         )
     infos = layer.kernel.ranged.checked.inputs
-    wanted = tuple(
-        t.name for t, need in zip(infos, needed, strict=True) if need and t.dtype.is_float
-    )
-    if not wanted:
+    if not any(need and t.dtype.is_float for t, need in zip(infos, needed, strict=True)):
         return (None,) * len(infos)
+    # Every float input's gradient, whichever are needed now: one gradient layer (and
+    # one compile of its own gradient, and so on) per layer instead of one per subset
+    # of inputs that double backward happens to ask for (gradgradcheck asks for many).
+    wanted = tuple(t.name for t in infos if t.dtype.is_float)
     glayer = layer.gradient_layer(wanted)
     by_name = dict(zip(layer.outputs, outputs, strict=True))
     params = glayer.inputs
@@ -330,7 +331,7 @@ def _differentiable_backward(
     args = [*inputs, *(by_name[p] for p in read), *(g.contiguous() for g in grads)]
     results = glayer(*args)
     found = dict(zip(wanted, results, strict=False))
-    return tuple(found.get(t.name) for t in infos)
+    return tuple(found.get(t.name) if need else None for t, need in zip(infos, needed, strict=True))
 
 
 def _gradients(ctx: Any, *grad_outputs: torch.Tensor) -> tuple[torch.Tensor | None, ...]:

@@ -33,6 +33,8 @@ from compiler.diagnostics import InternalError, ShapeError, TCError
 from compiler.kernel import Kernel, define_ranged
 from compiler.options import Options
 
+MAX_SPECIALISED = 2  # gradient kernels compiled for exact requests before the general one
+
 
 class GradientRunner:
     """Computes input gradients of one forward kernel (see the module doc)."""
@@ -104,6 +106,28 @@ class GradientRunner:
             )
         return self._derived[key]
 
+    def _derived_key(
+        self, wanted: tuple[str, ...], zeros: tuple[str, ...]
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The gradient kernel to run for `wanted` inputs and `zeros` outputs: one
+        compiled for exactly that, else one already compiled that covers it (more
+        inputs, fewer zero cotangents: dense zeros are passed), else, once requests
+        have varied (double backward and gradgradcheck ask for many combinations),
+        the general one (every float input, no symbolic zeros) that serves them all."""
+        if (wanted, zeros) in self._derived:
+            return wanted, zeros
+        for w, z in self._derived:
+            if set(wanted) <= set(w) and set(z) <= set(zeros):
+                return w, z
+        if len(self._derived) >= MAX_SPECIALISED:
+            checked = self.kernel.ranged.checked
+            floats = tuple(t.name for t in checked.inputs if t.dtype.is_float)
+            ints = tuple(
+                t.name for t in checked.outputs if t.name in zeros and not t.dtype.is_float
+            )
+            return floats, ints
+        return wanted, zeros
+
     def _derived_gradients(
         self,
         wanted: tuple[str, ...],
@@ -115,7 +139,12 @@ class GradientRunner:
         zeros = tuple(
             t.name for t, g in zip(checked.outputs, grad_outputs, strict=True) if g is None
         )
-        grad_outputs = [g for g in grad_outputs if g is not None]
+        wanted, zeros = self._derived_key(wanted, zeros)
+        grad_outputs = [
+            np.zeros_like(o) if g is None else g
+            for t, o, g in zip(checked.outputs, outputs, grad_outputs, strict=True)
+            if t.name not in zeros
+        ]
         backward = self.derived_kernel(wanted, zeros)
         # Parameters: the inputs, the outputs it reads, one adjoint per output; its
         # first outputs: one gradient per wanted input (names from the name supply).

@@ -49,6 +49,9 @@ OPTIONS = [
     Options(unroll=1, block=1),
     Options(unroll=3, block=2),
     Options(innermost="n", unroll=2, block=5),
+    # register tiles with an unrolled reduction and no cache tiles: the reduction loop's
+    # remainder must add to the main part's sums (it once restarted from the identity)
+    Options(unroll=2, register_tile=3, tile=()),
 ]
 # Every option set in float32 on 1 and 2 threads (a thread count does not change the
 # compiled code, so the second is a cache hit); float64 with the model's defaults and

@@ -8,6 +8,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip insta
 
 import compiler.torch as tct  # noqa: E402
 from compiler import TCError  # noqa: E402
+from compiler.torch.grad import MAX_SPECIALISED  # noqa: E402
 from tests.autodiff.test_forward import CASES  # noqa: E402
 
 
@@ -31,6 +32,18 @@ def test_gradgradcheck(case: str) -> None:
     layer = tct.define(CASES[case][0], training=True)
     inputs = _inputs(case)
     assert torch.autograd.gradgradcheck(lambda *xs: layer(*xs), inputs)
+    # the many (inputs, zero cotangents) requests share a bounded set of compiled kernels
+    for runner in _runners(layer):
+        assert len(runner._derived) <= MAX_SPECIALISED + 1
+
+
+def _runners(layer: tct.TCLayer) -> list:
+    found, todo = [], [layer]
+    while todo:
+        current = todo.pop()
+        found.append(current.gradients)
+        todo.extend(current.__dict__.get("_gradient_layers", {}).values())
+    return found
 
 
 def test_grad_of_grad_has_a_grad_fn_and_third_order_works() -> None:
