@@ -32,6 +32,7 @@ from collections.abc import Iterable
 
 from compiler.autodiff import algebra as al
 from compiler.autodiff.algebra import MaybeExpr
+from compiler.autodiff.reverse import wrt_inputs
 from compiler.autodiff.rewrite import inline_lets, locate
 from compiler.autodiff.rules import NO_RULE, UNSUPPORTED, jvp
 from compiler.diagnostics import InternalError, TCError
@@ -52,7 +53,7 @@ from compiler.frontend.ast import (
     Unary,
     Var,
 )
-from compiler.frontend.checked import RangedDef, Role
+from compiler.frontend.checked import RangedDef
 from compiler.frontend.scopes import name_supply, walk
 from compiler.frontend.types import INDEX_TYPE, expr_type
 from compiler.names import NameSupply
@@ -83,7 +84,7 @@ class _Forward:
         self.checked = ranged.checked
         self.definition = ranged.checked.definition
         self.names = names
-        self.wrt = _wrt(ranged, wrt)
+        self.wrt = wrt_inputs(ranged, wrt, "take a tangent of")
         self.types: dict[str, ScalarType] = {t.name: t.dtype for t in self.checked.tensors}
         self.types |= dict.fromkeys(self.checked.size_params, INDEX_TYPE)
         self.def_name = names.fresh(f"{ranged.name}_jvp")
@@ -226,23 +227,6 @@ class _Env(dict):
 
     def __contains__(self, key: object) -> bool:
         return True
-
-
-def _wrt(ranged: RangedDef, wrt: Iterable[str] | None) -> tuple[str, ...]:
-    inputs = {t.name: t for t in ranged.checked.inputs if t.role is Role.INPUT}
-    if wrt is None:
-        return tuple(n for n, t in inputs.items() if t.dtype.is_float)
-    names = tuple(wrt)
-    for name in names:
-        info = inputs.get(name)
-        if info is None:
-            raise TCError(f"wrt names '{name}', which is not an input of def '{ranged.name}'")
-        if not info.dtype.is_float:
-            raise TCError(
-                f"cannot take a tangent of '{name}': it is {info.dtype.value}, "
-                "not a floating-point input"
-            )
-    return tuple(n for n in inputs if n in names)
 
 
 __all__ = ["TangentDef", "jvp_def"]

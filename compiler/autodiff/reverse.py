@@ -116,7 +116,7 @@ class _Reverse:
         self.ranged = ranged
         self.zeros = zeros
         self.checked = ranged.checked
-        self.wrt = _wrt(ranged, wrt)
+        self.wrt = wrt_inputs(ranged, wrt)
         # The signature's names first (they are the gradient's interface), then the rest.
         self.names = names
         self.def_name = names.fresh(f"{ranged.name}_grad")
@@ -555,7 +555,11 @@ def _has_read(expr: Expr) -> bool:
 # ---------------------------------------------------------------- helpers
 
 
-def _wrt(ranged: RangedDef, wrt: Iterable[str] | None) -> tuple[str, ...]:
+def wrt_inputs(
+    ranged: RangedDef, wrt: Iterable[str] | None, action: str = "differentiate with respect to"
+) -> tuple[str, ...]:
+    """The float inputs named by `wrt` (None: every float input), in parameter order;
+    a TCError for a name that is not an input or not a float (`action` says what)."""
     inputs = {t.name: t for t in ranged.checked.inputs}
     if wrt is None:
         return tuple(n for n, t in inputs.items() if t.dtype.is_float)
@@ -566,8 +570,7 @@ def _wrt(ranged: RangedDef, wrt: Iterable[str] | None) -> tuple[str, ...]:
             raise TCError(f"wrt names '{name}', which is not an input of def '{ranged.name}'")
         if not info.dtype.is_float:
             raise TCError(
-                f"cannot differentiate with respect to '{name}': it is {info.dtype.value}, "
-                "not a floating-point input"
+                f"cannot {action} '{name}': it is {info.dtype.value}, not a floating-point input"
             )
     return tuple(n for n in inputs if n in names)
 
