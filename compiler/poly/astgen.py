@@ -149,7 +149,7 @@ def tile_band_of(nest: Nest) -> TileBand | None:
         nest.domain.get_dim_name(isl.dim_type.param, k)
         for k in range(nest.domain.dim(isl.dim_type.param))
     }
-    return tile_band(nest.domain, nest.bands, nest.tiles, taken)
+    return tile_band(nest.domain, nest.bands, nest.tiles, taken, hoist=bool(nest.outer))
 
 
 def _band(domain: isl.Set, names: tuple[str, ...]) -> isl.MultiUnionPwAff:

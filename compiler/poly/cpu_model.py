@@ -25,7 +25,7 @@ The "auto" model picks memory form with `j` = the last left-hand-side subscript 
 the statement is a reduction (`+=`, `*=`, `min=`, `max=`, with or without `!`) with
 reduction variables, the left-hand side is injective, it does not read its own output
 (a read would see partial sums), another left-hand-side variable stays outside (the
-parallel loop), `j` is not short, every read that uses `j` uses it only in its last
+parallel loop; with none, `poly.tiling` strip-mines `j` into parallel strips), `j` is not short, every read that uses `j` uses it only in its last
 subscript with coefficient 1 (unit stride) and some read does; and the innermost
 reduction variable is short or not unit stride in every read that uses it (otherwise
 the register reduction already vectorises well). "Short" is a constant extent up to
@@ -157,7 +157,7 @@ def _memory_legal(facts: StmtFacts, injective: bool, self_reads: bool) -> bool:
         and bool(facts.reduction_vars)
         and injective
         and not self_reads
-        and len(facts.index_vars) >= 2
+        and len(facts.index_vars) >= 1  # one: a column reduction (poly.tiling strip-mines it)
     )
 
 

@@ -45,7 +45,7 @@ from compiler.frontend.checked import RangedDef, StmtFacts
 from compiler.frontend.scopes import children
 from compiler.options import Options
 from compiler.poly.build import PolyStmt, build_statements, tensor_extents
-from compiler.poly.cpu_model import choose_order
+from compiler.poly.cpu_model import choose_order, literal_order
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff, params_space
 from compiler.poly.tiling import choose_tiles
 
@@ -147,6 +147,9 @@ def _nests_of(
     injective = poly.nonaffine_write is None and _lhs_injective(poly)
     self_reads = list(_self_reads(facts))
     order = choose_order(facts, params, options, injective=injective, self_reads=bool(self_reads))
+    tiles = choose_tiles(facts, order, options)
+    if order.innermost and not order.outer and not tiles:
+        order = literal_order(facts)  # an untiled column reduction would run serially
     accumulate = injective and stmt.op.is_reduction and order.register
     snapshot = bool(self_reads) and not (
         (accumulate or (injective and not facts.reduction_vars))
@@ -161,14 +164,14 @@ def _nests_of(
         order.inner,
         # A snapshot is taken inside the nest, so each thread would copy an output
         # that other threads may already be writing: such a statement runs serially.
-        parallel=injective and bool(order.outer) and not snapshot,
+        parallel=injective and bool(order.outer or tiles) and not snapshot,
         accumulate=accumulate,
         snapshot=snapshot,
         unproven=unproven_reads(poly, facts, extents, params, context),
         write_checks=unproven_writes(poly, facts, extents, params, context),
         innermost=order.innermost,
         jams=order.jams,
-        tiles=choose_tiles(facts, order, options),
+        tiles=tiles,
         lanes=order.lanes,
     )
     if not stmt.op.init:

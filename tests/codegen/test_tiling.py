@@ -20,7 +20,7 @@ from compiler.kernel import define
 from compiler.options import Options
 from compiler.poly.astgen import lower
 from compiler.poly.ranges import infer_ranges
-from compiler.poly.tiling import OUTER, REDUCTION
+from compiler.poly.tiling import COLUMNS, OUTER, REDUCTION
 
 PROGRAMS = {
     "matmul": "def f(FT(M, K) A, FT(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
@@ -31,6 +31,8 @@ PROGRAMS = {
     "{ IG(n, c, h + kh, w + kw) +=! G(n, m, h, w) * W1(m, c, kh, kw) }",
     "exp_contract": "def f(FT(M, K) A, FT(K, N) B) -> (E, C) "
     "{ E(m, k) = exp(A(m, k))  C(m, n) +=! E(m, k) * B(k, n) }",
+    # one output variable, reduced over the rows: a column reduction (strip-mined)
+    "column_sum": "def f(FT(M, N) A, FT(M) G) -> (S) { S(n) +=! G(m) * exp(A(m, n)) }",
 }
 SIZES = {"B": 3, "M": 11, "K": 13, "N": 19, "C": 5, "H": 7, "W": 9, "KH": 3, "KW": 2}
 TINY = {"B": 1, "M": 1, "K": 2, "N": 3, "C": 1, "H": 2, "W": 3, "KH": 2, "KW": 1}
@@ -94,7 +96,7 @@ def _loops(s: L.Node) -> list[L.For]:
 def _main_nest(name: str, options: Options) -> L.Stmt:
     src = PROGRAMS[name].replace("FT", "float")
     f = pipeline.lower(infer_ranges(check_def(parse(src).get())), options).function
-    return f.body.stmts[-1]  # type: ignore[attr-defined]
+    return f.body.stmts[-1] if isinstance(f.body, L.Block) else f.body
 
 
 def test_model_tiles_matmul_above_the_point_loops() -> None:
@@ -138,3 +140,27 @@ def test_literal_order_ignores_tiles() -> None:
     src = PROGRAMS["matmul"].replace("FT", "float")
     f = lower(infer_ranges(check_def(parse(src).get())), Options(innermost=None, tile=(2, 2, 2)))
     assert not any(lp.var.endswith("_t") for lp in _loops(f.body))
+
+
+def test_a_column_reduction_is_strip_mined_into_parallel_tiles() -> None:
+    main = _main_nest("column_sum", Options(unroll=1))
+    assert [lp.var for lp in _loops(main)] == ["n_t", "m", "n"]
+    assert isinstance(main, L.For) and main.kind is L.LoopKind.PARALLEL
+    n = _loops(main)[2]
+    assert L.Bin(L.BinOp.MUL, L.Const(COLUMNS, L.DType.INT64), L.VarRef("n_t")) == n.lo
+    # tiling off: the literal order (a parallel output loop around a register sum)
+    plain = _main_nest("column_sum", Options(tile=()))
+    assert [lp.var for lp in _loops(plain)] == ["n", "m"]
+    assert isinstance(plain, L.For) and plain.kind is L.LoopKind.PARALLEL
+
+
+@pytest.mark.parametrize("rows", [1, 5, 37])  # sizes are at least 1 in TC
+@pytest.mark.parametrize("cols", [1, COLUMNS - 1, COLUMNS, 2 * COLUMNS + 3])
+@pytest.mark.parametrize("ft", ["float", "double"])
+def test_column_reduction_equals_interp_at_odd_sizes(rows: int, cols: int, ft: str) -> None:
+    src = PROGRAMS["column_sum"].replace("FT", ft)
+    arrays = _inputs(src, {"M": rows, "N": cols}, np.random.default_rng(rows + cols))
+    (expected,) = define(src, target="interp")(*arrays)
+    (got,) = define(src, target="llvm", options=Options(threads=2))(*arrays)
+    tol = 1e-5 if ft == "float" else 1e-12
+    np.testing.assert_allclose(got, expected, rtol=tol, atol=tol)
