@@ -49,8 +49,10 @@ def _torch_site() -> str:
 
 def run_without_torch(*pytest_args: str) -> subprocess.CompletedProcess[str]:
     code = _RUNNER
+    # in this process (-n 0): xdist workers would not inherit the import blocker
+    args = ["-p", "no:cacheprovider", "-n", "0", *pytest_args]
     return subprocess.run(
-        [sys.executable, "-c", code, _torch_site(), "-p", "no:cacheprovider", *pytest_args],
+        [sys.executable, "-c", code, _torch_site(), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
