@@ -25,7 +25,8 @@ The "auto" model picks memory form with `j` = the last left-hand-side subscript 
 the statement is a reduction (`+=`, `*=`, `min=`, `max=`, with or without `!`) with
 reduction variables, the left-hand side is injective, it does not read its own output
 (a read would see partial sums), another left-hand-side variable stays outside (the
-parallel loop; with none, `poly.tiling` strip-mines `j` into parallel strips), `j` is not short, every read that uses `j` uses it only in its last
+parallel loop; with none, `Options(innermost=j)` lets `poly.tiling` strip-mine `j`
+into parallel strips), `j` is not short, every read that uses `j` uses it only in its last
 subscript with coefficient 1 (unit stride) and some read does; and the innermost
 reduction variable is short or not unit stride in every read that uses it (otherwise
 the register reduction already vectorises well). "Short" is a constant extent up to

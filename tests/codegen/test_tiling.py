@@ -142,16 +142,17 @@ def test_literal_order_ignores_tiles() -> None:
     assert not any(lp.var.endswith("_t") for lp in _loops(f.body))
 
 
-def test_a_column_reduction_is_strip_mined_into_parallel_tiles() -> None:
-    main = _main_nest("column_sum", Options(unroll=1))
+def test_a_column_reduction_is_strip_mined_into_parallel_tiles_on_request() -> None:
+    main = _main_nest("column_sum", Options(innermost="n", unroll=1))
     assert [lp.var for lp in _loops(main)] == ["n_t", "m", "n"]
     assert isinstance(main, L.For) and main.kind is L.LoopKind.PARALLEL
     n = _loops(main)[2]
     assert L.Bin(L.BinOp.MUL, L.Const(COLUMNS, L.DType.INT64), L.VarRef("n_t")) == n.lo
-    # tiling off: the literal order (a parallel output loop around a register sum)
-    plain = _main_nest("column_sum", Options(tile=()))
-    assert [lp.var for lp in _loops(plain)] == ["n", "m"]
-    assert isinstance(plain, L.For) and plain.kind is L.LoopKind.PARALLEL
+    # the default, and tiling off: the literal order (a parallel loop, a register sum)
+    for options in (Options(), Options(innermost="n", tile=())):
+        plain = _main_nest("column_sum", options)
+        assert [lp.var for lp in _loops(plain)] == ["n", "m"]
+        assert isinstance(plain, L.For) and plain.kind is L.LoopKind.PARALLEL
 
 
 @pytest.mark.parametrize("rows", [1, 5, 37])  # sizes are at least 1 in TC
@@ -161,6 +162,17 @@ def test_column_reduction_equals_interp_at_odd_sizes(rows: int, cols: int, ft: s
     src = PROGRAMS["column_sum"].replace("FT", ft)
     arrays = _inputs(src, {"M": rows, "N": cols}, np.random.default_rng(rows + cols))
     (expected,) = define(src, target="interp")(*arrays)
-    (got,) = define(src, target="llvm", options=Options(threads=2))(*arrays)
-    tol = 1e-5 if ft == "float" else 1e-12
-    np.testing.assert_allclose(got, expected, rtol=tol, atol=tol)
+    for options in (
+        Options(threads=2, innermost="n"),
+        Options(threads=2, innermost="n", tile=(1, 7)),
+    ):
+        (got,) = define(src, target="llvm", options=options)(*arrays)
+        tol = 1e-5 if ft == "float" else 1e-12
+        np.testing.assert_allclose(got, expected, rtol=tol, atol=tol)
+
+
+def test_default_column_sums_stay_accurate_over_many_rows() -> None:
+    # the default keeps the blocked, compensated register sum (not the strips' sequential one)
+    a = np.full((1 << 20, 4), 0.1, np.float32)
+    (got,) = define("def f(float(M, N) A) -> (S) { S(n) +=! A(m, n) }")(a)
+    np.testing.assert_allclose(got, a.astype(np.float64).sum(0), rtol=1e-4)
