@@ -36,11 +36,12 @@ from compiler.codegen.cuda_options import (
     CudaOptions,
     as_cuda_options,
 )
-from compiler.diagnostics import OptionsError, ShapeError
+from compiler.diagnostics import OptionsError
 from compiler.frontend.checked import RangedDef
 from compiler.loops import check_arguments, eval_expr, eval_size_expr
 from compiler.poly.astgen import ERROR_BUFFER, Lowered
 from compiler.poly.gpu_lower import lower_gpu
+from compiler.runtime.native import check_failure
 
 CUDA_TARGETS = ("cuda", "cuda-emulated")
 
@@ -135,7 +136,7 @@ class CudaProgram:
         else:
             self._run_device(arrays, env)
         if error is not None and error[0]:
-            raise self._read_error(int(error[0]) - 1, int(error[1]), arrays)
+            raise check_failure(self.lowered.checks, error, {n: a.shape for n, a in arrays.items()})
 
     def _temps(self, kernel: GpuKernel, env: Mapping[str, int]) -> list[np.ndarray]:
         return [
@@ -196,15 +197,6 @@ class CudaProgram:
                 temps.append(ptr)
             ptrs = [pointers[b.name] for b in self.gpu.buffers] + temps
             module.launch(kernel.name, grid, kernel.block, ptrs, size_args, stream)
-
-    def _read_error(
-        self, check_id: int, value: int, arrays: Mapping[str, np.ndarray]
-    ) -> ShapeError:
-        from compiler.runtime.native import NativeProgram
-
-        # the LLVM target's wording; it reads only `self.lowered.checks`
-        record = np.array([check_id + 1, value], dtype=np.int64)
-        return NativeProgram.read_error(self, record, arrays)  # type: ignore[arg-type]
 
 
 _IMAGES: dict[tuple[str, str, bool], bytes] = {}

@@ -22,6 +22,7 @@ import numpy as np
 from compiler.diagnostics import ShapeError
 from compiler.interp.expr import NP_DTYPE
 from compiler.poly.astgen import ERROR_BUFFER
+from compiler.runtime.native import check_failure
 from compiler.shapes import bind_sizes, output_shapes
 
 
@@ -156,33 +157,11 @@ def device_call(kernel: Any, arrays: Sequence[Any], out: Any) -> tuple[Any, ...]
             record = np.zeros(2, np.int64)
             device.to_host(record, error)
             if record[0]:
-                raise program._read_error(int(record[0]) - 1, int(record[1]), _Extents(
-                    {**shapes_in, **shapes}))  # fmt: skip
+                raise check_failure(program.lowered.checks, record, {**shapes_in, **shapes})
     finally:
         for ptr in allocated:
             device.free(ptr)
     return tuple(results)
-
-
-class _Extents(Mapping[str, Any]):
-    """Shapes by name, looking like arrays to `_read_error` (it reads `.shape`)."""
-
-    def __init__(self, shapes: Mapping[str, tuple[int, ...]]) -> None:
-        self.shapes = shapes
-
-    def __getitem__(self, name: str) -> Any:
-        return _Shaped(self.shapes[name])
-
-    def __iter__(self):  # noqa: ANN204
-        return iter(self.shapes)
-
-    def __len__(self) -> int:
-        return len(self.shapes)
-
-
-class _Shaped:
-    def __init__(self, shape: tuple[int, ...]) -> None:
-        self.shape = shape
 
 
 def _signature(

@@ -20,7 +20,7 @@ import dataclasses
 import json
 import logging
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,24 +87,7 @@ class NativeProgram:
 
     def read_error(self, error: np.ndarray, arrays: Mapping[str, np.ndarray]) -> ShapeError:
         """The ShapeError for the record in the error buffer `error`."""
-        check = self.lowered.checks[int(error[0]) - 1]
-        value = int(error[1])
-        extent = arrays[check.access.name].shape[check.dim]
-        if check.write:  # the wording of compiler.interp's data-dependent scatter
-            return ShapeError(
-                f"write out of range: index {value} for dimension {check.dim} of "
-                f"'{check.access.name}' (size {extent})",
-                check.access.span,
-                hint="the output is too small for the statement's domain; check the where "
-                "clauses, or the shape of the output passed with out=",
-            )
-        return ShapeError(
-            f"index {value} out of range for dimension {check.dim} of '{check.access.name}' "
-            f"(size {extent}) in the read {check.access.name}(...)",
-            check.access.span,
-            hint="an index read from a tensor must lie in [0, size); check the index tensor's "
-            "values, or guard the read with a ternary",
-        )
+        return check_failure(self.lowered.checks, error, {n: a.shape for n, a in arrays.items()})
 
     def info(self) -> dict[str, Any]:
         """How this program runs: target, thread pool, threads, parallel regions."""
@@ -118,6 +101,31 @@ class NativeProgram:
             "native_calls_per_run": 1,
             "notes": list(getattr(self.lowered, "notes", ())),
         }
+
+
+def check_failure(
+    checks: Sequence[Any], record: Any, shapes: Mapping[str, tuple[int, ...]]
+) -> ShapeError:
+    """The ShapeError for an error-buffer record `(check number + 1, value)` of a
+    lowered def's `checks`, given the buffers' shapes by name (every target's wording)."""
+    check = checks[int(record[0]) - 1]
+    value = int(record[1])
+    extent = shapes[check.access.name][check.dim]
+    if check.write:  # the wording of compiler.interp's data-dependent scatter
+        return ShapeError(
+            f"write out of range: index {value} for dimension {check.dim} of "
+            f"'{check.access.name}' (size {extent})",
+            check.access.span,
+            hint="the output is too small for the statement's domain; check the where "
+            "clauses, or the shape of the output passed with out=",
+        )
+    return ShapeError(
+        f"index {value} out of range for dimension {check.dim} of '{check.access.name}' "
+        f"(size {extent}) in the read {check.access.name}(...)",
+        check.access.span,
+        hint="an index read from a tensor must lie in [0, size); check the index tensor's "
+        "values, or guard the read with a ternary",
+    )
 
 
 def compile_native(
