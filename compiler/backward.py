@@ -50,7 +50,7 @@ def grad(
     form: str = "gather",
 ) -> str:
     """The gradient def of def `name` of `source`, as TC text."""
-    from compiler.kernel import substitute
+    from compiler.templates import substitute
 
     upto = "gather" if _form(form) is GradForm.GATHER else "grad"
     text = source if constants is None else substitute(source, constants)

@@ -44,7 +44,7 @@ def jvp(
     wrt: Iterable[str] | None = None,
 ) -> str:
     """The tangent def of def `name` of `source`, as TC text (it re-parses)."""
-    from compiler.kernel import substitute
+    from compiler.templates import substitute
 
     text = source if constants is None else substitute(source, constants)
     tangent = pipeline.run(text, name, upto="grad", jvp=True, wrt=wrt)

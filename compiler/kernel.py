@@ -42,18 +42,18 @@ from typing import Any
 import numpy as np
 
 from compiler import pipeline
-from compiler.diagnostics import OptionsError, ShapeError, TCError, did_you_mean
+from compiler.diagnostics import OptionsError, ShapeError, did_you_mean
 from compiler.frontend.ast import AssignOp, ScalarType
 from compiler.frontend.checked import RangedDef, StmtFacts, TensorInfo
 from compiler.frontend.parser import parse
 from compiler.frontend.printer import print_def
-from compiler.frontend.source import Source, Span
 from compiler.interp import evaluate
 from compiler.interp.domain import tensors_read
 from compiler.interp.expr import NP_DTYPE
 from compiler.options import Options, as_options
 from compiler.runtime.callplan import MAX_PLANS, CallPlan, make_plan, signature
 from compiler.shapes import output_shapes
+from compiler.templates import substitute
 
 TARGETS = ("interp", "llvm", "cuda", "cuda-emulated")
 AVAILABLE_TARGETS = TARGETS
@@ -389,70 +389,6 @@ def _check_target(target: str, options: object, backward: object) -> None:
             f"backward= names a def of the same source, got {type(backward).__name__}",
             hint='pass backward="name_of_the_backward_def"',
         )
-
-
-def substitute(text: str, constants: Mapping[str, object]) -> str:
-    """Fill `{name}` placeholders as Python's `str.format` did in TC (`{{` and `}}`
-    are literal braces). Every placeholder needs a value and every constant a
-    placeholder; otherwise a TCError names it."""
-    source = Source("<string>", text)
-    out: list[str] = []
-    used: set[str] = set()
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch in "{}" and text.startswith(ch * 2, i):
-            out.append(ch)
-            i += 2
-        elif ch == "}":
-            raise TCError(
-                "single '}' in a template; write '}}' for a literal brace",
-                Span(source, i, i + 1),
-                hint="with constants=, the def's braces must be doubled: `{{ ... }}`",
-            )
-        elif ch == "{":
-            end = text.find("}", i)
-            if end < 0:
-                raise TCError(
-                    "unclosed '{' in a template; write '{{' for a literal brace",
-                    Span(source, i, i + 1),
-                    hint="with constants=, the def's braces must be doubled: `{{ ... }}`",
-                )
-            out.append(_placeholder(text[i + 1 : end], constants, Span(source, i, end + 1)))
-            used.add(text[i + 1 : end].partition(":")[0].strip())
-            i = end + 1
-        else:
-            out.append(ch)
-            i += 1
-    unused = sorted(set(constants) - used)
-    if unused:
-        raise TCError(
-            f"constant '{unused[0]}' has no placeholder {{{unused[0]}}} in the source",
-            hint=did_you_mean(unused[0], used) or "remove it from constants=",
-        )
-    return "".join(out)
-
-
-def _placeholder(field: str, constants: Mapping[str, object], span: Span) -> str:
-    key, _, spec = field.partition(":")
-    key = key.strip()
-    if not key.isidentifier():
-        raise TCError(
-            f"placeholder '{{{field}}}' is not a name",
-            span,
-            hint="placeholders are `{name}` with name a key of constants=; "
-            "write '{{' and '}}' for literal braces",
-        )
-    if key not in constants:
-        raise TCError(
-            f"no value for placeholder '{{{key}}}' in constants=",
-            span,
-            hint=did_you_mean(key, constants) or f"pass constants={{'{key}': ...}}",
-        )
-    try:
-        return format(constants[key], spec)
-    except (TypeError, ValueError) as err:
-        raise TCError(f"cannot format constant '{key}' with spec '{spec}': {err}", span) from None
 
 
 def _target_options(target: str, options: object) -> Any:
