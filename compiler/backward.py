@@ -13,6 +13,13 @@ with `backward="name"` uses that def of the same source instead, with TC's train
 convention: its parameters are the forward inputs, then (optionally) the forward
 outputs, then one gradient per forward output; its outputs are the gradients of the
 forward inputs, in order (fewer outputs: the remaining inputs get None).
+
+`vjp` on a CUDA target with device arrays (`compiler.runtime.cuda_device`: all arrays
+on the device, or all NumPy; None cotangents are zeros either way) never leaves the
+device: the forward outputs the gradient reads are computed there and passed on, the
+dense zeros a `backward=` def takes are allocated there, and the gradients come back
+as device arrays of the inputs' kind (torch CUDA tensors for torch inputs, else
+`DeviceArray`s). In emulation ("cuda-emulated") the device is host memory.
 """
 
 from __future__ import annotations
@@ -128,11 +135,14 @@ def vjp(kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[Any]) -> t
             f"grad_outputs= needs one array per output of def '{kernel.name}' ({names})",
             hint="pass grad_outputs=(dO, ...) as a tuple, in output order",
         )
+    from compiler.runtime.cuda_device import array_shape
+
+    device = _device_like(kernel, arrays, grad_outputs)
     shapes = kernel.output_shapes(*arrays)
     for info, g in zip(outputs, grad_outputs, strict=True):
         if g is None:
             continue  # a symbolic zero
-        shape = tuple(np.shape(g))
+        shape = tuple(np.shape(g)) if device is None else array_shape(g)
         if shape != shapes[info.name]:
             raise ShapeError(
                 f"grad_outputs for '{info.name}' has shape {shape}, expected "
@@ -141,7 +151,9 @@ def vjp(kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[Any]) -> t
             )
     zeros = tuple(t.name for t, g in zip(outputs, grad_outputs, strict=True) if g is None)
     if kernel.backward is not None:  # a user's def takes every cotangent: dense zeros
-        grad_outputs = [_dense(t, g, shapes) for t, g in zip(outputs, grad_outputs, strict=True)]
+        grad_outputs = [
+            _dense(t, g, shapes, kernel, device) for t, g in zip(outputs, grad_outputs, strict=True)
+        ]
         zeros = ()
     backward = _zero_gradient_kernel(kernel, zeros) if zeros else kernel.grad
     grad_outputs = [g for g in grad_outputs if g is not None]
@@ -159,10 +171,35 @@ def vjp(kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[Any]) -> t
     return tuple(next(floats) if t.dtype.is_float else None for t in inputs)
 
 
-def _dense(info: Any, g: Any, shapes: Mapping[str, tuple[int, ...]]) -> Any:
+def _device_like(kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[Any]) -> Any:
+    """For a vjp on device arrays (a CUDA target; `runtime.cuda_device`'s rule: all
+    arrays on the device or none), an array like them to make zeros like; else None."""
+    from compiler.kernel import CUDA_TARGETS
+
+    if kernel.target not in CUDA_TARGETS:
+        return None
+    from compiler.runtime.cuda_device import is_device_array, uses_device
+
+    values = [*arrays, *grad_outputs]
+    if not uses_device(kernel, values):
+        return None
+    emulated = kernel.target == "cuda-emulated"
+    found = [v for v in values if v is not None and is_device_array(v, emulated)]
+    return next((v for v in found if type(v).__module__.startswith("torch")), found[0])
+
+
+def _dense(
+    info: Any, g: Any, shapes: Mapping[str, tuple[int, ...]], kernel: Kernel, like: Any
+) -> Any:
+    """`g`, or zeros of the output's shape (on the device, like `like`, when given)."""
     if g is not None:
         return g
-    return np.zeros(shapes[info.name], dtype=np.dtype(NP_DTYPE[info.dtype]))
+    dtype = np.dtype(NP_DTYPE[info.dtype])
+    if like is None:
+        return np.zeros(shapes[info.name], dtype=dtype)
+    from compiler.runtime.cuda_device import device_zeros
+
+    return device_zeros(shapes[info.name], dtype, like, kernel._native.device_module()[0])
 
 
 def _zero_gradient_kernel(kernel: Kernel, zeros: tuple[str, ...]) -> Kernel:
@@ -175,7 +212,10 @@ def _zero_gradient_kernel(kernel: Kernel, zeros: tuple[str, ...]) -> Kernel:
     if found is None:
         ranged = gradient_ranged(kernel.ranged, zeros=zeros)
         target, compile_cache = kernel.target, getattr(kernel, "cache", True)
-        found = cache[zeros] = define_ranged(ranged, target=target, cache=compile_cache)
+        options = kernel.options if target.startswith("cuda") else None  # as gradient_kernel
+        found = cache[zeros] = define_ranged(
+            ranged, target=target, options=options, cache=compile_cache
+        )
     return found
 
 

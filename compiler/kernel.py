@@ -209,7 +209,8 @@ class Kernel:
 
     def vjp(self, *arrays: Any, grad_outputs: Sequence[Any]) -> tuple[np.ndarray | None, ...]:
         """One gradient per input (None for an integer input), given one output
-        gradient per output: the vector-Jacobian product."""
+        gradient per output (None: zero): the vector-Jacobian product. On a CUDA
+        target with device arrays everything stays on the device (`compiler.backward`)."""
         from compiler.backward import vjp
 
         return vjp(self, arrays, grad_outputs)
@@ -220,7 +221,9 @@ class Kernel:
         """(outputs, output tangents) given one tangent per input (None: zero): the
         Jacobian-vector product, by forward mode (`compiler.higher`)."""
         from compiler.higher import kernel_jvp
+        from compiler.runtime.cuda_device import host_only
 
+        host_only(self, "jvp", [*arrays, *tangents])
         return kernel_jvp(self, arrays, tangents)
 
     def hvp(
@@ -229,7 +232,9 @@ class Kernel:
         """The derivative of `vjp(*arrays, grad_outputs=...)` along `vectors` (one per
         input, None: zero), forward-over-reverse: H·v for a scalar output."""
         from compiler.higher import kernel_hvp
+        from compiler.runtime.cuda_device import host_only
 
+        host_only(self, "hvp", [*arrays, *vectors, *grad_outputs])
         return kernel_hvp(self, arrays, vectors, grad_outputs)
 
     def output_shapes(self, *arrays: Any) -> dict[str, tuple[int, ...]]:
@@ -238,6 +243,10 @@ class Kernel:
         plan = self._plans.get(key) if key is not None else None
         if plan is not None:
             return dict(plan.output_shapes)
+        if self.target in CUDA_TARGETS and self._on_device(arrays):
+            from compiler.runtime.cuda_device import device_output_shapes
+
+            return device_output_shapes(self, arrays)
         _, sizes = self._bind(arrays)
         return output_shapes(self.ranged, sizes)
 
@@ -248,11 +257,10 @@ class Kernel:
         (a sequence in output order, or a dict by name) gives arrays to write into and
         return instead; a def that accumulates (`+=` without `!`) adds to their values.
         A wrong count, rank, dtype or size is a `ShapeError` that names the parameter."""
-        if self.target == "cuda":
-            from compiler.runtime.cuda_device import device_call, is_device_array
+        if self.target in CUDA_TARGETS and self._on_device(arrays, out):
+            from compiler.runtime.cuda_device import device_call
 
-            if any(is_device_array(a) for a in arrays):  # device arrays stay on the device
-                return device_call(self, arrays, out)
+            return device_call(self, arrays, out)  # device arrays stay on the device
         key = signature(arrays) if out is None and self.target == "llvm" else None
         if key is not None:
             plan = self._plans.get(key)
@@ -275,6 +283,14 @@ class Kernel:
             else:
                 returned.append(results[info.name])
         return tuple(returned)
+
+    def _on_device(self, arrays: Sequence[Any], out: Any = None) -> bool:
+        """Whether this call (a CUDA target) takes the device path
+        (`compiler.runtime.cuda_device`): some argument is a device array."""
+        from compiler.runtime.cuda_device import uses_device
+
+        given = list(out.values()) if isinstance(out, Mapping) else out
+        return uses_device(self, [*arrays, *(given if isinstance(given, list | tuple) else ())])
 
     def _warn_accumulating(self, given: Mapping[str, np.ndarray]) -> None:
         for output in self._accumulating:

@@ -13,6 +13,16 @@ in turn to completion, which is a valid CUDA schedule for a kernel without
 `__syncthreads`: kernels with `__syncthreads` or `__shared__` memory are rejected.
 It is how CI tests the CUDA path without a GPU, and how a user debugs a kernel.
 
+Device memory in emulation is host memory: `EmulatedDevice` has the methods of
+`codegen.cuda_driver.Device` that a device call uses (alloc, free, zero, to_device,
+to_host, synchronize; streams are accepted and ignored, the emulation is serial), and
+`EmulatedModule` those of `cuda_driver.Module` (launch by kernel name). So the device
+path of `runtime.cuda_device` -- pointers from `__cuda_array_interface__`, outputs
+allocated as `DeviceArray`s, gradients that never leave "the device" -- runs here on
+any object whose `__cuda_array_interface__` points at host memory (as Numba's CUDA
+simulator does). Such a pointer must be host memory: the emulation cannot tell a real
+GPU pointer from a host one, and dereferencing one crashes the process.
+
 Libraries are built once per source text in a process-wide temporary directory.
 """
 
@@ -25,7 +35,9 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from compiler.codegen.cuda_map import GpuKernel, GpuProgram
 from compiler.diagnostics import InternalError, OptionsError
@@ -128,6 +140,75 @@ def _param_type(program: GpuProgram, kernel: GpuKernel, i: int) -> str:
     return f"{const}{ctype(b.dtype)}*"
 
 
+class EmulatedModule:
+    """A built emulation behind `cuda_driver.Module`'s launch signature."""
+
+    def __init__(self, library: EmulatedLibrary) -> None:
+        self.library = library
+
+    def launch(
+        self,
+        name: str,
+        grid: tuple[int, int, int],
+        block: int,
+        pointers: Sequence[int],
+        sizes: Sequence[int],
+        stream: int = 0,
+    ) -> None:
+        """Run kernel `name` to completion (the stream is ignored: all is serial)."""
+        self.library.launchers[name](*grid, block, *pointers, *sizes)
+
+
+class EmulatedDevice:
+    """Host memory behind `cuda_driver.Device`'s memory methods (see the module doc).
+
+    `alloc` returns the address of a fresh zeroed host buffer that stays alive until
+    `free` (or the end of the process); the pointer is what a `DeviceArray` holds."""
+
+    arch = "emulated"
+
+    def __init__(self) -> None:
+        self._buffers: dict[int, Any] = {}
+        self._lock = threading.Lock()
+
+    def alloc(self, nbytes: int) -> int:
+        import numpy as np
+
+        buffer = np.zeros(max(1, -(-nbytes // 16)), dtype=np.complex128)  # 16-byte aligned
+        ptr = int(buffer.ctypes.data)
+        with self._lock:
+            self._buffers[ptr] = buffer
+        return ptr
+
+    def free(self, ptr: int) -> None:
+        with self._lock:
+            self._buffers.pop(ptr, None)
+
+    def allocated(self) -> int:
+        """How many buffers are alive (tests check that temporaries are freed)."""
+        with self._lock:
+            return len(self._buffers)
+
+    def to_device(self, ptr: int, host: Any) -> None:
+        if host.nbytes:
+            ctypes.memmove(ptr, host.ctypes.data, host.nbytes)
+
+    def to_host(self, host: Any, ptr: int) -> None:
+        if host.nbytes:
+            ctypes.memmove(host.ctypes.data, ptr, host.nbytes)
+
+    def zero(self, ptr: int, nbytes: int, stream: int = 0) -> None:
+        if nbytes:
+            ctypes.memset(ptr, 0, nbytes)
+
+    def synchronize(self, stream: int = 0) -> None:
+        """Nothing to wait for: every launch ran to completion."""
+
+
+EMULATED_DEVICE = EmulatedDevice()
+"""The one emulated device of the process (its buffers are `DeviceArray` memory)."""
+
+
 _LOCK = threading.Lock()
 _BUILT: dict[str, EmulatedLibrary] = {}
 _DIR: list[str] = []
@@ -196,4 +277,13 @@ def _compile(text: str, key: str) -> str:
     return out
 
 
-__all__ = ["HEADER", "EmulatedLibrary", "build_emulated", "host_compiler", "launcher_source"]
+__all__ = [
+    "EMULATED_DEVICE",
+    "HEADER",
+    "EmulatedDevice",
+    "EmulatedLibrary",
+    "EmulatedModule",
+    "build_emulated",
+    "host_compiler",
+    "launcher_source",
+]

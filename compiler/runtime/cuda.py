@@ -88,6 +88,16 @@ class CudaProgram:
         image = _image(self.source, self.options.arch or device.arch, self.options.fast_math)
         return device, device.load(image)
 
+    def device_module(self) -> tuple[Any, Any]:
+        """(device, module) for a device call: the GPU and the loaded module, or, in
+        emulation, `cuda_emulation.EMULATED_DEVICE` (host memory) and the built library."""
+        if self.emulated:
+            from compiler.codegen.cuda_emulation import EMULATED_DEVICE, EmulatedModule
+
+            return EMULATED_DEVICE, EmulatedModule(self._emulation)
+        device, module = self._module
+        return device, module
+
     def prepare(self) -> None:
         """Build the code now (g++ or NVRTC), not at the first call."""
         if self.emulated:

@@ -1,38 +1,100 @@
-"""Calling a target="cuda" Kernel on device arrays: memory stays on the GPU.
+"""Calling a CUDA-target Kernel on device arrays: memory stays on the device.
 
     C, = k(A_dev, B_dev)              # torch CUDA tensors, CuPy arrays, pycuda GPUArrays, ...
+    dA, dB = k.vjp(A_dev, B_dev, grad_outputs=(dC_dev,))   # compiler.backward: same rule
 
 Any object with `__cuda_array_interface__` (version 2 or 3) is a device array: its
 pointer, shape and dtype are read from the interface, validated as NumPy inputs are
 (rank, dtype, C-contiguous), and passed to the kernels as they are, with no copy.
-Outputs are allocated on the device: torch tensors when the inputs are torch tensors
+A 0-d input may be a Python number (copied to a small device buffer). Outputs are
+allocated on the device: torch tensors when some argument is a torch tensor
 (launched on torch's current stream), else `codegen.cuda_driver.DeviceArray`s (wrap
 them with `cupy.asarray(...)`, or `.get()` a NumPy copy). `out=` may give device
 arrays to write into. The call synchronises only when it must read the error record
 of a bounds check or free temporaries.
+
+The rule for mixing: once one argument is a device array, every array argument must
+be one (a NumPy array among them is a `ShapeError`: tcc never copies implicitly
+between host and device). All arguments on the host take the NumPy path instead.
+
+Target "cuda-emulated" runs the same code (`CudaProgram.device_module`: host memory
+behind the driver's methods, `codegen.cuda_emulation.EmulatedDevice`): there a device
+array is any object whose `__cuda_array_interface__` points at host memory, and a
+torch tensor on the CPU (the emulated device's memory is the host's). A torch CUDA
+tensor or a CuPy array there is a `TCError` (its memory is on a real GPU).
 """
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from compiler.diagnostics import ShapeError
+from compiler.diagnostics import ShapeError, TCError
 from compiler.interp.expr import NP_DTYPE
 from compiler.poly.astgen import ERROR_BUFFER
 from compiler.runtime.native import check_failure
 from compiler.shapes import bind_sizes, output_shapes
 
+_REAL_GPU_MODULES = ("cupy", "numba.cuda.cudadrv", "pycuda")
 
-def is_device_array(value: object) -> bool:
-    """True for a device array (a torch tensor only when it is on a CUDA device)."""
+
+def is_device_array(value: object, emulated: bool = False) -> bool:
+    """True for a device array of the target: a torch tensor on a CUDA device (in
+    emulation: any torch tensor, CPU ones being the emulated device's), or any object
+    with `__cuda_array_interface__`."""
     if _is_torch(value):
-        return bool(value.is_cuda)  # type: ignore[attr-defined]
+        return emulated or bool(value.is_cuda)  # type: ignore[attr-defined]
     return hasattr(type(value), "__cuda_array_interface__") or hasattr(
         value, "__cuda_array_interface__"
     )
+
+
+def uses_device(kernel: Any, values: Sequence[Any]) -> bool:
+    """Whether a call of `kernel` with `values` (None entries ignored) takes the device
+    path: a CUDA target and some device array among them. A ShapeError when device
+    arrays and NumPy arrays are mixed (see the module doc)."""
+    if kernel.target not in ("cuda", "cuda-emulated"):
+        return False
+    emulated = kernel.target == "cuda-emulated"
+    found = [v for v in values if v is not None and is_device_array(v, emulated)]
+    if not found:
+        return False
+    for v in values:
+        if v is None or is_device_array(v, emulated) or _is_number(v):
+            continue
+        raise ShapeError(
+            f"def '{kernel.name}' on target '{kernel.target}' got device arrays and "
+            f"a host value ({type(v).__name__}): all arrays must be on the device, or all "
+            "NumPy arrays",
+            kernel.ranged.checked.definition.span,
+            hint="tcc never copies between host and device implicitly: copy it yourself "
+            "(torch: .cuda(); CuPy: cupy.asarray), or pass every array as NumPy",
+        )
+    return True
+
+
+def host_only(kernel: Any, what: str, values: Sequence[Any]) -> None:
+    """A TCError when `Kernel.<what>` (jvp, hvp: NumPy only) gets device arrays."""
+    if not uses_device(kernel, values):
+        return
+    raise TCError(
+        f"Kernel.{what} of def '{kernel.name}' takes NumPy arrays; on target "
+        f"'{kernel.target}' device arrays are supported by calls and Kernel.vjp only",
+        kernel.ranged.checked.definition.span,
+        hint=f"copy the arrays to the host (torch: .cpu().numpy()) for {what}",
+    )
+
+
+def array_shape(value: Any) -> tuple[int, ...]:
+    """The shape of a device array (from its interface; a number's is ())."""
+    return () if _is_number(value) else _interface(value)[1]
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (numbers.Number, np.generic)) and not isinstance(value, np.ndarray)
 
 
 def _is_torch(value: object) -> bool:
@@ -64,15 +126,31 @@ def _interface(value: Any) -> tuple[int, tuple[int, ...], np.dtype, bool]:
 _TORCH_DTYPES: dict[Any, np.dtype] = {}
 
 
-def _view(info: Any, value: Any, what: str) -> tuple[int, tuple[int, ...]]:
+def _check_memory(info: Any, value: Any, what: str, emulated: bool) -> None:
+    """In emulation, refuse arrays whose memory is known to be on a real GPU."""
+    if not emulated:
+        return
+    module = type(value).__module__
+    on_gpu = bool(value.is_cuda) if _is_torch(value) else module.startswith(_REAL_GPU_MODULES)
+    if on_gpu:
+        raise TCError(
+            f"{what} '{info.name}' is in GPU memory ({type(value).__name__}); target "
+            "'cuda-emulated' runs on the CPU, where device arrays are host memory",
+            info.span,
+            hint="define the kernel with target='cuda' to run on GPU arrays",
+        )
+
+
+def _view(info: Any, value: Any, what: str, emulated: bool) -> tuple[int, tuple[int, ...]]:
     """(pointer, shape) of a device array, checked against the declaration `info`."""
-    if not is_device_array(value):
+    if not is_device_array(value, emulated):
         raise ShapeError(
             f"{what} '{info.name}' must be a device array like the others "
             f"(__cuda_array_interface__), got {type(value).__name__}",
             info.span,
-            hint="on target 'cuda' pass all arrays on the device, or all as NumPy arrays",
+            hint="on a CUDA target pass all arrays on the device, or all as NumPy arrays",
         )
+    _check_memory(info, value, what, emulated)
     ptr, shape, dtype, contiguous = _interface(value)
     expected = np.dtype(NP_DTYPE[info.dtype])
     if len(shape) != info.rank:
@@ -106,34 +184,20 @@ def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
 
 
 def device_call(kernel: Any, arrays: Sequence[Any], out: Any) -> tuple[Any, ...]:
-    """Run `kernel` (target "cuda") on device arrays; see the module doc."""
-    from compiler.codegen.cuda_driver import DeviceArray
-
+    """Run `kernel` (a CUDA target) on device arrays; see the module doc."""
     program = kernel._native
-    device, module = program._module
-    infos = kernel._inputs
-    if len(arrays) != len(infos):
-        raise ShapeError(
-            f"def '{kernel.name}' takes {len(infos)} input(s), got {len(arrays)}",
-            kernel.ranged.checked.definition.span,
-        )
-    pointers: dict[str, int] = {}
-    shapes_in: dict[str, tuple[int, ...]] = {}
-    for info, value in zip(infos, arrays, strict=True):
-        pointers[info.name], shapes_in[info.name] = _view(info, value, "input")
+    emulated = program.emulated
+    device, module = program.device_module()
+    shapes_in, pointers, scalars = _inputs(kernel, arrays, emulated)
     sizes, shapes = _signature(program, kernel, shapes_in)
-    torch_like = next((a for a in arrays if type(a).__module__.startswith("torch")), None)
+    like = next((a for a in arrays if _is_torch(a)), None)
     given = _given(kernel, out)
     results = []
     for info in kernel._outputs:
         value = given.get(info.name)
         if value is None:
-            dtype = np.dtype(NP_DTYPE[info.dtype])
-            if torch_like is not None:
-                value = _torch_zeros(shapes[info.name], dtype, torch_like)
-            else:
-                value = DeviceArray(shapes[info.name], dtype, device)
-        ptr, shape = _view(info, value, "output")
+            value = device_zeros(shapes[info.name], np.dtype(NP_DTYPE[info.dtype]), like, device)
+        ptr, shape = _view(info, value, "output", emulated)
         if shape != shapes[info.name]:
             raise ShapeError(
                 f"out= for output '{info.name}' has shape {shape}, expected {shapes[info.name]}",
@@ -141,15 +205,19 @@ def device_call(kernel: Any, arrays: Sequence[Any], out: Any) -> tuple[Any, ...]
             )
         pointers[info.name] = ptr
         results.append(value)
-    stream = _torch_stream(torch_like) if torch_like is not None else 0
+    stream = _torch_stream(like) if like is not None and like.is_cuda else 0
     allocated: list[int] = []
     error = None
-    if program.lowered.checks:
-        error = device.alloc(16)
-        allocated.append(error)
-        device.zero(error, 16, stream)
-        pointers[ERROR_BUFFER] = error
     try:
+        for name, value in scalars.items():  # 0-d inputs given as numbers
+            pointers[name] = device.alloc(value.nbytes)
+            allocated.append(pointers[name])
+            device.to_device(pointers[name], value)
+        if program.lowered.checks:
+            error = device.alloc(16)
+            allocated.append(error)
+            device.zero(error, 16, stream)
+            pointers[ERROR_BUFFER] = error
         program.launch_all(device, module, pointers, sizes, stream=stream, allocated=allocated)
         if allocated:
             device.synchronize(stream)
@@ -162,6 +230,49 @@ def device_call(kernel: Any, arrays: Sequence[Any], out: Any) -> tuple[Any, ...]
         for ptr in allocated:
             device.free(ptr)
     return tuple(results)
+
+
+def device_output_shapes(kernel: Any, arrays: Sequence[Any]) -> dict[str, tuple[int, ...]]:
+    """Every output's shape for device-array inputs (validated as `device_call` does)."""
+    shapes_in, _, _ = _inputs(kernel, arrays, kernel._native.emulated)
+    return dict(_signature(kernel._native, kernel, shapes_in)[1])
+
+
+def _inputs(
+    kernel: Any, arrays: Sequence[Any], emulated: bool
+) -> tuple[dict[str, tuple[int, ...]], dict[str, int], dict[str, np.ndarray]]:
+    """(shape, pointer per input; 0-d inputs given as numbers, as NumPy scalars)."""
+    from compiler.kernel import _scalar_input
+
+    infos = kernel._inputs
+    if len(arrays) != len(infos):
+        names = ", ".join(t.name for t in infos) or "none"
+        raise ShapeError(
+            f"def '{kernel.name}' takes {len(infos)} input(s) ({names}), got {len(arrays)}",
+            kernel.ranged.checked.definition.span,
+            hint="pass one array per input, in parameter order; outputs go in out=",
+        )
+    shapes: dict[str, tuple[int, ...]] = {}
+    pointers: dict[str, int] = {}
+    scalars: dict[str, np.ndarray] = {}
+    for info, value in zip(infos, arrays, strict=True):
+        if info.rank == 0 and _is_number(value):
+            expected = np.dtype(NP_DTYPE[info.dtype])
+            scalars[info.name] = _scalar_input(info, value, expected)
+            shapes[info.name] = ()
+            continue
+        pointers[info.name], shapes[info.name] = _view(info, value, "input", emulated)
+    return shapes, pointers, scalars
+
+
+def device_zeros(shape: tuple[int, ...], dtype: np.dtype, like: Any, device: Any) -> Any:
+    """A zeroed device array: a torch tensor on `like`'s device when `like` is a torch
+    tensor, else a `DeviceArray` on `device` (the GPU, or the emulated device)."""
+    if like is not None and _is_torch(like):
+        return _torch_zeros(shape, dtype, like)
+    from compiler.codegen.cuda_driver import DeviceArray
+
+    return DeviceArray(shape, dtype, device)
 
 
 def _signature(
@@ -207,4 +318,12 @@ def _torch_stream(like: Any) -> int:
     return int(torch.cuda.current_stream(like.device).cuda_stream)
 
 
-__all__ = ["device_call", "is_device_array"]
+__all__ = [
+    "array_shape",
+    "device_call",
+    "device_output_shapes",
+    "device_zeros",
+    "is_device_array",
+    "host_only",
+    "uses_device",
+]
