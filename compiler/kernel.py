@@ -246,7 +246,7 @@ class Kernel:
         if self.target in CUDA_TARGETS and self._on_device(arrays):
             from compiler.runtime.cuda_device import device_output_shapes
 
-            return device_output_shapes(self, arrays)
+            return device_output_shapes(self, arrays, _scalar_input)
         _, sizes = self._bind(arrays)
         return output_shapes(self.ranged, sizes)
 
@@ -260,7 +260,7 @@ class Kernel:
         if self.target in CUDA_TARGETS and self._on_device(arrays, out):
             from compiler.runtime.cuda_device import device_call
 
-            return device_call(self, arrays, out)  # device arrays stay on the device
+            return device_call(self, arrays, out, _scalar_input)  # stays on the device
         key = signature(arrays) if out is None and self.target == "llvm" else None
         if key is not None:
             plan = self._plans.get(key)

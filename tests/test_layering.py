@@ -47,7 +47,7 @@ ALLOWED = {  # package -> the packages and root modules of ours it may import (b
 ROOT_ALLOWED: dict[str, set[str]] = {
     "__init__": {"backward", "gradcheck", "higher", "kernel", "shapes", "tune"},
     "__main__": {"cli"},
-    "backward": {"frontend", "interp", "kernel", "pipeline", "templates"},
+    "backward": {"frontend", "interp", "kernel", "pipeline", "runtime", "templates"},
     "gradcheck": {"frontend", "kernel"},
     "higher": {"autodiff", "backward", "frontend", "interp", "kernel", "pipeline", "templates"},
     "inputs": {"frontend", "interp", "shapes"},

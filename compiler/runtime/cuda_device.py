@@ -27,7 +27,7 @@ tensor or a CuPy array there is a `TCError` (its memory is on a real GPU).
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,7 @@ from compiler.poly.astgen import ERROR_BUFFER
 from compiler.runtime.native import check_failure
 from compiler.shapes import bind_sizes, output_shapes
 
+ScalarInput = Callable[[Any, Any, np.dtype], np.ndarray]  # (info, number, dtype) -> 0-d array
 _REAL_GPU_MODULES = ("cupy", "numba.cuda.cudadrv", "pycuda")
 
 
@@ -183,12 +184,16 @@ def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def device_call(kernel: Any, arrays: Sequence[Any], out: Any) -> tuple[Any, ...]:
-    """Run `kernel` (a CUDA target) on device arrays; see the module doc."""
+def device_call(
+    kernel: Any, arrays: Sequence[Any], out: Any, scalar: ScalarInput
+) -> tuple[Any, ...]:
+    """Run `kernel` (a CUDA target) on device arrays; see the module doc. `scalar`
+    checks a number given for a 0-d input (`compiler.kernel`'s rule) into a NumPy
+    0-d array."""
     program = kernel._native
     emulated = program.emulated
     device, module = program.device_module()
-    shapes_in, pointers, scalars = _inputs(kernel, arrays, emulated)
+    shapes_in, pointers, scalars = _inputs(kernel, arrays, emulated, scalar)
     sizes, shapes = _signature(program, kernel, shapes_in)
     like = next((a for a in arrays if _is_torch(a)), None)
     given = _given(kernel, out)
@@ -232,18 +237,18 @@ def device_call(kernel: Any, arrays: Sequence[Any], out: Any) -> tuple[Any, ...]
     return tuple(results)
 
 
-def device_output_shapes(kernel: Any, arrays: Sequence[Any]) -> dict[str, tuple[int, ...]]:
+def device_output_shapes(
+    kernel: Any, arrays: Sequence[Any], scalar: ScalarInput
+) -> dict[str, tuple[int, ...]]:
     """Every output's shape for device-array inputs (validated as `device_call` does)."""
-    shapes_in, _, _ = _inputs(kernel, arrays, kernel._native.emulated)
+    shapes_in, _, _ = _inputs(kernel, arrays, kernel._native.emulated, scalar)
     return dict(_signature(kernel._native, kernel, shapes_in)[1])
 
 
 def _inputs(
-    kernel: Any, arrays: Sequence[Any], emulated: bool
+    kernel: Any, arrays: Sequence[Any], emulated: bool, scalar: ScalarInput
 ) -> tuple[dict[str, tuple[int, ...]], dict[str, int], dict[str, np.ndarray]]:
-    """(shape, pointer per input; 0-d inputs given as numbers, as NumPy scalars)."""
-    from compiler.kernel import _scalar_input
-
+    """(shape, pointer per input; 0-d inputs given as numbers, as NumPy 0-d arrays)."""
     infos = kernel._inputs
     if len(arrays) != len(infos):
         names = ", ".join(t.name for t in infos) or "none"
@@ -258,7 +263,7 @@ def _inputs(
     for info, value in zip(infos, arrays, strict=True):
         if info.rank == 0 and _is_number(value):
             expected = np.dtype(NP_DTYPE[info.dtype])
-            scalars[info.name] = _scalar_input(info, value, expected)
+            scalars[info.name] = scalar(info, value, expected)
             shapes[info.name] = ()
             continue
         pointers[info.name], shapes[info.name] = _view(info, value, "input", emulated)

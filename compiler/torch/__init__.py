@@ -2,6 +2,7 @@
 
     import compiler.torch as tct
     conv = tct.define(src, "conv2d", training=True)          # target="llvm"
+    conv = tct.define(src, "conv2d", training=True, target="cuda")  # CUDA tensors
     (O,) = conv(I, W1, B)                                      # tensors in, a tuple out
     O.sum().backward()                                         # I.grad, W1.grad, B.grad
 
@@ -27,6 +28,18 @@ products and `gradgradcheck` work to any order; forward-mode AD (`torch.func.jvp
 `torch.autograd.forward_ad`) runs the tangent def (`Kernel.jvp`). A layer with a
 hand-written `backward=` def supports neither: both raise a TCError.
 
+Devices (`compiler.torch.convert`): a layer defined with `target="cuda"` takes CUDA
+tensors and keeps them on the GPU, forward and backward: the kernels read the tensors'
+memory and write fresh CUDA tensors, launched on torch's current stream (autograd runs
+the backward on the forward's stream), and the gradient kernels take the saved tensors
+and the incoming gradients as they are. It also takes CPU tensors (the NumPy path:
+copies to the GPU and back); a mix of CPU and CUDA tensors is a TCError. A CUDA tensor
+given to a layer of target "llvm", "interp" or "cuda-emulated" is a TCError saying to
+define the layer with target="cuda". On target "cuda-emulated" CPU tensors take the
+device path (host memory is the emulated device's), which is how CI tests it.
+Double backward (`create_graph=True`) runs the gradient layer on the device too;
+forward-mode AD on CUDA tensors is a TCError (Kernel.jvp runs on NumPy arrays).
+
 Under `torch.no_grad()` / `torch.inference_mode()`, or when no input requires grad,
 the kernel runs directly and the outputs have no `grad_fn`. Under torch.compile a
 TC layer call is a graph break (`torch.compiler.disable`): it runs eagerly, with
@@ -49,9 +62,14 @@ except ImportError as err:  # pragma: no cover - exercised by a test that hides 
 
 
 from compiler.diagnostics import OptionsError, TCError
-from compiler.kernel import Kernel
-from compiler.options import as_options
-from compiler.torch.convert import array_to_tensor, tensor_to_array, torch_dtype
+from compiler.kernel import Kernel, _target_options
+from compiler.torch.convert import (
+    array_to_tensor,
+    device_tensor,
+    on_device,
+    tensor_to_array,
+    torch_dtype,
+)
 from compiler.torch.grad import GradientRunner
 
 ReorderFunction = Callable[[list[torch.Tensor]], Sequence[torch.Tensor]]
@@ -103,7 +121,7 @@ class TCLayer:
             )
         _check_reorder(reorder_function, backward)
         tuned = isinstance(options, str) and options == "tuned"  # compiler.tune.tuned
-        self.options = as_options(None if tuned else options)
+        self.options = _target_options(target, None if tuned else options)
         self.kernel = (_tuned_kernel if tuned else Kernel)(
             source,
             name,
@@ -147,7 +165,8 @@ class TCLayer:
         _check_reorder(reorder, self.kernel.backward)
         recording = torch.is_grad_enabled() and _any_requires_grad(tensors)
         if self.training and (recording or _any_transformed(tensors)):
-            args = [self._as_tensor(i, t) for i, t in enumerate(tensors)]
+            like = next((t for t in tensors if isinstance(t, torch.Tensor)), None)
+            args = [self._as_tensor(i, t, like) for i, t in enumerate(tensors)]
             return tuple(_TCFunction.apply(self, reorder, *args))
         return self.run(tensors)
 
@@ -162,6 +181,9 @@ class TCLayer:
                 "transform, which needs a training layer",
                 hint="define the layer with training=True",
             )
+        if on_device(self.kernel.target, infos, tensors):  # CUDA tensors stay on the GPU
+            args = [device_tensor(t, v) for t, v in zip(infos, tensors, strict=True)]
+            return tuple(self.kernel(*args))
         arrays = [tensor_to_array(t, v) for t, v in zip(infos, tensors, strict=True)]
         return tuple(array_to_tensor(a) for a in self.kernel(*arrays))
 
@@ -178,13 +200,15 @@ class TCLayer:
             cache[wanted] = glayer
         return cache[wanted]
 
-    def _as_tensor(self, position: int, value: Any) -> torch.Tensor:
-        """Python numbers (0-d inputs) as tensors, so autograd can save them."""
+    def _as_tensor(self, position: int, value: Any, like: torch.Tensor | None) -> torch.Tensor:
+        """Python numbers (0-d inputs) as tensors, so autograd can save them (on the
+        device of the other tensors, `like`, for a CUDA target)."""
         if isinstance(value, torch.Tensor) or position >= len(self.inputs):
             return value
         info = self.kernel.ranged.checked.inputs[position]
         array = tensor_to_array(info, value)
-        return torch.as_tensor(array, dtype=torch_dtype(info.dtype))
+        device = like.device if like is not None and self.kernel.target == "cuda" else None
+        return torch.as_tensor(array, dtype=torch_dtype(info.dtype), device=device)
 
 
 def _any_requires_grad(values: Sequence[Any]) -> bool:
@@ -252,6 +276,7 @@ class _TCFunction(torch.autograd.Function):
         layer, reorder, *tensors = inputs
         ctx.layer, ctx.reorder = layer, reorder
         ctx.n_inputs = len(tensors)
+        ctx.on_device = on_device(layer.kernel.target, layer.kernel.ranged.checked.inputs, tensors)
         ctx.save_for_backward(*tensors, *output)
         ctx.save_for_forward(*tensors)
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None
@@ -288,6 +313,12 @@ class _TCFunction(torch.autograd.Function):
                 f"forward-mode AD through layer '{layer.name}': its gradient is the "
                 f"hand-written def '{layer.kernel.backward}', which forward mode cannot use",
                 hint="define the layer without backward= for forward-mode AD",
+            )
+        if ctx.on_device and layer.kernel.target == "cuda":
+            raise TCError(
+                f"forward-mode AD through layer '{layer.name}' on CUDA tensors is not "
+                "supported yet (Kernel.jvp runs on NumPy arrays)",
+                hint="use reverse mode (backward, torch.autograd.grad), or CPU tensors",
             )
         infos = layer.kernel.ranged.checked.inputs
         # torch.func hands this rule its wrapped tensors: read their data outside it.
@@ -350,6 +381,14 @@ def _gradients(ctx: Any, *grad_outputs: torch.Tensor) -> tuple[torch.Tensor | No
     ]
     if ctx.reorder is not None:
         grads = list(ctx.reorder(list(grads)))
+    if ctx.on_device:  # the tensors go to the gradient kernel as they are (on the GPU)
+        results = layer.gradients.input_gradients(
+            [device_tensor(t, v) for t, v in zip(in_infos, inputs, strict=True)],
+            [device_tensor(t, v, "output") for t, v in zip(out_infos, outputs, strict=True)],
+            [None if g is None else _grad_tensor(g, i) for i, g in enumerate(grads)],
+            ctx.needs_input_grad[2:],
+        )
+        return (None, None, *results)
     grad_arrays = [_grad_array(g, i) for i, g in enumerate(grads)]
     results = layer.gradients.input_gradients(
         [tensor_to_array(t, v) for t, v in zip(in_infos, inputs, strict=True)],
@@ -363,14 +402,18 @@ def _gradients(ctx: Any, *grad_outputs: torch.Tensor) -> tuple[torch.Tensor | No
 def _grad_array(grad: Any, position: int) -> Any:
     """An output gradient as a contiguous CPU array (autograd may hand us expanded views),
     or None for a symbolic zero."""
-    if grad is None:
-        return None
+    return None if grad is None else _grad_tensor(grad, position).numpy()
+
+
+def _grad_tensor(grad: Any, position: int) -> torch.Tensor:
+    """An output gradient as a contiguous tensor on its device (autograd may hand us
+    expanded views)."""
     if not isinstance(grad, torch.Tensor):
         raise OptionsError(
             f"reorder_function returned a {type(grad).__name__} at position {position}; "
             f"expected a tensor"
         )
-    return grad.detach().contiguous().numpy()
+    return grad.detach().contiguous()
 
 
 __all__ = ["TCLayer", "define"]

@@ -17,7 +17,9 @@ Two sources of gradients, as in TC's training layers:
   gradients of the forward inputs in order (fewer outputs: the rest get None). It
   always computes every gradient it declares; the unneeded ones are dropped.
 
-Integer inputs never get a gradient (None). A gradient whose shape or dtype differs
+The arrays are NumPy arrays, or, on the device path of a CUDA layer
+(`compiler.torch.convert.on_device`), the tensors themselves (the gradient kernels run
+on them and return tensors on their device). Integer inputs never get a gradient (None). A gradient whose shape or dtype differs
 from its input's is a ShapeError naming the backward def.
 """
 
@@ -141,7 +143,7 @@ class GradientRunner:
         )
         wanted, zeros = self._derived_key(wanted, zeros)
         grad_outputs = [
-            np.zeros_like(o) if g is None else g
+            _zeros_like(o) if g is None else g
             for t, o, g in zip(checked.outputs, outputs, grad_outputs, strict=True)
             if t.name not in zeros
         ]
@@ -196,6 +198,13 @@ class GradientRunner:
                 out.span,
                 hint="declare the gradient with the input's type",
             )
+
+
+def _zeros_like(value: Any) -> Any:
+    """Zeros like a NumPy array or a tensor (a CUDA tensor's stay on its device)."""
+    if isinstance(value, np.ndarray):
+        return np.zeros_like(value)
+    return value.new_zeros(value.shape)
 
 
 __all__ = ["GradientRunner"]

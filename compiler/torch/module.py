@@ -18,6 +18,10 @@ makes it reproducible). A parameter must be a float input, its dtype and rank th
 the def declares. `forward` returns the output tensor for a one-output def, else a
 tuple in declaration order. `training=True` (the default) makes the layer
 differentiable; the other keywords are those of `compiler.torch.define`.
+
+On the GPU: define it with `target="cuda"` and move it as any module
+(`layer.cuda()` / `layer.to("cuda")`), or give CUDA tensors as params; then call it
+on CUDA tensors (see `compiler.torch` for the device rules).
 """
 
 from __future__ import annotations
@@ -63,7 +67,8 @@ class Layer(nn.Module):
         self.param_names = tuple(n for n in infos if n in params)
         self.argument_names = tuple(n for n in infos if n not in params)
         for key in self.param_names:
-            self.register_parameter(key, _make_parameter(infos[key], params[key]))
+            parameter = _make_parameter(infos[key], params[key], self.tc.kernel.target)
+            self.register_parameter(key, parameter)
 
     def extra_repr(self) -> str:
         return f"def={self.tc.name}, arguments=({', '.join(self.argument_names)})"
@@ -82,7 +87,7 @@ class Layer(nn.Module):
         return outputs[0] if len(outputs) == 1 else outputs
 
 
-def _make_parameter(info: TensorInfo, value: Any) -> nn.Parameter:
+def _make_parameter(info: TensorInfo, value: Any, target: str) -> nn.Parameter:
     if not info.dtype.is_float:
         raise TCError(
             f"input '{info.name}' is declared {info.dtype.value}; only float inputs can be "
@@ -91,7 +96,7 @@ def _make_parameter(info: TensorInfo, value: Any) -> nn.Parameter:
         )
     dtype = torch_dtype(info.dtype)
     if isinstance(value, torch.Tensor):
-        check_device(info, value, "parameter")
+        check_device(info, value, "parameter", target)
         if value.dtype != dtype or value.dim() != info.rank:
             raise ShapeError(
                 f"parameter '{info.name}' is declared {info.dtype.value} with rank "
