@@ -96,6 +96,7 @@ class CudaProgram:
 
             return EMULATED_DEVICE, EmulatedModule(self._emulation)
         device, module = self._module
+        device.activate()  # the calling thread may be autograd's, with no context current
         return device, module
 
     def prepare(self) -> None:

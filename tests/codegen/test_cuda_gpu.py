@@ -3,6 +3,8 @@
 Every example and gradient equals the reference evaluator on NumPy arrays (copied to
 and from the device); torch CUDA tensors stay on the device (outputs are torch CUDA
 tensors on the same device); a failed indirect-read check is the same ShapeError.
+Kernel.vjp and the compiler.torch layers on device arrays run the cases of
+`tests.codegen.device_cases`, which run in emulation everywhere else.
 """
 
 from __future__ import annotations
@@ -18,6 +20,12 @@ import pytest
 from compiler.codegen.cuda_options import CudaOptions
 from compiler.diagnostics import ShapeError
 from compiler.kernel import define
+from tests.codegen.device_cases import (
+    check_kernels,
+    check_layers,
+    device_array_place,
+    torch_place,
+)
 from tests.codegen.test_cuda_emulated import ODD, ONES, SMALL, _inputs
 
 
@@ -114,3 +122,71 @@ def test_embedding_gradient_with_atomics_on_the_gpu() -> None:
     want, _ = define(src).vjp(E, idx, grad_outputs=(dO,))
     have, _ = define(src, target="cuda").vjp(E, idx, grad_outputs=(dO,))
     np.testing.assert_allclose(have, want, rtol=1e-4, atol=1e-4)
+
+
+# ------------------------------------------------------------ the device path
+# The same cases as test_cuda_emulated_device.py and
+# tests/torch_layers/test_torch_cuda_emulated.py (tests.codegen.device_cases), on the GPU.
+
+
+def _torch_cuda():  # type: ignore[no-untyped-def]
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    return torch
+
+
+def test_kernels_and_vjp_on_torch_cuda_tensors_stay_on_the_device() -> None:
+    _torch_cuda()
+    check_kernels("cuda", torch_place("cuda"))
+
+
+def test_kernels_and_vjp_on_device_arrays_stay_on_the_device() -> None:
+    from compiler.codegen.cuda_driver import current_device
+
+    check_kernels("cuda", device_array_place(current_device()))
+
+
+def test_layers_on_cuda_tensors_forward_backward_and_double_backward() -> None:
+    _torch_cuda()
+    check_layers("cuda", "cuda")
+
+
+def test_layer_runs_on_the_current_stream() -> None:
+    torch = _torch_cuda()
+    import compiler.torch as tct
+    from tests.torch_layers.tc_layers import CONV
+
+    layer = tct.define(CONV, "conv", training=True, target="cuda")
+    i = torch.randn(2, 3, 8, 8, device="cuda", requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, device="cuda", requires_grad=True)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        (o,) = layer(i, w)
+        o.sum().backward()
+    torch.cuda.current_stream().wait_stream(stream)
+    F = torch.nn.functional
+    ref_i, ref_w = i.detach().requires_grad_(), w.detach().requires_grad_()
+    F.conv2d(ref_i, ref_w).sum().backward()
+    torch.testing.assert_close(o, F.conv2d(ref_i, ref_w), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(i.grad, ref_i.grad, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(w.grad, ref_w.grad, atol=1e-4, rtol=1e-4)
+
+
+def test_cuda_layer_device_rules() -> None:
+    torch = _torch_cuda()
+    import compiler.torch as tct
+    from compiler.diagnostics import TCError
+    from tests.torch_layers.tc_layers import CONV
+
+    layer = tct.define(CONV, "conv", training=True, target="cuda")
+    i, w = torch.randn(1, 2, 5, 5), torch.randn(3, 2, 2, 2)
+    (o,) = layer(i, w)  # CPU tensors: the NumPy path, CPU tensors out
+    assert o.device.type == "cpu"
+    with pytest.raises(TCError, match="is a CPU tensor, the others are CUDA"):
+        layer(i.cuda(), w)
+    with pytest.raises(TCError, match="defined for target 'llvm'"):
+        tct.define(CONV, "conv")(i.cuda(), w.cuda())
+    with pytest.raises(TCError, match="forward-mode AD"):
+        torch.func.jvp(lambda a: layer(a, w.cuda())[0], (i.cuda(),), (torch.ones_like(i.cuda()),))
