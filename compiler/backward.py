@@ -178,14 +178,14 @@ def _device_like(kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[A
 
     if kernel.target not in CUDA_TARGETS:
         return None
-    from compiler.runtime.cuda_device import is_device_array, uses_device
+    from compiler.runtime.cuda_device import is_device_array, is_torch, uses_device
 
     values = [*arrays, *grad_outputs]
     if not uses_device(kernel, values):
         return None
     emulated = kernel.target == "cuda-emulated"
     found = [v for v in values if v is not None and is_device_array(v, emulated)]
-    return next((v for v in found if type(v).__module__.startswith("torch")), found[0])
+    return next((v for v in found if is_torch(v)), found[0])
 
 
 def _dense(

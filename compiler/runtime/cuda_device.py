@@ -27,6 +27,7 @@ tensor or a CuPy array there is a `TCError` (its memory is on a real GPU).
 from __future__ import annotations
 
 import numbers
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -46,7 +47,7 @@ def is_device_array(value: object, emulated: bool = False) -> bool:
     """True for a device array of the target: a torch tensor on a CUDA device (in
     emulation: any torch tensor, CPU ones being the emulated device's), or any object
     with `__cuda_array_interface__`."""
-    if _is_torch(value):
+    if is_torch(value):
         return emulated or bool(value.is_cuda)  # type: ignore[attr-defined]
     return hasattr(type(value), "__cuda_array_interface__") or hasattr(
         value, "__cuda_array_interface__"
@@ -98,14 +99,18 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (numbers.Number, np.generic)) and not isinstance(value, np.ndarray)
 
 
-def _is_torch(value: object) -> bool:
-    return type(value).__module__.startswith("torch")
+def is_torch(value: object) -> bool:
+    """A torch tensor (its own types by module name, fast; subclasses by isinstance)."""
+    if type(value).__module__.startswith("torch"):
+        return True
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
 
 
 def _interface(value: Any) -> tuple[int, tuple[int, ...], np.dtype, bool]:
     """(pointer, shape, dtype, C-contiguous); torch tensors are read directly (reading
     their `__cuda_array_interface__` costs tens of microseconds a call)."""
-    if _is_torch(value):
+    if is_torch(value):
         dtype = _TORCH_DTYPES.get(value.dtype)
         if dtype is None:
             import torch
@@ -132,10 +137,14 @@ def _check_memory(info: Any, value: Any, what: str, emulated: bool) -> None:
     if not emulated:
         return
     module = type(value).__module__
-    on_gpu = bool(value.is_cuda) if _is_torch(value) else module.startswith(_REAL_GPU_MODULES)
+    if is_torch(value):
+        where = str(value.device)
+        on_gpu = value.device.type != "cpu"  # CUDA, or meta & co.: no host memory
+    else:
+        where, on_gpu = type(value).__name__, module.startswith(_REAL_GPU_MODULES)
     if on_gpu:
         raise TCError(
-            f"{what} '{info.name}' is in GPU memory ({type(value).__name__}); target "
+            f"{what} '{info.name}' is not in host memory ({where}); target "
             "'cuda-emulated' runs on the CPU, where device arrays are host memory",
             info.span,
             hint="define the kernel with target='cuda' to run on GPU arrays",
@@ -195,7 +204,7 @@ def device_call(
     device, module = program.device_module()
     shapes_in, pointers, scalars = _inputs(kernel, arrays, emulated, scalar)
     sizes, shapes = _signature(program, kernel, shapes_in)
-    like = next((a for a in arrays if _is_torch(a)), None)
+    like = next((a for a in arrays if is_torch(a)), None)
     given = _given(kernel, out)
     results = []
     for info in kernel._outputs:
@@ -273,7 +282,7 @@ def _inputs(
 def device_zeros(shape: tuple[int, ...], dtype: np.dtype, like: Any, device: Any) -> Any:
     """A zeroed device array: a torch tensor on `like`'s device when `like` is a torch
     tensor, else a `DeviceArray` on `device` (the GPU, or the emulated device)."""
-    if like is not None and _is_torch(like):
+    if like is not None and is_torch(like):
         return _torch_zeros(shape, dtype, like)
     from compiler.codegen.cuda_driver import DeviceArray
 
@@ -329,6 +338,7 @@ __all__ = [
     "device_output_shapes",
     "device_zeros",
     "is_device_array",
+    "is_torch",
     "host_only",
     "uses_device",
 ]

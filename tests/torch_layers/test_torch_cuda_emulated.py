@@ -97,3 +97,16 @@ def test_layer_options_are_cuda_options() -> None:
                        options=CudaOptions(block=32, grid=3))  # fmt: skip
     assert layer.options == CudaOptions(block=32, grid=3)
     assert layer.gradients.derived_kernel(("I",)).options == layer.options
+
+
+def test_kernel_in_emulation_refuses_tensors_without_host_memory() -> None:
+    from compiler.kernel import define
+
+    k = define("def f(float(N) A) -> (B) { B(i) = A(i) * 2.0 }", target="cuda-emulated")
+    with pytest.raises(TCError, match="not in host memory \\(meta\\)"):
+        k(torch.empty(3, device="meta"))
+    with pytest.raises(TCError, match="not in host memory \\(cuda:0\\)"):
+        k(_fake_cuda(torch.ones(3)))
+    (B,) = k(torch.ones(3))  # a CPU tensor is the emulated device's memory
+    assert isinstance(B, torch.Tensor)
+    torch.testing.assert_close(B, torch.full((3,), 2.0))
