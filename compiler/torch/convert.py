@@ -81,11 +81,11 @@ def on_device(target: str, infos: Sequence[TensorInfo], values: Sequence[Any]) -
     """Whether a layer call of `target` with `values` takes the device path (the
     tensors go to the kernel as they are; see the module doc). A TCError for a mix of
     CPU and CUDA tensors, or a device the target cannot take."""
-    if target not in ("cuda", "cuda-emulated"):
-        return False
     tensors = [(i, v) for i, v in zip(infos, values, strict=False) if isinstance(v, torch.Tensor)]
     for info, v in tensors:
         check_device(info, v, "input", target)
+    if target not in ("cuda", "cuda-emulated"):
+        return False
     if not tensors or target == "cuda-emulated":  # emulation: CPU memory is the device's
         return bool(tensors)
     cuda = [v.is_cuda for _, v in tensors]

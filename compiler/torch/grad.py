@@ -33,7 +33,6 @@ import numpy as np
 from compiler.backward import gradient_ranged
 from compiler.diagnostics import InternalError, ShapeError, TCError
 from compiler.kernel import Kernel, define_ranged
-from compiler.options import Options
 
 MAX_SPECIALISED = 2  # gradient kernels compiled for exact requests before the general one
 
@@ -41,7 +40,8 @@ MAX_SPECIALISED = 2  # gradient kernels compiled for exact requests before the g
 class GradientRunner:
     """Computes input gradients of one forward kernel (see the module doc)."""
 
-    def __init__(self, kernel: Kernel, options: Options) -> None:
+    def __init__(self, kernel: Kernel, options: Any) -> None:
+        """`options`: the layer's (`Options`, or `CudaOptions` on a CUDA target)."""
         self.kernel = kernel
         self.options = options
         self._derived: dict[tuple[tuple[str, ...], tuple[str, ...]], Kernel] = {}
