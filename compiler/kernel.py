@@ -26,7 +26,8 @@ also returned. A def whose first write to an output accumulates (`+=` without
 
 Targets: `"llvm"` (the default: native code through isl and LLVM, see
 `compiler.runtime.native`), `"interp"` (the NumPy reference evaluator, the oracle), and
-`"cuda"` / `"cuda-emulated"` (`compiler.runtime.cuda`; options: `CudaOptions`). `options` is a `compiler.options.Options`. `backward` names a
+`"cuda"` / `"cuda-emulated"` (`compiler.runtime.cuda`; options: `CudaOptions`; device
+arrays in, device arrays out: `compiler.runtime.cuda_device`). `options` is a `compiler.options.Options`. `backward` names a
 def of the same source that replaces the AD-derived gradient (`k.vjp`, `k.grad`).
 """
 

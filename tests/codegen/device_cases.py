@@ -220,11 +220,12 @@ def check_layers(target: str, device: str) -> None:
             rand(4, dtype=torch.float32)]  # fmt: skip
     _, out = bias(*args)
     out.sum().backward()
-    ref = [a.detach().clone().requires_grad_() for a in args]
+    # float32 references in float64: on a GPU torch's float32 conv may use TF32
+    ref = [a.detach().double().requires_grad_() for a in args]
     F.conv2d(ref[0], ref[1], ref[2]).sum().backward()
     for a, r in zip(args, ref, strict=True):
         assert a.grad is not None and a.grad.device.type == device
-        torch.testing.assert_close(a.grad, r.grad, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(a.grad, r.grad.float(), atol=1e-4, rtol=1e-4)
 
     # an integer input and an integer output (no gradient for either)
     scale = layer_define(SCALE, "scale", training=True, target=target)
@@ -243,7 +244,8 @@ def check_layers(target: str, device: str) -> None:
     layer(x).sum().backward()
     assert layer.W1.grad is not None and layer.W1.grad.device.type == device
     torch.optim.SGD(layer.parameters(), lr=0.1).step()
-    want_grad = torch.autograd.grad(F.conv2d(x, before.requires_grad_()).sum(), before)[0]
+    w64 = before.double().requires_grad_()
+    want_grad = torch.autograd.grad(F.conv2d(x.double(), w64).sum(), w64)[0].float()
     torch.testing.assert_close(layer.W1.detach(), before.detach() - 0.1 * want_grad,
                                atol=1e-4, rtol=1e-4)  # fmt: skip
 
