@@ -44,6 +44,7 @@ from compiler.frontend.checked import RangedDef
 from compiler.frontend.types import stmt_env
 from compiler.names import NameSupply
 from compiler.options import Options
+from compiler.poly.aliasing import ALIAS_BYTES
 from compiler.poly.jam import unroll_and_jam
 from compiler.poly.lower_expr import (
     I64,
@@ -88,10 +89,29 @@ def lower_schedule(sched: Schedule) -> Lowered:
         buffers[t.name] = L.Buffer(t.name, dtype_of(t.dtype), shape, role)
     error = L.Buffer(ERROR_BUFFER, I64, (const(2, I64),), L.Role.OUT)
     state = _State(buffers, frozenset(params), error)
-    nests = [_NestLowering(sched, nest, state).run() for nest in sched.nests]
+    nests = [_lower_nest(sched, nest, state) for nest in sched.nests]
     all_buffers = tuple(buffers.values()) + ((error,) if state.checks else ())
     body = nests[0] if len(nests) == 1 else L.Block(tuple(nests))
     return Lowered(L.Function(checked.name, all_buffers, params, body), tuple(state.checks))
+
+
+def _lower_nest(sched: Schedule, nest: Nest, state: _State) -> L.Stmt:
+    """One nest's loops; with an alternative, both under the run-time alias test."""
+    body = _NestLowering(sched, nest, state).run()
+    if nest.alternative is None or nest.alias is None:
+        return body
+    literal = _NestLowering(sched, nest.alternative, state).run()
+    check = nest.alias
+    windows: L.Expr = const(1, I64)
+    for w in check.windows:
+        windows = L.Bin(L.BinOp.MUL, windows, bound_to_loops(w))
+    size = const(state.buffers[check.tensor].dtype.np.itemsize, I64)
+    stride = L.Bin(L.BinOp.MUL, bound_to_loops(check.stride), size)
+    aliases = L.Bin(
+        L.BinOp.EQ, L.Mod(stride, const(ALIAS_BYTES, I64)), const(0, I64)
+    )
+    cond = L.Bin(L.BinOp.AND, L.Bin(L.BinOp.GT, windows, const(1, I64)), aliases)
+    return L.If(cond, literal, body)
 
 
 @dataclass
