@@ -45,6 +45,7 @@ from compiler.frontend.types import stmt_env
 from compiler.names import NameSupply
 from compiler.options import Options
 from compiler.poly.aliasing import ALIAS_BYTES
+from compiler.poly.colsum import block_column_sums
 from compiler.poly.jam import unroll_and_jam
 from compiler.poly.lower_expr import (
     I64,
@@ -321,6 +322,13 @@ class _NestLowering:
                 whole = stmt.op.init and not self.nest.tiles
                 start = identity(stmt.op, self.target.dtype) if whole else None
                 body = register_tile(body, self.nest.innermost[0], first, self.nest.lanes, start)
+            band = tile_band_of(self.nest)
+            sums = self.facts.stmt.op in (AssignOp.PLUS, AssignOp.PLUS_INIT)
+            if not self.nest.outer and band is not None and len(band.names) == 2 and sums:
+                if self.target.dtype.is_float:  # a column reduction (poly.colsum)
+                    strip, rows = band.names
+                    j = self.nest.innermost[0]
+                    body = block_column_sums(body, self.target, strip, rows, j, self.nest.tiles[-1])
         if not self.nest.snapshot:
             return body
         old = self.buffers[self.nest.target]

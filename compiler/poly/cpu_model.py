@@ -109,7 +109,8 @@ def choose_order(
     reads = list(_reads(facts))
     lanes = options.register_tile
     if lanes is None:  # the model: convolution-like nests only (module doc)
-        lanes = LANES if len(facts.reduction_vars) >= 2 else 1
+        # (not for a column reduction: its strips sum in blocks, poly.colsum)
+        lanes = LANES if len(facts.reduction_vars) >= 2 and len(facts.index_vars) > 1 else 1
     if options.innermost == AUTO:
         j = _auto_innermost(facts, space, lets, reads, strided=lanes > 1)
     else:
