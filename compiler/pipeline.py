@@ -133,8 +133,12 @@ def _grad(ranged: Any, ctx: PassContext) -> Any:
 
 def _gather(ranged: Any, ctx: PassContext) -> Any:
     from compiler.poly.gather import scatter_to_gather
+    from compiler.poly.pad import pad_gathers
 
-    return scatter_to_gather(ranged)
+    gathered = scatter_to_gather(ranged)
+    # a gradient's clamped gathers read a padded copy (a new output: only where the
+    # def's outputs are the gradient's, never a user's forward def)
+    return pad_gathers(gathered) if ctx.grad else gathered
 
 
 def _schedule(ranged: Any, ctx: PassContext) -> Any:

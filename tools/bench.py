@@ -1,7 +1,7 @@
 """Benchmarks: tcc kernels against NumPy and PyTorch (CPU), measured in the same run.
 
     python -m tools.bench [--threads N] [--repeat BLOCKS] [--block CALLS] [--only NAME ...]
-                          [--target llvm] [--extra] [--no-backward] [--small] [--json FILE]
+                          [--target llvm] [--extra] [--layers] [--no-backward] [--small] [--json FILE]
 
 Every case is a TC def, a NumPy reference and (when torch is installed) a PyTorch
 reference. Each system runs with the same thread count (OpenBLAS / OMP / MKL
@@ -27,7 +27,8 @@ gradient 1-filled-random on the case's main output and 0 on auxiliary outputs. T
 their geometric means per row kind end the table, with the compile latency (define
 to callable, plus the first call's excess over a steady call) and the largest
 relative error: the forward against NumPy, the gradients against PyTorch's.
-`--small` shrinks every case (a smoke run for tests); `--extra` adds more cases.
+`--small` shrinks every case (a smoke run for tests); `--extra` adds more cases,
+`--layers` a suite of training layers (`tools/bench_layers.py`).
 """
 
 from __future__ import annotations
@@ -93,164 +94,6 @@ def _conv_case(name: str, n: int, c: int, hw: int, m: int, k: int) -> Case:
         inputs,
         _conv_numpy,
         _torch_conv,
-    )
-
-
-IGRAD = (
-    "def conv_igrad(float(N, M, HO, WO) G, float(M, C, KH, KW) W1) -> (IG) {\n"
-    "    IG(n, c, h + kh, w + kw) +=! G(n, m, h, w) * W1(m, c, kh, kw)\n}"
-)
-WGRAD = (
-    "def conv_wgrad(float(N, C, H, W) I, float(N, M, HO, WO) G) -> (WG) {\n"
-    "    WG(m, c, kh, kw) +=! G(n, m, h, w) * I(n, c, h + kh, w + kw)\n}"
-)
-
-
-def _igrad_numpy(g: Any, w: Any) -> Any:
-    import numpy as np
-
-    kh, kw = w.shape[2], w.shape[3]
-    gp = np.pad(g, ((0, 0), (0, 0), (kh - 1, kh - 1), (kw - 1, kw - 1)))
-    win = np.lib.stride_tricks.sliding_window_view(gp, (kh, kw), axis=(2, 3))
-    return np.einsum("nmhwij,mcij->nchw", win, w[:, :, ::-1, ::-1], optimize=True)
-
-
-def _igrad_torch(g: Any, w: Any) -> Any:
-    import torch
-
-    n, _, ho, wo = g.shape
-    size = (n, w.shape[1], ho + w.shape[2] - 1, wo + w.shape[3] - 1)
-    return torch.nn.grad.conv2d_input(size, w, g)
-
-
-def _wgrad_numpy(i: Any, g: Any) -> Any:
-    import numpy as np
-
-    win = np.lib.stride_tricks.sliding_window_view(i, g.shape[2:], axis=(2, 3))
-    return np.einsum("ncklhw,nmhw->mckl", win, g, optimize=True)
-
-
-def _wgrad_torch(i: Any, g: Any) -> Any:
-    import torch
-
-    kh, kw = i.shape[2] - g.shape[2] + 1, i.shape[3] - g.shape[3] + 1
-    return torch.nn.grad.conv2d_weight(i, (g.shape[1], i.shape[1], kh, kw), g)
-
-
-def _grad_cases() -> tuple[Case, ...]:
-    def igrad_in(rng: Any, s: dict[str, int]) -> tuple[Any, ...]:
-        ho = s["H"] - s["K"] + 1
-        return _f32(rng, s["N"], s["M"], ho, ho), _f32(rng, s["M"], s["C"], s["K"], s["K"])
-
-    def wgrad_in(rng: Any, s: dict[str, int]) -> tuple[Any, ...]:
-        ho = s["H"] - s["K"] + 1
-        return _f32(rng, s["N"], s["C"], s["H"], s["H"]), _f32(rng, s["N"], s["M"], ho, ho)
-
-    sizes = {"N": 32, "C": 4, "H": 56, "M": 16, "K": 3}
-    small = {"N": 2, "C": 2, "H": 6, "M": 3, "K": 3}
-    return (
-        Case("conv2d igrad N32 C4 56^2 M16 3x3", IGRAD, sizes, small, igrad_in,
-             _igrad_numpy, _igrad_torch),
-        Case("conv2d wgrad N32 C4 56^2 M16 3x3", WGRAD, sizes, small, wgrad_in,
-             _wgrad_numpy, _wgrad_torch),
-    )  # fmt: skip
-
-
-def _softmax_numpy(x: Any) -> Any:
-    e = x - x.max(axis=1, keepdims=True)
-    e = __import__("numpy").exp(e)
-    return e / e.sum(axis=1, keepdims=True)
-
-
-def _layernorm_numpy(x: Any) -> Any:
-    mean = x.mean(axis=1, keepdims=True)
-    var = ((x - mean) ** 2).mean(axis=1, keepdims=True)
-    return (x - mean) / __import__("numpy").sqrt(var + 1e-5)
-
-
-def _maxpool_numpy(x: Any) -> Any:
-    n, c, h, w = x.shape
-    return x[:, :, : h // 2 * 2, : w // 2 * 2].reshape(n, c, h // 2, 2, w // 2, 2).max(axis=(3, 5))
-
-
-def _group_conv_numpy(i: Any, w: Any) -> Any:
-    import numpy as np
-
-    kh, kw = w.shape[3], w.shape[4]
-    win = np.lib.stride_tricks.sliding_window_view(i, (kh, kw), axis=(3, 4))
-    return np.einsum("ngchwij,gmcij->ngmhw", win, w, optimize=True)
-
-
-def _torch_group_conv(i: Any, w: Any) -> Any:
-    import torch.nn.functional as F
-
-    n, g, c, h, wd = i.shape
-    out = F.conv2d(i.reshape(n, g * c, h, wd), w.reshape(-1, c, w.shape[3], w.shape[4]), groups=g)
-    return out.reshape(n, g, w.shape[1], out.shape[2], out.shape[3])
-
-
-def _extra_cases() -> tuple[Case, ...]:
-    import numpy as np
-
-    def mm_in(rng: Any, s: dict[str, int]) -> tuple[Any, ...]:
-        return _f32(rng, s["M"], s["K"]), _f32(rng, s["K"], s["N"])
-
-    def bmm_in(rng: Any, s: dict[str, int]) -> tuple[Any, ...]:
-        return _f32(rng, s["B"], s["M"], s["K"]), _f32(rng, s["B"], s["K"], s["N"])
-
-    def image(rng: Any, s: dict[str, int]) -> tuple[Any, ...]:
-        return (_f32(rng, s["N"], s["C"], s["H"], s["H"]),)
-
-    def gconv_in(rng: Any, s: dict[str, int]) -> tuple[Any, ...]:
-        return (
-            _f32(rng, s["N"], s["G"], s["C"], s["H"], s["H"]),
-            _f32(rng, s["G"], s["M"], s["C"], 3, 3),
-        )
-
-    return (
-        Case(
-            "batched matmul 32x128^3",
-            "def bmm(float(B, M, K) X, float(B, K, N) Y) -> (Z) {\n"
-            "    Z(b, m, n) +=! X(b, m, k) * Y(b, k, n)\n}",
-            {"B": 32, "M": 128, "K": 128, "N": 128},
-            {"B": 2, "M": 3, "K": 4, "N": 5},
-            bmm_in,
-            np.matmul,
-            lambda a, b: a @ b,
-        ),
-        _conv_case("conv2d N32 C4 56^2 M16 1x1", 32, 4, 56, 16, 1),
-        _conv_case("conv2d N32 C4 56^2 M16 3x3", 32, 4, 56, 16, 3),
-        Case(
-            "group conv N8 G4 C8 28^2 M8 3x3",
-            "def gconv(float(N, G, C, H, W) I, float(G, M, C, KH, KW) W1) -> (O) {\n"
-            "    O(n, g, m, h, w) +=! I(n, g, c, h + kh, w + kw) * W1(g, m, c, kh, kw)\n}",
-            {"N": 8, "G": 4, "C": 8, "H": 28, "M": 8},
-            {"N": 2, "G": 2, "C": 2, "H": 5, "M": 2},
-            gconv_in,
-            _group_conv_numpy,
-            _torch_group_conv,
-        ),
-        Case(
-            "maxpool 2x2/2 N32 C16 64^2",
-            "def maxpool(float(N, C, H, W) I) -> (O) {\n"
-            "    O(n, c, h, w) max=! I(n, c, 2 * h + kh, 2 * w + kw) where kh in 0:2, kw in 0:2\n}",
-            {"N": 32, "C": 16, "H": 64},
-            {"N": 2, "C": 2, "H": 6},
-            image,
-            _maxpool_numpy,
-            lambda x: __import__("torch").nn.functional.max_pool2d(x, 2),
-        ),
-        Case(
-            "exp-then-contract 256^3",
-            "def expmm(float(M, K) A, float(K, N) B) -> (C) {\n"
-            "    C(m, n) +=! exp(A(m, k)) * B(k, n)\n}",
-            {"M": 256, "K": 256, "N": 256},
-            {"M": 4, "K": 3, "N": 5},
-            mm_in,
-            lambda a, b: np.exp(a) @ b,
-            lambda a, b: a.exp() @ b,
-        ),
-        *_grad_cases(),
     )
 
 
@@ -399,9 +242,16 @@ def _suite() -> tuple[Case, ...]:
     )  # fmt: skip
 
 
-def _cases(extra: bool = False) -> tuple[Case, ...]:
-    """The benchmark suite (issue 10's cases), and with `extra` the older extra cases."""
-    return _suite() + (_extra_cases() if extra else ())
+def _cases(extra: bool = False, layers: bool = False) -> tuple[Case, ...]:
+    """The benchmark suite (issue 10's cases); with `extra` the older extra cases, with
+    `layers` the training-layer suite (`tools/bench_layers.py`)."""
+    from tools import bench_layers
+
+    return (
+        _suite()
+        + (bench_layers.extra_cases() if extra else ())
+        + (bench_layers.layer_cases() if layers else ())
+    )
 
 
 def _time_call(fn: Callable[[], Any]) -> float:
@@ -588,6 +438,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=None, help="substrings of case names")
     parser.add_argument("--target", default="llvm", choices=("llvm", "interp", "cuda"))
     parser.add_argument("--extra", action="store_true", help="add the extra cases")
+    parser.add_argument(
+        "--layers", action="store_true", help="add the training-layer suite (tools/bench_layers.py)"
+    )
     parser.add_argument("--no-backward", action="store_true", help="forward rows only")
     parser.add_argument("--small", action="store_true", help="tiny sizes (smoke test)")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch even if installed")
@@ -615,7 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("bench: torch is not installed: PyTorch columns left empty", file=sys.stderr)
     from compiler import TCError
 
-    cases = [c for c in _cases(args.extra) if not args.only or any(s in c.name for s in args.only)]
+    cases = [c for c in _cases(args.extra, args.layers) if not args.only or any(s in c.name for s in args.only)]
     rows: list[Row] = []
     for i, case in enumerate(cases, 1):
         print(f"[{i}/{len(cases)}] {case.name}", file=sys.stderr, flush=True)

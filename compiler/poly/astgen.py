@@ -44,6 +44,8 @@ from compiler.frontend.checked import RangedDef
 from compiler.frontend.types import stmt_env
 from compiler.names import NameSupply
 from compiler.options import Options
+from compiler.poly.aliasing import ALIAS_BYTES
+from compiler.poly.colsum import block_column_sums
 from compiler.poly.jam import unroll_and_jam
 from compiler.poly.lower_expr import (
     I64,
@@ -88,10 +90,29 @@ def lower_schedule(sched: Schedule) -> Lowered:
         buffers[t.name] = L.Buffer(t.name, dtype_of(t.dtype), shape, role)
     error = L.Buffer(ERROR_BUFFER, I64, (const(2, I64),), L.Role.OUT)
     state = _State(buffers, frozenset(params), error)
-    nests = [_NestLowering(sched, nest, state).run() for nest in sched.nests]
+    nests = [_lower_nest(sched, nest, state) for nest in sched.nests]
     all_buffers = tuple(buffers.values()) + ((error,) if state.checks else ())
     body = nests[0] if len(nests) == 1 else L.Block(tuple(nests))
     return Lowered(L.Function(checked.name, all_buffers, params, body), tuple(state.checks))
+
+
+def _lower_nest(sched: Schedule, nest: Nest, state: _State) -> L.Stmt:
+    """One nest's loops; with an alternative, both under the run-time alias test."""
+    body = _NestLowering(sched, nest, state).run()
+    if nest.alternative is None or nest.alias is None:
+        return body
+    literal = _NestLowering(sched, nest.alternative, state).run()
+    check = nest.alias
+    windows: L.Expr = const(1, I64)
+    for w in check.windows:
+        windows = L.Bin(L.BinOp.MUL, windows, bound_to_loops(w))
+    size = const(state.buffers[check.tensor].dtype.np.itemsize, I64)
+    stride = L.Bin(L.BinOp.MUL, bound_to_loops(check.stride), size)
+    aliases = L.Bin(
+        L.BinOp.EQ, L.Mod(stride, const(ALIAS_BYTES, I64)), const(0, I64)
+    )
+    cond = L.Bin(L.BinOp.AND, L.Bin(L.BinOp.GT, windows, const(1, I64)), aliases)
+    return L.If(cond, literal, body)
 
 
 @dataclass
@@ -301,6 +322,13 @@ class _NestLowering:
                 whole = stmt.op.init and not self.nest.tiles
                 start = identity(stmt.op, self.target.dtype) if whole else None
                 body = register_tile(body, self.nest.innermost[0], first, self.nest.lanes, start)
+            band = tile_band_of(self.nest)
+            sums = self.facts.stmt.op in (AssignOp.PLUS, AssignOp.PLUS_INIT)
+            if not self.nest.outer and band is not None and len(band.names) == 2 and sums:
+                if self.target.dtype.is_float:  # a column reduction (poly.colsum)
+                    strip, rows = band.names
+                    j = self.nest.innermost[0]
+                    body = block_column_sums(body, self.target, strip, rows, j, self.nest.tiles[-1])
         if not self.nest.snapshot:
             return body
         old = self.buffers[self.nest.target]

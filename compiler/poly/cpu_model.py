@@ -109,7 +109,8 @@ def choose_order(
     reads = list(_reads(facts))
     lanes = options.register_tile
     if lanes is None:  # the model: convolution-like nests only (module doc)
-        lanes = LANES if len(facts.reduction_vars) >= 2 else 1
+        # (not for a column reduction: its strips sum in blocks, poly.colsum)
+        lanes = LANES if len(facts.reduction_vars) >= 2 and len(facts.index_vars) > 1 else 1
     if options.innermost == AUTO:
         j = _auto_innermost(facts, space, lets, reads, strided=lanes > 1)
     else:
@@ -125,12 +126,27 @@ def choose_order(
     if block_var is not None and block > 1:
         others = (*(v for v in others if v != block_var), block_var)
         jams.append((block_var, block))
+    inner = facts.reduction_vars
+    if lanes > 1:
+        inner = long_innermost(facts)
     unroll = (UNROLL if lanes <= 1 else 1) if options.unroll is None else options.unroll
     if unroll > 1:
-        jams.append((facts.reduction_vars[-1], unroll))
-    return LoopOrder(
-        others, facts.reduction_vars, (j,), register=False, jams=tuple(jams), lanes=lanes
-    )
+        jams.append((inner[-1], unroll))
+    return LoopOrder(others, inner, (j,), register=False, jams=tuple(jams), lanes=lanes)
+
+
+def long_innermost(facts: StmtFacts) -> tuple[str, ...]:
+    """A register tile's reduction order: the short reduction variables (windows:
+    `kh, kw`) outside the long ones (channels: `c`), each group in literal order. The
+    innermost reduction loop then runs `C` iterations instead of `KW` (= 1 for a
+    pointwise convolution), so the loop overhead and address arithmetic of the loops
+    around the tile's FMAs are paid once per `C` steps (measured, 1 thread, float32:
+    conv 1x1 N8 C64 28^2 M128 55 against 13 GFLOP/s, 3x3 N8 C32 28^2 M32 63 against
+    41). Each element's sum is reordered, as the register tile's reassociation
+    already allows. `poly.schedule` keeps the literal order as a run-time alternative
+    for when the reads along `c` alias in the L1 cache (`Nest.alternative`)."""
+    shorts = tuple(v for v in facts.reduction_vars if short(facts, v))
+    return shorts + tuple(v for v in facts.reduction_vars if v not in shorts)
 
 
 def _dot_tile(
@@ -303,4 +319,13 @@ def _reads(facts: StmtFacts) -> Iterator[Access]:
         stack.extend(children(e))
 
 
-__all__ = ["BLOCK", "SHORT", "UNROLL", "LoopOrder", "choose_order", "literal_order", "short"]
+__all__ = [
+    "BLOCK",
+    "SHORT",
+    "UNROLL",
+    "LoopOrder",
+    "choose_order",
+    "literal_order",
+    "long_innermost",
+    "short",
+]

@@ -21,7 +21,10 @@ per loop nest, in execution order, each with its isl domain and two bands:
   a snapshot taken before it starts (`snapshot`), as TC's semantics require; such a
   statement runs serially (the copy is made inside its nest);
 - a statement in memory form (an innermost band) may be cache-tiled: `Nest.tiles`
-  (`compiler/poly/tiling.py` chooses them and builds the tile band).
+  (`compiler/poly/tiling.py` chooses them and builds the tile band);
+- a register-tiled statement whose reduction runs its long variable innermost carries
+  its literal-order twin as `Nest.alternative`, lowered too and run instead when the
+  run-time test `Nest.alias` holds (`compiler/poly/aliasing.py`).
 
 `context` holds what the sizes are known to satisfy when the code runs: every size
 >= 1, and every output extent >= 0 (a negative extent is a ShapeError at call time).
@@ -34,6 +37,7 @@ accumulate=True, no Init (the statement covers C's box and starts from 0).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,6 +48,7 @@ from compiler.frontend.ast import Access, Expr, Let, Var
 from compiler.frontend.checked import RangedDef, StmtFacts
 from compiler.frontend.scopes import children
 from compiler.options import Options
+from compiler.poly.aliasing import AliasCheck, alias_check
 from compiler.poly.build import PolyStmt, build_statements, tensor_extents
 from compiler.poly.cpu_model import choose_order, literal_order
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff, params_space
@@ -75,6 +80,10 @@ class Nest:
     jams: tuple[tuple[str, int], ...] = ()  # unroll-and-jam (loop variable, factor)
     tiles: tuple[int, ...] = ()  # one tile size per loop of `bands` (poly.tiling), or ()
     lanes: int = 1  # register tile width along `innermost` (poly.regtile), 1: none
+    # the same statement in its literal reduction order, run instead when `alias` holds
+    # at run time (poly.aliasing)
+    alternative: Nest | None = None
+    alias: AliasCheck | None = None
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -174,6 +183,14 @@ def _nests_of(
         tiles=tiles,
         lanes=order.lanes,
     )
+    check = alias_check(facts, order, extents)
+    if check is not None and not (main.unproven or main.write_checks):
+        reduction = order.inner[-1]
+        jams = tuple(
+            (facts.reduction_vars[-1] if v == reduction else v, k) for v, k in order.jams
+        )
+        literal = dataclasses.replace(main, inner=facts.reduction_vars, jams=jams)
+        main = dataclasses.replace(main, alternative=literal, alias=check)
     if not stmt.op.init:
         return [main]
     box = init_domain(poly.index, _init_names(facts, params), extent, params)

@@ -118,8 +118,9 @@ def test_the_full_tile_keeps_outputs_in_locals_without_guards() -> None:
     f = _lowered(conv_source(2, 1), Options(register_tile=8, block=2))
     tiles = [lp for lp in _find(f.body, L.For) if lp.var == "w" and lp.step == 8]
     # one tile loop for the blocked output channels (2 x 8 accumulators), one for the
-    # channel left over when M is odd (1 x 8)
-    assert sorted(len(_find(t.body, L.Local)) for t in tiles) == [8, 16]
+    # channel left over when M is odd (1 x 8); each in both reduction orders
+    # (`poly.aliasing`: the run-time alias test picks one)
+    assert sorted(len(_find(t.body, L.Local)) for t in tiles) == [8, 8, 16, 16]
     for tile in tiles:
         assert not _find(tile.body, L.If)  # full tiles: no guard inside
         reads = [ld for ld in _find(tile.body, L.Load) if ld.buffer.name == "O"]
@@ -201,3 +202,33 @@ def test_lane_loops_are_left_to_slp() -> None:
     text = str(build_module(f))
     assert "llvm.loop.vectorize.width" in text
     assert ".partial" not in text  # lane loops are short: never split into sum blocks
+
+
+def _reduction_orders(s: L.Node) -> set[tuple[str, ...]]:
+    """Per tile loop `w` in `s`, the reduction loops inside it, outermost first."""
+    tiles = [lp for lp in _find(s, L.For) if lp.var == "w" and lp.step > 1]
+    return {tuple(lp.var for lp in _find(t.body, L.For) if lp.var in ("c", "kh", "kw")) for t in tiles}
+
+
+def test_the_channel_loop_runs_innermost_with_the_literal_order_as_alternative() -> None:
+    f = _lowered(conv_source(1, 1), Options())
+    (version,) = [s for s in _find(f.body, L.If) if s.otherwise is not None and _find(s.then, L.Local)]
+    assert _reduction_orders(version.then) == {("c", "kh", "kw")}  # when the planes alias
+    assert _reduction_orders(version.otherwise) == {("kh", "kw", "c")}
+
+
+@pytest.mark.parametrize(
+    ("h", "k", "dtype"),
+    [
+        (16, 3, np.float32),  # 16 * 16 * 4 bytes: aliasing planes, the literal order runs
+        (16, 1, np.float32),  # one window point: the channel loop innermost
+        (17, 3, np.float32),  # planes not 1 KiB multiples: the channel loop innermost
+        (16, 3, np.float64),  # 2 KiB planes
+        (11, 2, np.float64),
+    ],
+)
+def test_both_reduction_orders_match_the_reference(h: int, k: int, dtype: type) -> None:
+    rng = np.random.default_rng(h * 10 + k)
+    text = conv_source(1, 1).replace("float(", "double(") if dtype is np.float64 else conv_source(1, 1)
+    arrays = [rng.standard_normal((2, 5, h, h)).astype(dtype), rng.standard_normal((7, 5, k, k)).astype(dtype)]
+    _check(text, arrays, Options())

@@ -85,8 +85,11 @@ def test_model_puts_the_unit_stride_output_variable_below_the_reduction() -> Non
 
 def test_model_blocks_the_output_channel_of_a_convolution() -> None:
     _, nest = _schedule(CONV).nests
-    assert (nest.outer, nest.inner, nest.innermost) == (("n", "h", "m"), ("c", "kh", "kw"), ("w",))
-    assert nest.jams == (("m", 4),) and nest.lanes == 16  # kw: the lanes replace its unroll
+    assert (nest.outer, nest.inner, nest.innermost) == (("n", "h", "m"), ("kh", "kw", "c"), ("w",))
+    assert nest.jams == (("m", 4),) and nest.lanes == 16  # c: the lanes replace its unroll
+    # the literal reduction order, for when the planes of I alias in L1 (poly.aliasing)
+    assert nest.alternative is not None and nest.alternative.inner == ("c", "kh", "kw")
+    assert nest.alias is not None and nest.alias.tensor == "I"
 
 
 def test_model_keeps_a_long_unit_stride_reduction_in_a_register() -> None:

@@ -1,0 +1,116 @@
+"""The padding of clamped gathers (`compiler/poly/pad.py`): which gradients read a
+padded copy, that the transposed convolution is then register-tiled, and that the
+gradients equal torch's (an oracle independent of tcc's gradient defs) in float64."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import compiler
+from compiler import loops as L
+from compiler.frontend.printer import print_def
+from compiler.options import Options
+from compiler.pipeline import gradient
+from compiler.poly.astgen import lower
+from compiler.poly.pad import pad_gathers
+
+CONV = (
+    "def conv(double(N, C, H, W) I, double(M, C, KH, KW) W1) -> (O) {\n"
+    "    O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * W1(m, c, kh, kw)\n}"
+)
+
+
+def _grad_text(src: str) -> str:
+    k = compiler.define(src, target="interp")
+    return print_def(gradient(k.ranged).checked.definition)
+
+
+def test_the_input_gradient_of_a_convolution_reads_a_padded_copy() -> None:
+    text = _grad_text(CONV)
+    assert "double(N, M, H + KH - 1, W + KW - 1) O_grad_pad" in text
+    assert "O_grad_pad(n, m, y - kh + (KH - 1), x - kw + (KW - 1))" in text
+    assert "kh in 0:KH, kw in 0:KW" in text  # constant window bounds
+    assert "max(" not in text.split("I_grad(n, c, y, x)")[1].split("\n")[0]
+
+
+def test_the_padded_transposed_convolution_is_register_tiled() -> None:
+    k = compiler.define(CONV.replace("double", "float"))
+    f = lower(gradient(k.ranged), Options())
+    tiles = [
+        lp
+        for lp in _find(f.body, L.For)
+        if lp.var == "x" and lp.step == 16 and any(s.buffer.name == "I_grad" for s in _find(lp, L.Store))
+    ]
+    assert tiles and all(_find(t.body, L.Local) for t in tiles)
+
+
+@pytest.mark.parametrize(
+    ("n", "c", "h", "w", "m", "kh", "kw"),
+    [(1, 1, 1, 1, 1, 1, 1), (2, 3, 7, 6, 4, 3, 2), (2, 2, 5, 5, 3, 5, 5), (1, 2, 4, 11, 2, 4, 3),
+     (2, 3, 9, 8, 2, 1, 1), (1, 1, 17, 3, 1, 2, 3)],
+)  # fmt: skip
+def test_conv_gradients_equal_torch(n: int, c: int, h: int, w: int, m: int, kh: int, kw: int) -> None:
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(n + c + h + w + m + kh + kw)
+    i, wt = rng.standard_normal((n, c, h, w)), rng.standard_normal((m, c, kh, kw))
+    k = compiler.define(CONV)
+    (o,) = k(i, wt)
+    g = rng.standard_normal(o.shape)
+    got = k.vjp(i, wt, grad_outputs=(g,))
+    ti, tw = (torch.from_numpy(a).requires_grad_() for a in (i, wt))
+    torch.conv2d(ti, tw).backward(torch.from_numpy(g))
+    for a, b in zip(got, (ti, tw), strict=True):
+        np.testing.assert_allclose(a, b.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "src",
+    [
+        # strided: the subscript is `y - 2 * kh`-like after the gather pass, not `v - r`
+        "def f(double(N, H) I, double(K) W1) -> (O) { O(n, h) +=! I(n, 2 * h + k) * W1(k) }",
+        # a 1-D convolution: its input gradient is padded
+        "def f(double(N, H) I, double(K) W1) -> (O) { O(n, h) +=! I(n, h + k) * W1(k) }",
+    ],
+)
+def test_gradients_with_or_without_pads_equal_the_evaluators(src: str) -> None:
+    rng = np.random.default_rng(5)
+    i, wt = rng.standard_normal((2, 9)), rng.standard_normal(3)
+    k, ref = compiler.define(src), compiler.define(src, target="interp")
+    (o,) = k(i, wt)
+    g = rng.standard_normal(o.shape)
+    for a, b in zip(k.vjp(i, wt, grad_outputs=(g,)), ref.vjp(i, wt, grad_outputs=(g,)), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_a_sum_that_is_not_a_product_keeps_its_clamps() -> None:
+    src = "def f(double(H) I) -> (O) { O(h) +=! exp(I(h + k)) where k in 0:3 }"
+    text = _grad_text(src)
+    assert "_pad" not in text
+
+
+def test_a_forward_def_is_never_padded() -> None:
+    src = (
+        "def f(double(H) I, double(K) W1) -> (O) {\n"
+        "    O(y) +=! I(y - k) * W1(k) where y in 0:H, k in max(0, y - H + 1):min(K, y + 1)\n}"
+    )
+    k = compiler.define(src)
+    assert [t.name for t in k.ranged.checked.outputs] == ["O"]
+    assert pad_gathers(k.ranged).checked.outputs[-1].name == "I_pad"  # the pass alone would
+    i, wt = np.arange(5.0), np.array([1.0, 2.0])
+    (o,) = k(i, wt)
+    want = [sum(i[y - kk] * wt[kk] for kk in range(2) if 0 <= y - kk < 5) for y in range(5)]
+    np.testing.assert_allclose(o, want)
+
+
+def _find(s: L.Node, kind: type) -> list:
+    found: list = []
+
+    class _V(L.Visitor):
+        def generic_visit(self, node: L.Node) -> None:
+            if isinstance(node, kind):
+                found.append(node)
+            super().generic_visit(node)
+
+    _V().visit(s)
+    return found
