@@ -42,3 +42,17 @@ def test_bad_arguments_exit_with_usage() -> None:
         with pytest.raises(SystemExit) as err:
             bench.main(argv)
         assert err.value.code == 2
+
+
+def test_the_layer_suite_matches_numpy_at_tiny_sizes(capsys: pytest.CaptureFixture[str]) -> None:
+    from tools import bench_layers
+
+    names = [c.name for c in bench_layers.layer_cases()]
+    argv = ["--small", "--layers", "--only", *names, "--repeat", "1", "--block", "1",
+            "--no-torch", "--no-backward"]  # fmt: skip
+    assert bench.main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [(line[:36].strip(), line[36:].split()) for line in lines[2:]]
+    body = [(n, f) for n, f in rows if not n.startswith("geometric mean")]
+    checked = {n for n, f in body if f and f[0] == "fwd" and float(f[-1]) < 1e-4}
+    assert checked == set(names)  # every layer ran and matched its NumPy reference
