@@ -145,7 +145,13 @@ def _dot_tile(
     r = literal.inner[-1]
     if short(facts, r) or not _unit_stride_reads(r, reads, space, lets):
         return literal
-    outer = [v for v in facts.index_vars if not short(facts, v)][-2:]
+    # a jammed variable pays only if some read does not use it (that read's vectors
+    # serve the whole tile); `mx(b, i) max=! S(b, i, j)` shares nothing: no tile
+    outer = [
+        v
+        for v in facts.index_vars
+        if not short(facts, v) and any(not _mentions(r, v, lets) for r in reads)
+    ][-2:]
     if len(outer) < 2:
         return literal  # one output row per loop: no read is shared between outputs
     jams = tuple((v, f) for v, f in zip(outer, DOT_TILE, strict=True))
