@@ -54,7 +54,16 @@ def cols(float(N, D) X) -> (Y, c) {
 }
 """
 
+# the sum's term is kept in Y, which the last statement reads back (loops.keep_terms)
+TANH = """
+def tanh_scale(float(N, D) X) -> (Y, s) {
+    s(n) +=! tanh(X(n, d))
+    Y(n, d) = tanh(X(n, d)) * s(n) + X(n, d)
+}
+"""
+
 CASES = {
+    "tanh": (TANH, [(1, 1), (3, 7), (2, 2049)]),
     "softmax": (SOFTMAX, [(1, 1), (3, 7), (13, 31), (2, 2049)]),
     "layernorm": (LAYERNORM, [(1, 1), (5, 11), (3, 4099)]),
     "attention": (ATTENTION, [(1, 1, 1), (2, 3, 5), (3, 7, 13), (1, 17, 9)]),
@@ -155,6 +164,28 @@ def test_fused_sums_stay_blocked_and_compensated() -> None:
     want = np.float64(np.float32(0.1)) * (1 << 20)
     np.testing.assert_allclose(s, want, rtol=1e-5)
     np.testing.assert_array_equal(mx, np.float32(0.1))
+
+
+def _calls(f: L.Function, fn: str) -> int:
+    found = []
+
+    class _V(L.Visitor):
+        def visit_Call(self, node: L.Call) -> None:
+            if node.fn == fn:
+                found.append(node)
+            self.generic_visit(node)
+
+    _V().visit(f)
+    return len(found)
+
+
+def test_softmax_keeps_its_exponentials_in_the_output() -> None:
+    k = compiler.define(SOFTMAX)
+    fused = pipeline.lower(k.ranged, Options()).function
+    plain = pipeline.lower(k.ranged, Options(fuse=False)).function
+    assert (_calls(plain, "exp"), _calls(fused, "exp")) == (2, 1)
+    tanh = pipeline.lower(compiler.define(TANH).ranged, Options()).function
+    assert _calls(tanh, "tanh") == 1
 
 
 def test_options_fuse_is_validated() -> None:
