@@ -191,3 +191,57 @@ def test_softmax_keeps_its_exponentials_in_the_output() -> None:
 def test_options_fuse_is_validated() -> None:
     with pytest.raises(compiler.OptionsError, match="Options.fuse"):
         Options(fuse=1)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ random chains
+
+_ROW = ["+=!", "max=!", "min=!"]
+
+
+def _chain(rng: np.random.Generator, length: int) -> str:
+    """A def of `length` statements over (N, D): row reductions, element-wise maps of
+    earlier tensors (some read another row or column: `D - 1 - d`, `N - 1 - n`, which
+    fusion must respect), and column sums."""
+    full = ["X"]  # (N, D) tensors so far
+    rows: list[str] = []  # (N) tensors
+    outs: list[str] = []
+    stmts: list[str] = []
+    for k in range(length):
+        a = full[int(rng.integers(len(full)))]
+        kind = int(rng.integers(5)) if rows else int(rng.choice([0, 1, 3]))
+        name = f"T{k}"
+        if kind == 0:
+            op = _ROW[int(rng.integers(3))]
+            term = f"exp({a}(n, d) * 0.25)" if rng.random() < 0.5 else f"{a}(n, d)"
+            stmts.append(f"{name}(n) {op} {term}")
+            rows.append(name)
+        elif kind == 1:
+            b = full[int(rng.integers(len(full)))]
+            stmts.append(f"{name}(n, d) = tanh({a}(n, d)) + {b}(n, D - 1 - d)")
+            full.append(name)
+        elif kind == 2:
+            r = rows[int(rng.integers(len(rows)))]
+            stmts.append(f"{name}(n, d) = exp({a}(n, d) - {r}(n)) / (1 + {r}(N - 1 - n) * {r}(n))")
+            full.append(name)
+        elif kind == 3:
+            stmts.append(f"{name}(d) +=! {a}(n, d) * 0.5")
+        else:
+            r = rows[int(rng.integers(len(rows)))]
+            stmts.append(f"{name}(n, d) = {a}(n, d) * {r}(n)")
+            full.append(name)
+        outs.append(name)
+    body = "\n    ".join(stmts)
+    return f"def chain(float(N, D) X) -> ({', '.join(outs)}) {{\n    {body}\n}}\n"
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_chains_fused_match_interp(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    src = _chain(rng, int(rng.integers(3, 7)))
+    fused = compiler.define(src, options=Options(threads=2), cache=None)
+    ref = compiler.define(src, target="interp")
+    for shape in [(1, 1), (2, 3), (7, 13), (3, 2053)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        for g, w in zip(fused(x), ref(x), strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, err_msg=src)
+    verify(pipeline.lower(fused.ranged, Options()).function)
