@@ -220,7 +220,9 @@ def _same_slices(a: list[_Access], b: list[_Access], var: str) -> bool:
     for name in shared:
         uses = [x for x in a + b if x.buffer == name]
         rank = len(uses[0].index)
-        if not any(all(len(x.index) == rank and x.index[p] == ref for x in uses) for p in range(rank)):
+        if not any(
+            all(len(x.index) == rank and x.index[p] == ref for x in uses) for p in range(rank)
+        ):
             return False
     return True
 
@@ -260,7 +262,6 @@ def _rename_unit(u: _Unit, renames: dict[str, str]) -> _Unit:
     """Rename u's locals (their uses too) and its loop variable (inside the loop)."""
     if not renames:
         return u
-    loop_renames = {k: v for k, v in renames.items() if k == u.loop.var}
     local_renames = {k: v for k, v in renames.items() if k != u.loop.var}
     ren = _Rename(local_renames)
     locals_ = tuple(

@@ -27,6 +27,7 @@ statement of the loop body; `codegen.llvm_emit` redirects only the update).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 
 from compiler.loops.ir import (
     Assign,
@@ -36,7 +37,6 @@ from compiler.loops.ir import (
     Expr,
     For,
     Function,
-    If,
     Let,
     Load,
     Local,
@@ -153,7 +153,7 @@ def _buffers(node: object, loads: bool) -> set[str]:
     return found
 
 
-def _walk(node: Node):  # type: ignore[no-untyped-def]
+def _walk(node: Node) -> Iterator[Node]:
     stack = [node]
     while stack:
         n = stack.pop()
@@ -179,9 +179,6 @@ class _Replace(Mutator):
         if isinstance(node, Expr) and node == self.old:
             return self.new
         return super().mutate(node)
-
-    def mutate_If(self, node: If) -> If:
-        return self.generic_mutate(node)
 
 
 __all__ = ["keep_terms"]
