@@ -32,6 +32,10 @@ CPU schedule fields (the native targets read them; `poly.schedule` applies them,
   moves above the reduction loops in steps of this many lanes, the tile of outputs
   (block x lanes) accumulates in registers for the whole reduction
   (`compiler/poly/regtile.py`); 1: off; None lets the model choose.
+- `fuse`: True (default) fuses adjacent loop nests with equal bounds where every
+  element's computation stays the same (`compiler/loops/fuse.py`): softmax's row
+  maximum, sum and normalisation run as one parallel loop over rows; False keeps one
+  nest per statement (`tcc compile --emit loops` shows either).
 - `threads`: the number of threads each statement's outermost parallel loop runs on
   (the CPU runtime's native pool, when the loop has enough work:
   `compiler.codegen.llvm_parallel`); None means one per core (`os.cpu_count()`, read
@@ -66,6 +70,7 @@ class Options:
     block: int | None = None
     tile: tuple[int, ...] | None = None
     register_tile: int | None = None  # lanes of the register tile (poly/regtile.py)
+    fuse: bool = True  # fuse sibling loops with equal bounds (compiler/loops/fuse.py)
 
     def __post_init__(self) -> None:
         t = self.threads
@@ -85,6 +90,11 @@ class Options:
         for field in ("unroll", "block"):
             _check_factor(field, getattr(self, field))
         _check_factor("register_tile", self.register_tile, MAX_LANES)
+        if not isinstance(self.fuse, bool):
+            raise OptionsError(
+                f"Options.fuse must be True or False, got {self.fuse!r}",
+                hint="Options(fuse=False) keeps one loop nest per statement",
+            )
         _check_tile(self.tile)
 
 

@@ -152,10 +152,14 @@ def _lower(sched: Any, ctx: PassContext) -> Any:
     import dataclasses
 
     from compiler.frontend.printer import print_stmt
+    from compiler.loops.fuse import fuse
+    from compiler.loops.keep_terms import keep_terms
     from compiler.poly.astgen import lower_schedule
     from compiler.poly.gather import remaining_scatters
 
     lowered = lower_schedule(sched)
+    if ctx.options.fuse:
+        lowered = dataclasses.replace(lowered, function=keep_terms(fuse(lowered.function)))
     stmts = sched.ranged.checked.definition.stmts
     notes = tuple(
         f"statement {k} ({print_stmt(stmts[k]).strip()}): serial: data-dependent scatter"

@@ -9,7 +9,8 @@ parallel loops (the nests of several statements, or loops isl split off) each be
 one parallel region, run one after the other by the single native entry.
 
 Example: `for i (parallel) { for j (parallel) { ... } }`  ==>  `for i (parallel) { for j
-(serial) { ... } }`; a def of three statements keeps three top-level parallel loops.
+(serial) { ... } }`; a def of three statements keeps three top-level parallel loops
+(unless `loops.fuse` made them one: softmax's three row statements run as one loop).
 """
 
 from __future__ import annotations

@@ -64,6 +64,11 @@ REDUCTION_FLAGS = ("reassoc", "nsz", "contract")
 # compensated summation (`FunctionEmitter._blocked_sum`).
 SUM_BLOCK = 2048
 CONTRACT_FLAGS = ("contract",)  # every float add, sub, mul: FMA allowed, nothing else
+# A float division may become a multiplication by the divisor's reciprocal (`arcp`):
+# LLVM then computes a divisor that the loop does not change (`P * V / l(i)` inside
+# `j` and `e`) once, before the loop, and multiplies (at most 1 ulp more than the
+# division rounded once; special values as the division: x/0 = x*inf, x/inf = x*0).
+DIVIDE_FLAGS = ("arcp",)
 _CONTRACTABLE = frozenset({BinOp.ADD, BinOp.SUB, BinOp.MUL})
 _ICMP = {
     BinOp.EQ: "==",
@@ -261,30 +266,50 @@ class FunctionEmitter:
         span = ir.Constant(I64, SUM_BLOCK * s.step)
         with b.if_else(b.icmp_signed(">", b.sub(hi, lo), span)) as (long, short):
             with long:
-                self._blocked_sum(s.var, lo, hi, s.step, sums)
+                body = s.body.stmts if isinstance(s.body, Block) else (s.body,)
+                self._blocked_sum(s.var, lo, hi, s.step, sums, body)
             with short:
                 self._loop(s.var, lo, hi, s.step, lambda: self.stmt(s.body))
 
     def _sum_terms(self, s: For) -> list[tuple[str, Expr]]:
-        """[(accumulator, term)] when `s`'s body is `acc = acc + term` on a float Local
-        (or a block of such updates of distinct Locals, a dot-product tile) that no term
-        reads; [] otherwise."""
+        """[(accumulator, term)] for the statements of `s`'s body that are
+        `acc = acc + term` on a float Local declared outside the loop (several: a
+        dot-product tile, or statements fused by `loops.fuse`), when no other statement
+        of the body and no term mentions those accumulators; [] otherwise (or when
+        there is no such update). The other statements run as they are, in order."""
         body = s.body.stmts if isinstance(s.body, Block) else (s.body,)
         found: list[tuple[str, Expr]] = []
+        others: list[Stmt] = []
         for a in body:
-            if not isinstance(a, Assign) or a.var not in self.compensation:
-                return []
-            e, me = a.value, VarRef(a.var, self.slots[a.var][1])
-            if not (isinstance(e, Bin) and e.op is BinOp.ADD and me in (e.a, e.b)):
-                return []
-            found.append((a.var, e.b if e.a == me else e.a))
+            term = self._sum_update(a)
+            if term is None:
+                others.append(a)
+            else:
+                found.append((a.var, term))  # type: ignore[union-attr]
         accs = {acc for acc, _ in found}
         if len(accs) != len(found) or any(_mentions(t, a) for _, t in found for a in accs):
             return []
+        if any(_mentions(o, a) for o in others for a in accs):
+            return []
         return found
 
+    def _sum_update(self, a: Stmt) -> Expr | None:
+        """`term` when `a` is `acc = acc + term` on a float Local of the enclosing scope."""
+        if not isinstance(a, Assign) or a.var not in self.compensation:
+            return None
+        e, me = a.value, VarRef(a.var, self.slots[a.var][1])
+        if not (isinstance(e, Bin) and e.op is BinOp.ADD and me in (e.a, e.b)):
+            return None
+        return e.b if e.a == me else e.a
+
     def _blocked_sum(
-        self, var: str, lo: ir.Value, hi: ir.Value, step: int, sums: list[tuple[str, Expr]]
+        self,
+        var: str,
+        lo: ir.Value,
+        hi: ir.Value,
+        step: int,
+        sums: list[tuple[str, Expr]],
+        body: tuple[Stmt, ...],
     ) -> None:
         """`acc += x` (for each pair of `sums`) over [lo, hi): blocks of SUM_BLOCK iterations each summed into a
         fresh partial (fast-math flags: the vectoriser keeps lanes of partial sums),
@@ -308,9 +333,16 @@ class FunctionEmitter:
             for partial, ty in partials:
                 b.store(ir.Constant(ty, 0.0), partial)
 
-            def add() -> None:
-                for (partial, ty), (_, x) in zip(partials, sums, strict=True):
-                    value = b.fadd(b.load(partial, typ=ty), self.expr(x), flags=REDUCTION_FLAGS)
+            by_acc = {acc: p for (acc, _), p in zip(sums, partials, strict=True)}
+
+            def add() -> None:  # the body, each sum update redirected to its partial
+                for a in body:
+                    term = self._sum_update(a)
+                    if term is None:
+                        self.stmt(a)
+                        continue
+                    partial, ty = by_acc[a.var]  # type: ignore[union-attr]
+                    value = b.fadd(b.load(partial, typ=ty), self.expr(term), flags=REDUCTION_FLAGS)
                     b.store(value, partial)
 
             self._loop(var, start, end, step, add)
@@ -445,7 +477,9 @@ class FunctionEmitter:
             if e.op in _CONTRACTABLE:  # `a * b + c` may become one fused multiply-add
                 ops = {BinOp.ADD: bld.fadd, BinOp.SUB: bld.fsub, BinOp.MUL: bld.fmul}
                 return ops[e.op](a, b, flags=CONTRACT_FLAGS)
-            return bld.fdiv(a, b) if e.op is BinOp.DIV else bld.frem(a, b)
+            if e.op is BinOp.DIV:
+                return bld.fdiv(a, b, flags=DIVIDE_FLAGS)
+            return bld.frem(a, b)
         if e.op in (BinOp.DIV, BinOp.MOD):
             q, r = self._divmod(a, b, dtype)
             return q if e.op is BinOp.DIV else r
@@ -553,13 +587,19 @@ def cast(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:
     return b.sext(x, to) if signed else b.zext(x, to)
 
 
-def _mentions(e: Expr, var: str) -> bool:
-    found: list[VarRef] = []
+def _mentions(e: Expr | Stmt, var: str) -> bool:
+    """True when `e` reads or assigns the variable `var`."""
+    found: list[Expr | Stmt] = []
 
     class _Refs(Visitor):
         def visit_VarRef(self, node: VarRef) -> None:
             if node.name == var:
                 found.append(node)
+
+        def visit_Assign(self, node: Assign) -> None:
+            if node.var == var:
+                found.append(node)
+            self.generic_visit(node)
 
     _Refs().visit(e)
     return bool(found)

@@ -157,15 +157,45 @@ def _dot_tile(
     jammed by DOT_TILE (the last two that are not short), so a tile of outputs accumulates in registers (LLVM vectorises
     the reduction loop, one vector of partial sums per output) and each loaded vector
     of a read is used by several outputs. `Options(register_tile=1)` turns it off."""
-    literal = literal_order(facts)
-    r = facts.reduction_vars[-1]
+    literal = _unit_stride_last(facts, space, lets, reads)
+    r = literal.inner[-1]
     if short(facts, r) or not _unit_stride_reads(r, reads, space, lets):
         return literal
-    outer = [v for v in facts.index_vars if not short(facts, v)][-2:]
+    # a jammed variable pays only if some read does not use it (that read's vectors
+    # serve the whole tile); `mx(b, i) max=! S(b, i, j)` shares nothing: no tile
+    outer = [
+        v
+        for v in facts.index_vars
+        if not short(facts, v) and any(not _mentions(r, v, lets) for r in reads)
+    ][-2:]
     if len(outer) < 2:
         return literal  # one output row per loop: no read is shared between outputs
     jams = tuple((v, f) for v, f in zip(outer, DOT_TILE, strict=True))
     return LoopOrder(literal.outer, literal.inner, jams=jams[::-1])
+
+
+def _unit_stride_last(
+    facts: StmtFacts, space: StmtSpace, lets: dict[str, Expr], reads: list[Access]
+) -> LoopOrder:
+    """The literal order, except that when the last reduction loop is short or not unit
+    stride in its reads and another reduction variable is long and unit stride in every
+    read that uses it, that variable's loop moves innermost (the one nearest the end).
+
+    Legal in register form: each element's sum stays in one register, only the order of
+    its terms changes, which the accumulator's fast-math flags allow already (`max=` and
+    `min=` are exact in any order). `l_grad(b, i) +=! O_g(b, i, e) * P(b, i, j) * V(b, j, e)`
+    over `e, j` runs `j` outside and `e` inside: unit stride in `O_g` and `V`, vectorised."""
+    literal = literal_order(facts)
+    red = facts.reduction_vars
+    if len(red) < 2 or not facts.stmt.op.is_reduction:
+        return literal
+    last = red[-1]
+    if not short(facts, last) and _unit_stride_reads(last, reads, space, lets):
+        return literal
+    for v in reversed(red[:-1]):
+        if not short(facts, v) and _unit_stride_reads(v, reads, space, lets):
+            return LoopOrder(literal.outer, (*(x for x in red if x != v), v))
+    return literal
 
 
 def _memory_legal(facts: StmtFacts, injective: bool, self_reads: bool) -> bool:

@@ -17,7 +17,8 @@ Entries (CPU `Options`, see `compiler/options.py` for what each field means):
 - `innermost`: "auto" (the model), None (the literal order), or a left-hand-side variable;
 - `unroll`, `block`: None (the model) or a factor from 1 to 16;
 - `tile`: None (the model), () (no tiling) or one size per loop of the deepest nest,
-  each 1 (untiled) or a power of two up to the largest size parameter.
+  each 1 (untiled) or a power of two up to the largest size parameter;
+- `fuse`: True or False (loop fusion, `compiler/loops/fuse.py`).
 
 Every value an entry produces is valid for its field (Options' own checks pass), so a
 sampled candidate never fails at construction; whether it helps is for the timing.
@@ -151,6 +152,7 @@ FIELDS: dict[str, dict[str, FieldSpace]] = {
         "block": Choice(lambda ctx: _FACTORS[:5]),
         "tile": TileSpace(),
         "register_tile": Choice(lambda ctx: (None, 1, 8, 16, 32)),
+        "fuse": Choice(lambda ctx: (True, False)),
     },
 }
 

@@ -8,6 +8,8 @@ a later reduction loop is never tiled."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -108,6 +110,7 @@ def _loops(s: L.Node) -> list[L.For]:
 
 def _main_nest(name: str, options: Options) -> L.Stmt:
     src = PROGRAMS[name].replace("FT", "float")
+    options = dataclasses.replace(options, fuse=False)  # the init nest stays apart
     f = pipeline.lower(infer_ranges(check_def(parse(src).get())), options).function
     return f.body.stmts[-1] if isinstance(f.body, L.Block) else f.body
 
