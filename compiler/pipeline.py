@@ -134,7 +134,7 @@ def _grad(ranged: Any, ctx: PassContext) -> Any:
 def _gather(ranged: Any, ctx: PassContext) -> Any:
     from compiler.poly.gather import scatter_to_gather
 
-    return scatter_to_gather(ranged)
+    return scatter_to_gather(ranged, mode=ctx.options.gather)
 
 
 def _schedule(ranged: Any, ctx: PassContext) -> Any:
@@ -144,20 +144,13 @@ def _schedule(ranged: Any, ctx: PassContext) -> Any:
 
 
 def _lower(sched: Any, ctx: PassContext) -> Any:
-    """The loops, with a note per data-dependent scatter (those run serially)."""
+    """The loops, with a note per statement that is still a scatter (how it runs)."""
     import dataclasses
 
-    from compiler.frontend.printer import print_stmt
     from compiler.poly.astgen import lower_schedule
-    from compiler.poly.gather import remaining_scatters
+    from compiler.poly.schedule import scatter_notes
 
-    lowered = lower_schedule(sched)
-    stmts = sched.ranged.checked.definition.stmts
-    notes = tuple(
-        f"statement {k} ({print_stmt(stmts[k]).strip()}): serial: data-dependent scatter"
-        for k in remaining_scatters(sched.ranged)
-    )
-    return dataclasses.replace(lowered, notes=notes)
+    return dataclasses.replace(lower_schedule(sched), notes=scatter_notes(sched))
 
 
 def _codegen(lowered: Any, ctx: PassContext) -> Any:

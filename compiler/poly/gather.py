@@ -85,6 +85,7 @@ from compiler.poly.accesses import lets_of
 from compiler.poly.build import domain_of, reads_in_bounds
 from compiler.poly.invert import Inexpressible, Piece, choose_inner, invert, schedule_of
 from compiler.poly.isl_bridge import StmtSpace, condition_of, expr_to_aff
+from compiler.poly.partial import keep_partial
 
 # isl operations allowed per statement: the gathers of the test suite and the corpus
 # need well under a tenth of it (tests/poly/test_gather_budget.py).
@@ -120,24 +121,39 @@ def write_kind(facts: StmtFacts) -> WriteKind:
 
 def remaining_scatters(ranged: RangedDef) -> tuple[int, ...]:
     """Indices of the statements that are still scatters: after `scatter_to_gather`,
-    only data-dependent ones, which need atomic updates or a serial loop."""
+    only data-dependent ones, which need atomic updates or a serial loop (and, with
+    `mode="auto"` or `"partial"`, the partial scatters, which run parallel over their plain
+    variables: `poly.partial`)."""
     return tuple(
         k for k, f in enumerate(ranged.checked.stmts) if write_kind(f) is not WriteKind.GATHER
     )
 
 
-def scatter_to_gather(ranged: RangedDef, max_operations: int | None = None) -> RangedDef:
+def scatter_to_gather(
+    ranged: RangedDef, max_operations: int | None = None, *, mode: str = "full"
+) -> RangedDef:
     """Rewrite every affine scatter of `ranged` as a gather (see the module doc); a
     statement that needs more than `max_operations` isl operations (default
-    `MAX_OPERATIONS`; 0: no limit) stays a scatter, with a `GatherBudgetWarning`."""
+    `MAX_OPERATIONS`; 0: no limit) stays a scatter, with a `GatherBudgetWarning`.
+    `mode` (`Options.gather` of the CPU target): "full" gathers every affine scatter;
+    "auto" keeps as a scatter each one that `poly.partial.keep_partial` picks (plain
+    variables, and a gather that would need divisibility: strides, dilations);
+    "partial" keeps every reduction scatter with plain variables. The schedule runs a
+    kept scatter in parallel over its plain variables."""
     budget = MAX_OPERATIONS if max_operations is None else max_operations
     checked = ranged.checked
-    if all(write_kind(f) is not WriteKind.SCATTER for f in checked.stmts):
+    params = checked.size_params
+    kept = {
+        k
+        for k, f in enumerate(checked.stmts)
+        if write_kind(f) is WriteKind.SCATTER and keep_partial(f, params, mode)
+    }
+    if all(write_kind(f) is not WriteKind.SCATTER or k in kept for k, f in enumerate(checked.stmts)):
         return ranged
     stmts: list[Stmt] = []
     initialised: set[str] = set()  # outputs that got an explicit initialisation
-    for stmt, facts in zip(checked.definition.stmts, checked.stmts, strict=True):
-        if write_kind(facts) is WriteKind.SCATTER:
+    for k, (stmt, facts) in enumerate(zip(checked.definition.stmts, checked.stmts, strict=True)):
+        if write_kind(facts) is WriteKind.SCATTER and k not in kept:
             try:
                 new = _budgeted(_gather, budget, dataclasses.replace(facts, stmt=stmt), ranged)
             except _OutOfBudget:
