@@ -5,9 +5,10 @@ Requires: a `RangedDef` (every variable of every statement has a `where` range).
 Ensures:  `scatter_to_gather` returns a `RangedDef` (checked again; its printed text
           also passes range inference, which tests confirm) in which
           every statement's left-hand side is distinct plain index variables, except
-          data-dependent scatters (`E_grad(idx(i), d) += ...`), which stay as they
-          are: `remaining_scatters` lists them, and a backend must run them with
-          atomics or serially. A def with nothing to rewrite is returned as is (the
+          data-dependent scatters (`E_grad(idx(i), d) += ...`) and, unless
+          `mode="full"` (the default), the partial scatters it keeps (below), which
+          stay as they are: `remaining_scatters` lists them; a backend runs them with
+          atomics, serially, or (partial ones) in parallel over their plain variables. A def with nothing to rewrite is returned as is (the
           same object). The pass is pure.
 
 Worked example (conv input gradient)::
@@ -44,9 +45,18 @@ undefined).
 
 Budget: isl's work on one statement is capped (`max_operations`, isl's
 `isl_ctx_set_max_operations`; default `MAX_OPERATIONS`). Past it the statement is kept
-as the scatter it was -- scheduled serially, still correct -- with a
-`GatherBudgetWarning` that says so; a few pathological strided subscripts
-(`2 * h + 3 * w + kh`) would otherwise keep isl busy for minutes.
+as the scatter it was -- scheduled in parallel over its plain left-hand-side variables
+only (`poly.partial`), or serially, still correct -- with a `GatherBudgetWarning` that
+says so; a few pathological strided subscripts (`2 * h + 3 * w + kh`) would otherwise
+keep isl busy for minutes (with `mode="auto"`, the CPU default, such a scatter is not
+even tried: it is a partial scatter).
+
+Partial scatters (`mode`, `Options.gather`; `compiler/poly/partial.py`): with
+`mode="auto"` a reduction scatter whose left-hand side has plain variables (`n`, `c`
+of `I_grad(n, c, 2 * h + kh, 2 * w + kw)`) and whose gather would need divisibility
+reasoning (a stride, a dilation, a floor division) is left as it is; the schedule runs
+it in parallel over the plain variables. The GPU lowering always asks for the full
+gather (one thread per output element).
 """
 
 from __future__ import annotations
@@ -161,7 +171,8 @@ def scatter_to_gather(
                     f"the scatter -> gather pass gave up on `{print_expr(stmt.lhs)} "
                     f"{stmt.op.value} ...` "
                     f"after {budget} isl operations: it stays a scatter, which runs "
-                    "serially (correct, but not parallel)",
+                    "serially, or in parallel over its plain variables only (correct, "
+                    "but less parallel)",
                     GatherBudgetWarning,
                     stacklevel=2,
                 )
