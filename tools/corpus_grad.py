@@ -292,9 +292,7 @@ def _scatters(grad_ranged: Any, gave_up: Sequence[str] = ()) -> tuple[Scatter, .
         partial = not dependent and not kept and keep_partial(facts, params, Options().gather)
         text = print_stmt(grad_ranged.checked.definition.stmts[k])
         found.append(Scatter(text, dependent, kept, partial))
-    affine = [
-        s.statement for s in found if not s.data_dependent and not s.budget and not s.partial
-    ]
+    affine = [s.statement for s in found if not s.data_dependent and not s.budget and not s.partial]
     if affine:
         raise InternalError(
             f"{len(affine)} affine scatter(s) remain after the gather pass: {affine[0]}"

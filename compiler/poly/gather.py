@@ -158,7 +158,9 @@ def scatter_to_gather(
         for k, f in enumerate(checked.stmts)
         if write_kind(f) is WriteKind.SCATTER and keep_partial(f, params, mode)
     }
-    if all(write_kind(f) is not WriteKind.SCATTER or k in kept for k, f in enumerate(checked.stmts)):
+    if all(
+        write_kind(f) is not WriteKind.SCATTER or k in kept for k, f in enumerate(checked.stmts)
+    ):
         return ranged
     stmts: list[Stmt] = []
     initialised: set[str] = set()  # outputs that got an explicit initialisation

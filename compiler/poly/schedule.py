@@ -50,8 +50,8 @@ from compiler.frontend.scopes import children
 from compiler.options import Options
 from compiler.poly.build import PolyStmt, build_statements, tensor_extents
 from compiler.poly.cpu_model import choose_order, literal_order
-from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff, params_space
 from compiler.poly.gather import WriteKind, write_kind
+from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff, params_space
 from compiler.poly.partial import partial_order, plain_vars
 from compiler.poly.tiling import choose_tiles
 

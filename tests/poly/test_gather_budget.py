@@ -71,4 +71,3 @@ def test_pathological_strided_gradient_does_not_hang() -> None:
     assert "def fun_grad" in result.stdout
     assert "input_grad(b, ip, 2 * h + 3 * w + kh, 2 * w + kw) +=!" in result.stdout
     assert "gave up" not in result.stderr
-

@@ -33,7 +33,9 @@ def _subscript(coefs: tuple[int, ...], offset: int, sizes: tuple[int, ...]) -> s
     return " + ".join([*parts, str(offset)])
 
 
-def _value(coefs: tuple[int, ...], offset: int, sizes: tuple[int, ...], point: tuple[int, ...]) -> int:
+def _value(
+    coefs: tuple[int, ...], offset: int, sizes: tuple[int, ...], point: tuple[int, ...]
+) -> int:
     value = sum(c * x for c, x in zip(coefs, point, strict=False)) + offset
     return value + sum(-c * (sizes[v] - 1) for v, c in enumerate(coefs) if c < 0)
 
