@@ -36,6 +36,15 @@ CPU schedule fields (the native targets read them; `poly.schedule` applies them,
   element's computation stays the same (`compiler/loops/fuse.py`): softmax's row
   maximum, sum and normalisation run as one parallel loop over rows; False keeps one
   nest per statement (`tcc compile --emit loops` shows either).
+- `gather`: what the gather pass does with an affine scatter (a gradient's
+  `I_grad(n, c, 2 * h + kh, 2 * w + kw) += ...`): `"full"` rewrites every one as a
+  gather (one writer per output element: parallel over the whole output); `"auto"`
+  (default) keeps as a *partial scatter* each reduction whose left-hand side has plain
+  variables (`n`, `c`: a whole subscript each) and whose gather would need
+  divisibility reasoning (a stride or dilation: floor-divided ranges, case splits,
+  seconds of isl time), which then runs in parallel over the plain variables and
+  sequentially inside, accumulating in memory; `"partial"` keeps every reduction
+  scatter with plain variables (`compiler/poly/partial.py`).
 - `threads`: the number of threads each statement's outermost parallel loop runs on
   (the CPU runtime's native pool, when the loop has enough work:
   `compiler.codegen.llvm_parallel`); None means one per core (`os.cpu_count()`, read
@@ -58,6 +67,7 @@ AUTO = "auto"
 MAX_FACTOR = 16
 MAX_LANES = 64
 MAX_TILE = 1 << 20
+GATHER_MODES = ("full", AUTO, "partial")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +81,7 @@ class Options:
     tile: tuple[int, ...] | None = None
     register_tile: int | None = None  # lanes of the register tile (poly/regtile.py)
     fuse: bool = True  # fuse sibling loops with equal bounds (compiler/loops/fuse.py)
+    gather: str = AUTO  # "auto" | "full" | "partial": scatters (poly/partial.py)
 
     def __post_init__(self) -> None:
         t = self.threads
@@ -96,6 +107,12 @@ class Options:
                 hint="Options(fuse=False) keeps one loop nest per statement",
             )
         _check_tile(self.tile)
+        if self.gather not in GATHER_MODES:
+            raise OptionsError(
+                f"Options.gather must be one of {', '.join(map(repr, GATHER_MODES))}, "
+                f"got {self.gather!r}",
+                hint="Options(gather='full') rewrites every affine scatter as a gather",
+            )
 
 
 def _check_factor(field: str, value: object, limit: int = MAX_FACTOR) -> None:
@@ -133,4 +150,4 @@ def as_options(value: object) -> Options:
     )
 
 
-__all__ = ["AUTO", "MAX_FACTOR", "MAX_TILE", "Options", "as_options"]
+__all__ = ["AUTO", "GATHER_MODES", "MAX_FACTOR", "MAX_TILE", "Options", "as_options"]

@@ -135,7 +135,7 @@ def _gather(ranged: Any, ctx: PassContext) -> Any:
     from compiler.poly.gather import scatter_to_gather
     from compiler.poly.pad import pad_gathers
 
-    gathered = scatter_to_gather(ranged)
+    gathered = scatter_to_gather(ranged, mode=ctx.options.gather)
     # a gradient's clamped gathers read a padded copy (a new output: only where the
     # def's outputs are the gradient's, never a user's forward def)
     return pad_gathers(gathered) if ctx.grad else gathered
@@ -148,24 +148,18 @@ def _schedule(ranged: Any, ctx: PassContext) -> Any:
 
 
 def _lower(sched: Any, ctx: PassContext) -> Any:
-    """The loops, with a note per data-dependent scatter (those run serially)."""
+    """The loops, with a note per statement that is still a scatter (how it runs)."""
     import dataclasses
 
-    from compiler.frontend.printer import print_stmt
     from compiler.loops.fuse import fuse
     from compiler.loops.keep_terms import keep_terms
     from compiler.poly.astgen import lower_schedule
-    from compiler.poly.gather import remaining_scatters
+    from compiler.poly.schedule import scatter_notes
 
     lowered = lower_schedule(sched)
     if ctx.options.fuse:
         lowered = dataclasses.replace(lowered, function=keep_terms(fuse(lowered.function)))
-    stmts = sched.ranged.checked.definition.stmts
-    notes = tuple(
-        f"statement {k} ({print_stmt(stmts[k]).strip()}): serial: data-dependent scatter"
-        for k in remaining_scatters(sched.ranged)
-    )
-    return dataclasses.replace(lowered, notes=notes)
+    return dataclasses.replace(lowered, notes=scatter_notes(sched))
 
 
 def _codegen(lowered: Any, ctx: PassContext) -> Any:

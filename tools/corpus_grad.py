@@ -39,8 +39,9 @@ Judging (tools.corpus): a def with no float input, or whose gradient autodiff re
 with a TCError ("cannot differentiate ..."), has no gradient: the stage is skipped
 with the reason (`NotApplicable`). A failed check raises `GradcheckError`; an affine
 scatter left after the gather pass (only data-dependent ones may remain, and those the
-pass kept at its isl budget, with a `GatherBudgetWarning`, reported as such) raises
-`InternalError`; both are unexpected.
+pass kept at its isl budget, with a `GatherBudgetWarning`, or as a partial scatter
+under the CPU's default `Options.gather`, reported as such) raises `InternalError`;
+both are unexpected.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class Scatter:
     statement: str
     data_dependent: bool
     budget: bool = False  # affine, kept by the gather pass at its isl budget (serial)
+    partial: bool = False  # affine, a partial scatter (parallel over its plain variables)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,16 +278,21 @@ def _scatters(grad_ranged: Any, gave_up: Sequence[str] = ()) -> tuple[Scatter, .
     """The gradient's remaining scatters; raise unless each is data-dependent or one
     the gather pass kept at its isl budget (named in `gave_up`)."""
     from compiler.frontend.printer import print_expr, print_stmt
+    from compiler.options import Options
     from compiler.poly.gather import WriteKind, remaining_scatters, write_kind
+    from compiler.poly.partial import keep_partial
 
     found = []
+    params = grad_ranged.checked.size_params
     for k in remaining_scatters(grad_ranged):
         facts = grad_ranged.checked.stmts[k]
         dependent = write_kind(facts) is WriteKind.DATA_DEPENDENT
         lhs = f"`{print_expr(facts.stmt.lhs)} {facts.stmt.op.value} ...`"
         kept = not dependent and any(lhs in message for message in gave_up)
-        found.append(Scatter(print_stmt(grad_ranged.checked.definition.stmts[k]), dependent, kept))
-    affine = [s.statement for s in found if not s.data_dependent and not s.budget]
+        partial = not dependent and not kept and keep_partial(facts, params, Options().gather)
+        text = print_stmt(grad_ranged.checked.definition.stmts[k])
+        found.append(Scatter(text, dependent, kept, partial))
+    affine = [s.statement for s in found if not s.data_dependent and not s.budget and not s.partial]
     if affine:
         raise InternalError(
             f"{len(affine)} affine scatter(s) remain after the gather pass: {affine[0]}"
@@ -511,6 +518,8 @@ def format_gradients(results: Sequence[Any]) -> str:
 def _scatter_kind(sc: Scatter) -> str:
     if sc.data_dependent:
         return "data-dependent"
+    if sc.partial:
+        return "affine, a partial scatter (parallel over its plain variables)"
     return (
         "affine, kept at the gather pass's isl budget (serial)"
         if sc.budget

@@ -5,9 +5,10 @@ Requires: a `RangedDef` (every variable of every statement has a `where` range).
 Ensures:  `scatter_to_gather` returns a `RangedDef` (checked again; its printed text
           also passes range inference, which tests confirm) in which
           every statement's left-hand side is distinct plain index variables, except
-          data-dependent scatters (`E_grad(idx(i), d) += ...`), which stay as they
-          are: `remaining_scatters` lists them, and a backend must run them with
-          atomics or serially. A def with nothing to rewrite is returned as is (the
+          data-dependent scatters (`E_grad(idx(i), d) += ...`) and, unless
+          `mode="full"` (the default), the partial scatters it keeps (below), which
+          stay as they are: `remaining_scatters` lists them; a backend runs them with
+          atomics, serially, or (partial ones) in parallel over their plain variables. A def with nothing to rewrite is returned as is (the
           same object). The pass is pure.
 
 Worked example (conv input gradient)::
@@ -44,9 +45,18 @@ undefined).
 
 Budget: isl's work on one statement is capped (`max_operations`, isl's
 `isl_ctx_set_max_operations`; default `MAX_OPERATIONS`). Past it the statement is kept
-as the scatter it was -- scheduled serially, still correct -- with a
-`GatherBudgetWarning` that says so; a few pathological strided subscripts
-(`2 * h + 3 * w + kh`) would otherwise keep isl busy for minutes.
+as the scatter it was -- scheduled in parallel over its plain left-hand-side variables
+only (`poly.partial`), or serially, still correct -- with a `GatherBudgetWarning` that
+says so; a few pathological strided subscripts (`2 * h + 3 * w + kh`) would otherwise
+keep isl busy for minutes (with `mode="auto"`, the CPU default, such a scatter is not
+even tried: it is a partial scatter).
+
+Partial scatters (`mode`, `Options.gather`; `compiler/poly/partial.py`): with
+`mode="auto"` a reduction scatter whose left-hand side has plain variables (`n`, `c`
+of `I_grad(n, c, 2 * h + kh, 2 * w + kw)`) and whose gather would need divisibility
+reasoning (a stride, a dilation, a floor division) is left as it is; the schedule runs
+it in parallel over the plain variables. The GPU lowering always asks for the full
+gather (one thread per output element).
 """
 
 from __future__ import annotations
@@ -85,6 +95,7 @@ from compiler.poly.accesses import lets_of
 from compiler.poly.build import domain_of, reads_in_bounds
 from compiler.poly.invert import Inexpressible, Piece, choose_inner, invert, schedule_of
 from compiler.poly.isl_bridge import StmtSpace, condition_of, expr_to_aff
+from compiler.poly.partial import keep_partial
 
 # isl operations allowed per statement: the gathers of the test suite and the corpus
 # need well under a tenth of it (tests/poly/test_gather_budget.py).
@@ -120,24 +131,41 @@ def write_kind(facts: StmtFacts) -> WriteKind:
 
 def remaining_scatters(ranged: RangedDef) -> tuple[int, ...]:
     """Indices of the statements that are still scatters: after `scatter_to_gather`,
-    only data-dependent ones, which need atomic updates or a serial loop."""
+    only data-dependent ones, which need atomic updates or a serial loop (and, with
+    `mode="auto"` or `"partial"`, the partial scatters, which run parallel over their plain
+    variables: `poly.partial`)."""
     return tuple(
         k for k, f in enumerate(ranged.checked.stmts) if write_kind(f) is not WriteKind.GATHER
     )
 
 
-def scatter_to_gather(ranged: RangedDef, max_operations: int | None = None) -> RangedDef:
+def scatter_to_gather(
+    ranged: RangedDef, max_operations: int | None = None, *, mode: str = "full"
+) -> RangedDef:
     """Rewrite every affine scatter of `ranged` as a gather (see the module doc); a
     statement that needs more than `max_operations` isl operations (default
-    `MAX_OPERATIONS`; 0: no limit) stays a scatter, with a `GatherBudgetWarning`."""
+    `MAX_OPERATIONS`; 0: no limit) stays a scatter, with a `GatherBudgetWarning`.
+    `mode` (`Options.gather` of the CPU target): "full" gathers every affine scatter;
+    "auto" keeps as a scatter each one that `poly.partial.keep_partial` picks (plain
+    variables, and a gather that would need divisibility: strides, dilations);
+    "partial" keeps every reduction scatter with plain variables. The schedule runs a
+    kept scatter in parallel over its plain variables."""
     budget = MAX_OPERATIONS if max_operations is None else max_operations
     checked = ranged.checked
-    if all(write_kind(f) is not WriteKind.SCATTER for f in checked.stmts):
+    params = checked.size_params
+    kept = {
+        k
+        for k, f in enumerate(checked.stmts)
+        if write_kind(f) is WriteKind.SCATTER and keep_partial(f, params, mode)
+    }
+    if all(
+        write_kind(f) is not WriteKind.SCATTER or k in kept for k, f in enumerate(checked.stmts)
+    ):
         return ranged
     stmts: list[Stmt] = []
     initialised: set[str] = set()  # outputs that got an explicit initialisation
-    for stmt, facts in zip(checked.definition.stmts, checked.stmts, strict=True):
-        if write_kind(facts) is WriteKind.SCATTER:
+    for k, (stmt, facts) in enumerate(zip(checked.definition.stmts, checked.stmts, strict=True)):
+        if write_kind(facts) is WriteKind.SCATTER and k not in kept:
             try:
                 new = _budgeted(_gather, budget, dataclasses.replace(facts, stmt=stmt), ranged)
             except _OutOfBudget:
@@ -145,7 +173,8 @@ def scatter_to_gather(ranged: RangedDef, max_operations: int | None = None) -> R
                     f"the scatter -> gather pass gave up on `{print_expr(stmt.lhs)} "
                     f"{stmt.op.value} ...` "
                     f"after {budget} isl operations: it stays a scatter, which runs "
-                    "serially (correct, but not parallel)",
+                    "serially, or in parallel over its plain variables only (correct, "
+                    "but less parallel)",
                     GatherBudgetWarning,
                     stacklevel=2,
                 )

@@ -12,8 +12,11 @@ per loop nest, in execution order, each with its isl domain and two bands:
   reduction variables. When the left-hand side is injective in its variables (isl
   decides: true for plain distinct variables), every output element is owned by one
   outer iteration: the outer band is parallel and a reduction accumulates in a
-  register. A scatter (`I_grad(h + kh) += ...`) is scheduled with all loops serial
-  (`compiler/poly/gather.py` is the pass that turns scatters into gathers first);
+  register. An affine scatter (`I_grad(n, 2 * h + kh) += ...`) runs in parallel over
+  its plain left-hand-side variables (`n`), every other loop sequential inside,
+  accumulating in memory (`compiler/poly/partial.py` gives the order); one without
+  plain variables runs serially (`compiler/poly/gather.py` turns most scatters into
+  gathers first);
 - a data-dependent scatter (`E_grad(idx(b), d) +=! ...`, `PolyStmt.nonaffine_write`)
   runs serially, after an `Init` nest over the whole box when it is `op!`; its store
   indices are checked at run time (`write_checks`), as are the reads in its subscripts;
@@ -46,12 +49,15 @@ import islpy as isl
 
 from compiler.frontend.ast import Access, Expr, Let, Var
 from compiler.frontend.checked import RangedDef, StmtFacts
+from compiler.frontend.printer import print_stmt
 from compiler.frontend.scopes import children
 from compiler.options import Options
 from compiler.poly.aliasing import AliasCheck, alias_check
 from compiler.poly.build import PolyStmt, build_statements, tensor_extents
 from compiler.poly.cpu_model import choose_order, literal_order
+from compiler.poly.gather import WriteKind, write_kind
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff, params_space
+from compiler.poly.partial import partial_order, plain_vars
 from compiler.poly.tiling import choose_tiles
 
 
@@ -155,8 +161,16 @@ def _nests_of(
     # order only the data decides: it runs serially (never parallel, never in a register).
     injective = poly.nonaffine_write is None and _lhs_injective(poly)
     self_reads = list(_self_reads(facts))
-    order = choose_order(facts, params, options, injective=injective, self_reads=bool(self_reads))
-    tiles = choose_tiles(facts, order, options)
+    # an affine scatter runs in parallel over its plain variables (poly.partial)
+    partial = not injective and poly.nonaffine_write is None and bool(plain_vars(facts))
+    if partial:
+        order = partial_order(facts, params)
+        tiles: tuple[int, ...] = ()
+    else:
+        order = choose_order(
+            facts, params, options, injective=injective, self_reads=bool(self_reads)
+        )
+        tiles = choose_tiles(facts, order, options)
     if order.innermost and not order.outer and not tiles:
         order = literal_order(facts)  # an untiled column reduction would run serially
     accumulate = injective and stmt.op.is_reduction and order.register
@@ -173,7 +187,7 @@ def _nests_of(
         order.inner,
         # A snapshot is taken inside the nest, so each thread would copy an output
         # that other threads may already be writing: such a statement runs serially.
-        parallel=injective and bool(order.outer or tiles) and not snapshot,
+        parallel=(injective or partial) and bool(order.outer or tiles) and not snapshot,
         accumulate=accumulate,
         snapshot=snapshot,
         unproven=unproven_reads(poly, facts, extents, params, context),
@@ -202,6 +216,27 @@ def _nests_of(
         NestKind.INIT, poly.index, facts, box, _init_names(facts, params), (), parallel=True
     )
     return [init, main]
+
+
+def scatter_notes(sched: Schedule) -> tuple[str, ...]:
+    """One line per statement that is still a scatter after the gather pass, saying
+    how it runs: in parallel over its plain variables (a partial scatter), or serially
+    (a data-dependent scatter; an affine one without plain variables)."""
+    stmts = sched.ranged.checked.definition.stmts
+    parallel = {n.index: n.outer for n in sched.nests if n.kind is NestKind.STMT and n.parallel}
+    notes = []
+    for k, facts in enumerate(sched.ranged.checked.stmts):
+        kind = write_kind(facts)
+        if kind is WriteKind.GATHER:
+            continue
+        if k in parallel:
+            how = f"partial scatter: parallel over {', '.join(parallel[k])} only"
+        elif kind is WriteKind.DATA_DEPENDENT:
+            how = "serial: data-dependent scatter"
+        else:
+            how = "serial: affine scatter"
+        notes.append(f"statement {k} ({print_stmt(stmts[k]).strip()}): {how}")
+    return tuple(notes)
 
 
 def _lhs_injective(poly: PolyStmt) -> bool:
@@ -342,6 +377,7 @@ __all__ = [
     "NestKind",
     "Schedule",
     "init_domain",
+    "scatter_notes",
     "schedule",
     "size_context",
     "tensor_extents",

@@ -19,6 +19,9 @@ Entries (CPU `Options`, see `compiler/options.py` for what each field means):
 - `tile`: None (the model), () (no tiling) or one size per loop of the deepest nest,
   each 1 (untiled) or a power of two up to the largest size parameter;
 - `fuse`: True or False (loop fusion, `compiler/loops/fuse.py`).
+- `register_tile`: None (the model), 1 (off) or 8, 16, 32 lanes;
+- `gather`: "auto" or "partial" (every reduction scatter with plain variables as a
+  partial scatter); not "full", whose gathers of strided scatters cost seconds of isl.
 
 Every value an entry produces is valid for its field (Options' own checks pass), so a
 sampled candidate never fails at construction; whether it helps is for the timing.
@@ -153,6 +156,8 @@ FIELDS: dict[str, dict[str, FieldSpace]] = {
         "tile": TileSpace(),
         "register_tile": Choice(lambda ctx: (None, 1, 8, 16, 32)),
         "fuse": Choice(lambda ctx: (True, False)),
+        # not "full": a strided scatter's full gather can keep isl busy for seconds
+        "gather": Choice(lambda ctx: (AUTO, "partial")),
     },
 }
 

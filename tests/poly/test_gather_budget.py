@@ -57,7 +57,9 @@ def test_kept_scatter_computes_the_same_gradient(monkeypatch: pytest.MonkeyPatch
 
 @pytest.mark.skipif(not WEIRD.exists(), reason="the shared TC corpus is not present")
 def test_pathological_strided_gradient_does_not_hang() -> None:
-    # minutes without the budget; a few seconds with it (the timeout only guards a hang)
+    # minutes without the budget; a few seconds with it (the timeout only guards a
+    # hang). On the CPU (Options.gather="auto") the strided scatter is a partial
+    # scatter: the gather is not even tried, so no warning.
     result = subprocess.run(
         [sys.executable, "-m", "compiler", "compile", str(WEIRD), "--grad"],
         cwd=ROOT,
@@ -67,4 +69,5 @@ def test_pathological_strided_gradient_does_not_hang() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "def fun_grad" in result.stdout
-    assert "tcc: warning: the scatter -> gather pass gave up on `input_grad(" in result.stderr
+    assert "input_grad(b, ip, 2 * h + 3 * w + kh, 2 * w + kw) +=!" in result.stdout
+    assert "gave up" not in result.stderr

@@ -1,0 +1,202 @@
+"""Partial scatters: an affine scatter run in parallel over its plain variables.
+
+Requires: a ranged statement's `StmtFacts` (every variable has a `where` range) and
+the def's size parameters.
+Ensures:  `plain_vars(facts)` are the left-hand-side variables that appear alone as
+a whole subscript and in no other subscript; distinct values of them write distinct
+elements, so a scatter is race-free when run in parallel over them, every other loop
+sequential inside each parallel iteration, accumulating into the output in memory
+(no atomics, no gather). `needs_divisibility(facts, params)` says whether the gather
+of a scatter would need divisibility reasoning: some other subscript has a variable
+with a coefficient other than 0 and +-1 (a stride or a dilation: `2 * h + kh`,
+`h + 2 * kh`) or a floor division / modulo. `keep_partial(facts, params)` is the cost
+rule of the gather pass (`poly.gather.scatter_to_gather(..., mode="auto")`,
+`Options.gather`): a reduction (`+=`, `*=`, `min=`, `max=`, with or without `!`) with plain variables whose
+gather needs divisibility stays a partial scatter. `partial_order(facts, params)` is
+the loop order the schedule gives it.
+
+Why (measured, tracker issue 11, `examples/strided_conv.tc`'s gradient): the exact
+gather of `I_grad(n, c, 2 * h + kh, 2 * w + kw) += ...` has floor-divided ranges
+(`h in max(0, y - (y + KH + 1) / 2 + 1):min(..., y / 2 + 1)`) that isl's scheduling
+and AST generation split into many cases with guards in inner loops: 13 s of compile
+time and a slow nest; the partial scatter's domain is a box.
+
+Loop order of a partial scatter (`partial_order`, a `cpu_model.LoopOrder` in memory
+form): the plain variables outermost, in left-hand-side order (the parallel band),
+then every other variable, sequential: the reduction variables first, then the
+left-hand-side ones by the first subscript that uses them, and last the *inner*
+variable: the variable of the last subscript that is not short (a window), then with
+the largest coefficient (`w` of `2 * w + kw`: its reads are unit stride; `w`, not
+`kw`, of a dilation's `w + 2 * kw`). Jams (`poly.jam`): the last reduction variable,
+when it is not short, by `cpu_model.BLOCK` (consecutive contributions to one element
+share its load and store), and, when the inner variable's coefficient is a stride
+2..`MAX_STRIDE`, the last unit-coefficient variable of that subscript (the window
+`kw`) by the stride, so one iteration stores a full group of consecutive elements
+(`2 * w + kw`, `2 * w + kw + 1`), which LLVM vectorises as interleaved accesses.
+Jamming `kw` by the stride never reorders the contributions to one element (two
+instances of a jam group differ in `kw` by less than the stride, so they write
+different elements); jamming the reduction variable does. Each element receives its
+contributions in an order fixed by the loops (sequential per element), so the
+result is deterministic; it may differ from the scatter's literal order in the last
+bits (`float` addition is not associative), like any gather's. Measured (one
+thread, `tools/bench`'s stride-2 case, `I_grad` alone): 6.0 ms unjammed, 3.5 with
+`kw` jammed, 1.45 with both jams; the exact gather took 5.8.
+
+Worked example: `I_grad(n, c, 2 * h + kh, 2 * w + kw) +=! O_grad(n, m, h, w) *
+W1(m, c, kh, kw)`: plain `(n, c)`; order `n, c | m, h, kh, kw, w`, parallel over `n`,
+jams `m` by 4 and `kw` by 2.
+"""
+
+from __future__ import annotations
+
+import islpy as isl
+
+from compiler.frontend.ast import Access, AssignOp, Expr, Let, Var
+from compiler.frontend.checked import StmtFacts
+from compiler.frontend.scopes import walk
+from compiler.options import GATHER_MODES
+from compiler.poly.cpu_model import BLOCK, MAX_STRIDE, LoopOrder, short
+from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff
+
+MODES = GATHER_MODES  # keep_partial's modes: Options.gather's values
+
+
+def plain_vars(facts: StmtFacts) -> tuple[str, ...]:
+    """The left-hand-side variables that are a whole subscript and occur in no other
+    subscript, in left-hand-side order."""
+    args = facts.stmt.lhs.args
+    lets = _lets(facts)
+    found: list[str] = []
+    for k, arg in enumerate(args):
+        if not (isinstance(arg, Var) and arg.name in facts.index_vars):
+            continue
+        name = arg.name
+        if any(_mentions(a, name, lets) for j, a in enumerate(args) if j != k):
+            continue
+        found.append(name)
+    return tuple(found)
+
+
+def needs_divisibility(facts: StmtFacts, params: tuple[str, ...]) -> bool:
+    """Whether some subscript that is not a plain variable is not affine with unit
+    coefficients (see the module doc); a non-affine subscript counts too."""
+    plain = set(plain_vars(facts))
+    space = StmtSpace(facts.all_vars, params)
+    lets = _lets(facts)
+    for arg in facts.stmt.lhs.args:
+        if isinstance(arg, Var) and arg.name in plain:
+            continue
+        aff = _affine(arg, space, lets)
+        if aff is None:
+            return True
+        for pos in range(len(space.vars)):
+            c = aff.get_coefficient_val(isl.dim_type.in_, pos).to_python()
+            if c not in (0, 1, -1):
+                return True
+    return False
+
+
+def keep_partial(facts: StmtFacts, params: tuple[str, ...], mode: str = "auto") -> bool:
+    """The gather pass's cost rule (module doc): keep this scatter as a partial
+    scatter. `mode` "full": never (gather it); "partial": whenever it is an affine
+    reduction with plain variables; "auto": when, besides, its gather needs
+    divisibility."""
+    if mode not in MODES:
+        raise ValueError(f"gather mode {mode!r} is not one of {MODES}")
+    stmt = facts.stmt
+    if mode == "full":
+        return False
+    if stmt.op is AssignOp.ASSIGN or not stmt.op.is_reduction:
+        return False
+    if any(isinstance(n, Access) for a in stmt.lhs.args for n in walk(a)):
+        return False  # data-dependent: not this rule's business
+    if not plain_vars(facts):
+        return False
+    return mode == "partial" or needs_divisibility(facts, params)
+
+
+def partial_order(facts: StmtFacts, params: tuple[str, ...]) -> LoopOrder:
+    """The loop order of a partial scatter (module doc): the plain variables as the
+    (parallel) outer band, every other variable in the inner band, and the jams."""
+    plain = plain_vars(facts)
+    rest = [v for v in facts.all_vars if v not in plain]
+    space = StmtSpace(facts.all_vars, params)
+    coeffs = _last_coefficients(facts, space, rest)
+    inner = _inner_var(facts, coeffs)
+    lets = _lets(facts)
+    args = facts.stmt.lhs.args
+
+    def depth(v: str) -> int:
+        """The first subscript that uses `v` (reduction variables: before any)."""
+        for k, a in enumerate(args):
+            if _mentions(a, v, lets):
+                return k + 1
+        return 0
+
+    ordered = sorted((v for v in rest if v != inner), key=lambda v: (depth(v), rest.index(v)))
+    if inner is not None:
+        ordered.append(inner)
+    jams: list[tuple[str, int]] = []
+    reductions = [v for v in facts.reduction_vars if v in ordered]
+    if reductions and not short(facts, reductions[-1]):
+        jams.append((reductions[-1], BLOCK))
+    stride = abs(coeffs.get(inner, 0)) if inner is not None else 0
+    if 2 <= stride <= MAX_STRIDE:
+        windows = [v for v in ordered if v != inner and abs(coeffs.get(v, 0)) == 1]
+        if windows:
+            jams.append((windows[-1], stride))
+    return LoopOrder(plain, tuple(ordered), register=False, jams=tuple(jams))
+
+
+def _last_coefficients(facts: StmtFacts, space: StmtSpace, rest: list[str]) -> dict[str, int]:
+    """The coefficients of `rest` in the last subscript ({} if it is not affine)."""
+    aff = _affine(facts.stmt.lhs.args[-1], space, _lets(facts))
+    if aff is None:
+        return {}
+    found = {}
+    for v in rest:
+        c = int(aff.get_coefficient_val(isl.dim_type.in_, space.pos(v)).to_python())
+        if c:
+            found[v] = c
+    return found
+
+
+def _inner_var(facts: StmtFacts, coeffs: dict[str, int]) -> str | None:
+    """The variable of the last subscript that is not short (`cpu_model.short`: a
+    window), then with the largest coefficient (ties: the later one)."""
+    best, best_key = None, (False, 0)
+    for v, c in coeffs.items():
+        key = (not short(facts, v), abs(c))
+        if key >= best_key:
+            best, best_key = v, key
+    return best
+
+
+def _affine(e: Expr, space: StmtSpace, lets: dict[str, Expr]) -> isl.Aff | None:
+    """`e` as one affine function without floor divisions, or None."""
+    try:
+        pw = expr_to_aff(e, space, lets)
+    except NotAffine:
+        return None
+    affs: list[isl.Aff] = []
+    pw.foreach_piece(lambda _set, aff: affs.append(aff))
+    if len(affs) != 1 or affs[0].dim(isl.dim_type.div) > 0:
+        return None
+    return affs[0]
+
+
+def _lets(facts: StmtFacts) -> dict[str, Expr]:
+    return {c.name: c.value for c in facts.stmt.where if isinstance(c, Let)}
+
+
+def _mentions(e: Expr, v: str, lets: dict[str, Expr]) -> bool:
+    for node in walk(e):
+        if isinstance(node, Var):
+            if node.name == v:
+                return True
+            if node.name in lets and _mentions(lets[node.name], v, lets):
+                return True
+    return False
+
+
+__all__ = ["MODES", "keep_partial", "needs_divisibility", "partial_order", "plain_vars"]
