@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 from compiler.frontend.ast import Access, Binary, BinOp, Const, Expr, RangeConstraint, Var
 from compiler.frontend.checked import StmtFacts
-from compiler.frontend.scopes import children
 from compiler.frontend.types import ScalarType
+from compiler.frontend.visit import walk
 from compiler.poly.cpu_model import LoopOrder, short
 
 ALIAS_BYTES = 1024  # a stride multiple of this many bytes maps to at most 4 set groups
@@ -77,23 +77,11 @@ def _extent(facts: StmtFacts, v: str) -> Expr | None:
 
 
 def _reads(e: Expr) -> list[Access]:
-    found, stack = [], [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, Access):
-            found.append(x)
-        stack.extend(children(x))
-    return found
+    return [x for x in walk(e) if isinstance(x, Access)]
 
 
 def _mentions(e: Expr, v: str) -> bool:
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, Var) and x.name == v:
-            return True
-        stack.extend(children(x))
-    return False
+    return any(isinstance(x, Var) and x.name == v for x in walk(e))
 
 
 __all__ = ["ALIAS_BYTES", "AliasCheck", "alias_check"]

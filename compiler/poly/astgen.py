@@ -108,9 +108,7 @@ def _lower_nest(sched: Schedule, nest: Nest, state: _State) -> L.Stmt:
         windows = L.Bin(L.BinOp.MUL, windows, bound_to_loops(w))
     size = const(state.buffers[check.tensor].dtype.np.itemsize, I64)
     stride = L.Bin(L.BinOp.MUL, bound_to_loops(check.stride), size)
-    aliases = L.Bin(
-        L.BinOp.EQ, L.Mod(stride, const(ALIAS_BYTES, I64)), const(0, I64)
-    )
+    aliases = L.Bin(L.BinOp.EQ, L.Mod(stride, const(ALIAS_BYTES, I64)), const(0, I64))
     cond = L.Bin(L.BinOp.AND, L.Bin(L.BinOp.GT, windows, const(1, I64)), aliases)
     return L.If(cond, literal, body)
 

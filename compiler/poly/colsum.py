@@ -78,9 +78,7 @@ class _Strips(L.Mutator):
                     L.Store(
                         self.target,
                         element,
-                        L.Bin(
-                            L.BinOp.ADD, L.Load(self.target, element), L.Load(buffer, local)
-                        ),
+                        L.Bin(L.BinOp.ADD, L.Load(self.target, element), L.Load(buffer, local)),
                     ),
                     L.Store(buffer, local, L.Const(0.0, self.target.dtype)),
                 )
@@ -99,7 +97,11 @@ class _ToStrip(L.Mutator):
     other use of `S`."""
 
     def __init__(
-        self, target: L.Buffer, strip: L.Buffer, index: tuple[L.Expr, ...], local: tuple[L.Expr, ...]
+        self,
+        target: L.Buffer,
+        strip: L.Buffer,
+        index: tuple[L.Expr, ...],
+        local: tuple[L.Expr, ...],
     ) -> None:
         self.target = target
         self.strip = strip

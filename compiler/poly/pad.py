@@ -54,7 +54,7 @@ from compiler.frontend.ast import (
 from compiler.frontend.check import check_def
 from compiler.frontend.checked import Bound, RangedDef, StmtFacts
 from compiler.frontend.printer import print_def
-from compiler.frontend.scopes import children
+from compiler.frontend.visit import walk
 from compiler.poly.isl_bridge import (
     NotAffine,
     StmtSpace,
@@ -91,7 +91,9 @@ def pad_gathers(ranged: RangedDef) -> RangedDef:
     try:
         rechecked = check_def(definition)
     except TCError as e:
-        raise InternalError(f"the padded gather does not check:\n{print_def(definition)}\n{e}") from e
+        raise InternalError(
+            f"the padded gather does not check:\n{print_def(definition)}\n{e}"
+        ) from e
     return RangedDef(rechecked, tuple(bounds), ranged.warnings)
 
 
@@ -120,12 +122,17 @@ class _Padding:
         copy = Stmt(lhs, AssignOp.PLUS_INIT, Access(self.read.name, index), where)
         padded_read = Access(
             name,
-            tuple(_add(a, self.pads[d][0]) if d in self.pads else a for d, a in enumerate(self.read.args)),
+            tuple(
+                _add(a, self.pads[d][0]) if d in self.pads else a
+                for d, a in enumerate(self.read.args)
+            ),
         )
         rhs = _replace(self.stmt.rhs, self.read, padded_read)
         where2 = tuple(
             RangeConstraint(c.expr, *self.natural[c.expr.name])
-            if isinstance(c, RangeConstraint) and isinstance(c.expr, Var) and c.expr.name in self.natural
+            if isinstance(c, RangeConstraint)
+            and isinstance(c.expr, Var)
+            and c.expr.name in self.natural
             else c
             for c in self.stmt.where
         )
@@ -188,7 +195,9 @@ def _padding(facts: StmtFacts, ranged: RangedDef) -> _Padding | None:
         if any(e is None for e in other_extents):
             return None
         pads = _pads(facts, ranges, clamped, read, dims, extents, checked.size_params)
-        if pads is not None and not _in_bounds(facts, ranges, clamped, others, other_extents, checked.size_params):
+        if pads is not None and not _in_bounds(
+            facts, ranges, clamped, others, other_extents, checked.size_params
+        ):
             return None
     except NotAffine:
         return None
@@ -320,13 +329,7 @@ def _uses_compound(a: Access, r: str) -> bool:
 
 
 def _accesses(e: Expr) -> list[Access]:
-    found, stack = [], [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, Access):
-            found.append(x)
-        stack.extend(children(x))
-    return found
+    return [x for x in walk(e) if isinstance(x, Access)]
 
 
 def _mentions(e: Expr, v: str) -> bool:
@@ -334,13 +337,7 @@ def _mentions(e: Expr, v: str) -> bool:
 
 
 def _mentions_any(e: Expr, names: set[str]) -> bool:
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, Var) and x.name in names:
-            return True
-        stack.extend(children(x))
-    return False
+    return any(isinstance(x, Var) and x.name in names for x in walk(e))
 
 
 def _replace(e: Expr, old: Access, new: Access) -> Expr:

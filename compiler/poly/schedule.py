@@ -200,9 +200,7 @@ def _nests_of(
     check = alias_check(facts, order, extents)
     if check is not None and not (main.unproven or main.write_checks):
         reduction = order.inner[-1]
-        jams = tuple(
-            (facts.reduction_vars[-1] if v == reduction else v, k) for v, k in order.jams
-        )
+        jams = tuple((facts.reduction_vars[-1] if v == reduction else v, k) for v, k in order.jams)
         literal = dataclasses.replace(main, inner=facts.reduction_vars, jams=jams)
         main = dataclasses.replace(main, alternative=literal, alias=check)
     if not stmt.op.init:

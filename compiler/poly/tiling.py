@@ -58,7 +58,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from compiler.frontend.checked import StmtFacts
-from compiler.options import AUTO, Options
+from compiler.options import Options
 from compiler.poly.cpu_model import LoopOrder, short
 
 OUTER = 32  # rows of the last output loop (the register-blocked one) per tile

@@ -109,3 +109,19 @@ def run_both(
     run_function(f, mine, sizes)
     compile_function(f)(theirs, sizes, threads=threads)
     return mine, theirs
+
+
+def find(node: object, kind: type) -> list:
+    """Every node of type `kind` in a loop-IR tree, in pre-order."""
+    from compiler import loops as L
+
+    found: list = []
+
+    class _V(L.Visitor):
+        def generic_visit(self, n: L.Node) -> None:
+            if isinstance(n, kind):
+                found.append(n)
+            super().generic_visit(n)
+
+    _V().visit(node)  # type: ignore[arg-type]
+    return found

@@ -18,6 +18,7 @@ from compiler.frontend.parser import parse
 from compiler.options import Options
 from compiler.poly.astgen import lower
 from compiler.poly.ranges import infer_ranges
+from tests.codegen.kit import find as _find
 
 
 def conv_source(stride: int, dilation: int, op: str = "+=!", name: str = "conv") -> str:
@@ -99,19 +100,6 @@ def test_forced_register_tile_on_matmul_with_cache_tiles(shape: tuple[int, int, 
 
 def _lowered(text: str, options: Options) -> L.Function:
     return lower(infer_ranges(check_def(parse(text).get())), options)
-
-
-def _find(s: L.Node, kind: type) -> list[L.Node]:
-    found: list[L.Node] = []
-
-    class _V(L.Visitor):
-        def generic_visit(self, node: L.Node) -> None:
-            if isinstance(node, kind):
-                found.append(node)
-            super().generic_visit(node)
-
-    _V().visit(s)
-    return found
 
 
 def test_the_full_tile_keeps_outputs_in_locals_without_guards() -> None:
@@ -207,12 +195,16 @@ def test_lane_loops_are_left_to_slp() -> None:
 def _reduction_orders(s: L.Node) -> set[tuple[str, ...]]:
     """Per tile loop `w` in `s`, the reduction loops inside it, outermost first."""
     tiles = [lp for lp in _find(s, L.For) if lp.var == "w" and lp.step > 1]
-    return {tuple(lp.var for lp in _find(t.body, L.For) if lp.var in ("c", "kh", "kw")) for t in tiles}
+    return {
+        tuple(lp.var for lp in _find(t.body, L.For) if lp.var in ("c", "kh", "kw")) for t in tiles
+    }
 
 
 def test_the_channel_loop_runs_innermost_with_the_literal_order_as_alternative() -> None:
     f = _lowered(conv_source(1, 1), Options())
-    (version,) = [s for s in _find(f.body, L.If) if s.otherwise is not None and _find(s.then, L.Local)]
+    (version,) = [
+        s for s in _find(f.body, L.If) if s.otherwise is not None and _find(s.then, L.Local)
+    ]
     assert _reduction_orders(version.then) == {("c", "kh", "kw")}  # when the planes alias
     assert _reduction_orders(version.otherwise) == {("kh", "kw", "c")}
 
@@ -229,6 +221,11 @@ def test_the_channel_loop_runs_innermost_with_the_literal_order_as_alternative()
 )
 def test_both_reduction_orders_match_the_reference(h: int, k: int, dtype: type) -> None:
     rng = np.random.default_rng(h * 10 + k)
-    text = conv_source(1, 1).replace("float(", "double(") if dtype is np.float64 else conv_source(1, 1)
-    arrays = [rng.standard_normal((2, 5, h, h)).astype(dtype), rng.standard_normal((7, 5, k, k)).astype(dtype)]
+    text = (
+        conv_source(1, 1).replace("float(", "double(") if dtype is np.float64 else conv_source(1, 1)
+    )
+    arrays = [
+        rng.standard_normal((2, 5, h, h)).astype(dtype),
+        rng.standard_normal((7, 5, k, k)).astype(dtype),
+    ]
     _check(text, arrays, Options())

@@ -23,6 +23,7 @@ from compiler.options import Options
 from compiler.poly.astgen import lower
 from compiler.poly.ranges import infer_ranges
 from compiler.poly.tiling import COLUMNS, OUTER, REDUCTION, ROWS
+from tests.codegen.kit import find as _find
 
 PROGRAMS = {
     "matmul": "def f(FT(M, K) A, FT(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
@@ -81,19 +82,6 @@ def test_tiled_equals_interp(
 def test_bad_tiles_are_options_errors(tile: object) -> None:
     with pytest.raises(OptionsError, match="Options.tile"):
         Options(tile=tile)  # type: ignore[arg-type]
-
-
-def _find(s: L.Node, kind: type) -> list:
-    found: list = []
-
-    class _V(L.Visitor):
-        def generic_visit(self, node: L.Node) -> None:
-            if isinstance(node, kind):
-                found.append(node)
-            super().generic_visit(node)
-
-    _V().visit(s)
-    return found
 
 
 def _loops(s: L.Node) -> list[L.For]:
@@ -165,7 +153,9 @@ def test_a_column_reduction_runs_in_parallel_strips_with_blocked_sums() -> None:
     assert [lp.var for lp in _loops(main)] == ["n_t", "m_t", "m", "n", "n"]
     assert isinstance(main, L.For) and main.kind is L.LoopKind.PARALLEL
     (alloc,) = [s for s in _find(main, L.Alloc)]
-    assert alloc.buffer.name == "S.strip" and alloc.buffer.shape == (L.Const(COLUMNS, L.DType.INT64),)
+    assert alloc.buffer.name == "S.strip" and alloc.buffer.shape == (
+        L.Const(COLUMNS, L.DType.INT64),
+    )
     n = _loops(main)[3]
     assert L.Bin(L.BinOp.MUL, L.Const(COLUMNS, L.DType.INT64), L.VarRef("n_t")) == n.lo
     m_t = _loops(main)[1]

@@ -14,6 +14,7 @@ from compiler.options import Options
 from compiler.pipeline import gradient
 from compiler.poly.astgen import lower
 from compiler.poly.pad import pad_gathers
+from tests.codegen.kit import find as _find
 
 CONV = (
     "def conv(double(N, C, H, W) I, double(M, C, KH, KW) W1) -> (O) {\n"
@@ -40,7 +41,9 @@ def test_the_padded_transposed_convolution_is_register_tiled() -> None:
     tiles = [
         lp
         for lp in _find(f.body, L.For)
-        if lp.var == "x" and lp.step == 16 and any(s.buffer.name == "I_grad" for s in _find(lp, L.Store))
+        if lp.var == "x"
+        and lp.step == 16
+        and any(s.buffer.name == "I_grad" for s in _find(lp, L.Store))
     ]
     assert tiles and all(_find(t.body, L.Local) for t in tiles)
 
@@ -50,7 +53,9 @@ def test_the_padded_transposed_convolution_is_register_tiled() -> None:
     [(1, 1, 1, 1, 1, 1, 1), (2, 3, 7, 6, 4, 3, 2), (2, 2, 5, 5, 3, 5, 5), (1, 2, 4, 11, 2, 4, 3),
      (2, 3, 9, 8, 2, 1, 1), (1, 1, 17, 3, 1, 2, 3)],
 )  # fmt: skip
-def test_conv_gradients_equal_torch(n: int, c: int, h: int, w: int, m: int, kh: int, kw: int) -> None:
+def test_conv_gradients_equal_torch(
+    n: int, c: int, h: int, w: int, m: int, kh: int, kw: int
+) -> None:
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(n + c + h + w + m + kh + kw)
     i, wt = rng.standard_normal((n, c, h, w)), rng.standard_normal((m, c, kh, kw))
@@ -79,7 +84,9 @@ def test_gradients_with_or_without_pads_equal_the_evaluators(src: str) -> None:
     k, ref = compiler.define(src), compiler.define(src, target="interp")
     (o,) = k(i, wt)
     g = rng.standard_normal(o.shape)
-    for a, b in zip(k.vjp(i, wt, grad_outputs=(g,)), ref.vjp(i, wt, grad_outputs=(g,)), strict=True):
+    for a, b in zip(
+        k.vjp(i, wt, grad_outputs=(g,)), ref.vjp(i, wt, grad_outputs=(g,)), strict=True
+    ):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
 
 
@@ -101,16 +108,3 @@ def test_a_forward_def_is_never_padded() -> None:
     (o,) = k(i, wt)
     want = [sum(i[y - kk] * wt[kk] for kk in range(2) if 0 <= y - kk < 5) for y in range(5)]
     np.testing.assert_allclose(o, want)
-
-
-def _find(s: L.Node, kind: type) -> list:
-    found: list = []
-
-    class _V(L.Visitor):
-        def generic_visit(self, node: L.Node) -> None:
-            if isinstance(node, kind):
-                found.append(node)
-            super().generic_visit(node)
-
-    _V().visit(s)
-    return found

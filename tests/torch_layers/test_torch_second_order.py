@@ -10,7 +10,6 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0)")
 
 import compiler.torch as tct  # noqa: E402
-from compiler import TCError  # noqa: E402
 
 SRC = "def cube(double(N) A, double(N) B) -> (O) { O(i) = A(i) * B(i) * A(i) }"
 
