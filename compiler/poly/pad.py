@@ -287,7 +287,10 @@ def _nonneg(pw: isl.PwAff, context: isl.Set) -> bool:
 
 
 def _extents(ranged: RangedDef, name: str) -> tuple[Expr, ...] | None:
-    for p in ranged.checked.definition.params:
+    """The declared shape of an input, or of an output that declares one (a
+    gradient's `<x>_grad_acc`)."""
+    definition = ranged.checked.definition
+    for p in (*definition.params, *definition.outputs):
         if p.name == name:
             return p.dims
     return None

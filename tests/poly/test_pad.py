@@ -108,3 +108,33 @@ def test_a_forward_def_is_never_padded() -> None:
     (o,) = k(i, wt)
     want = [sum(i[y - kk] * wt[kk] for kk in range(2) if 0 <= y - kk < 5) for y in range(5)]
     np.testing.assert_allclose(o, want)
+
+
+def test_an_accumulated_output_gradient_is_padded_too() -> None:
+    # T is read twice (T and O = T + Bias): its gradient is the output `T_grad_acc`,
+    # whose declared shape gives the pad's extent
+    torch = pytest.importorskip("torch")
+    src = (
+        "def cb(double(N, C, H, W) I, double(M, C, KH, KW) W1, double(M) Bias) -> (T, O) {\n"
+        "    T(n, m, h, w) +=! I(n, c, h + kh, w + kw) * W1(m, c, kh, kw)\n"
+        "    O(n, m, h, w) = T(n, m, h, w) + Bias(m)\n}"
+    )
+    assert "T_grad_acc_pad" in _grad_text(src)
+    rng = np.random.default_rng(11)
+    i, wt, b = (
+        rng.standard_normal((2, 3, 6, 7)),
+        rng.standard_normal((4, 3, 3, 2)),
+        rng.standard_normal(4),
+    )
+    k = compiler.define(src)
+    t, o = k(i, wt, b)
+    gt, go = rng.standard_normal(t.shape), rng.standard_normal(o.shape)
+    got = k.vjp(i, wt, b, grad_outputs=(gt, go))
+    ti, tw, tb = (torch.from_numpy(a).requires_grad_() for a in (i, wt, b))
+    tt = torch.conv2d(ti, tw)
+    (
+        (tt * torch.from_numpy(gt)).sum()
+        + ((tt + tb[None, :, None, None]) * torch.from_numpy(go)).sum()
+    ).backward()
+    for a, ref in zip(got, (ti, tw, tb), strict=True):
+        np.testing.assert_allclose(a, ref.grad.numpy(), rtol=1e-12, atol=1e-12)
