@@ -384,6 +384,15 @@ def children(node: Node) -> Iterator[Node]:
             yield from (v for v in value if isinstance(v, Node))
 
 
+def walk(node: Node) -> Iterator[Node]:
+    """`node` and every node below it, in pre-order (field order)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(list(children(n))))
+
+
 class Visitor:
     """Walks a tree; `visit_<Class>` methods override, `generic_visit` descends."""
 

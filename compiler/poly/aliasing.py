@@ -29,11 +29,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.frontend.ast import Access, Binary, BinOp, Const, Expr, RangeConstraint, Var
+from compiler.frontend.ast import Binary, BinOp, Const, Expr, Let, RangeConstraint, Var
 from compiler.frontend.checked import StmtFacts
 from compiler.frontend.types import ScalarType
-from compiler.frontend.visit import walk
-from compiler.poly.cpu_model import LoopOrder, short
+from compiler.poly.cpu_model import LoopOrder, mentions, short, stmt_reads
 
 ALIAS_BYTES = 1024  # a stride multiple of this many bytes maps to at most 4 set groups
 
@@ -55,11 +54,12 @@ def alias_check(
     windows = tuple(_extent(facts, v) for v in order.inner if short(facts, v))
     if not windows or any(w is None for w in windows):
         return None
-    for read in _reads(facts.stmt.rhs):
-        if not any(_mentions(a, j) for a in read.args):
+    lets = {w.name: w.value for w in facts.stmt.where if isinstance(w, Let)}
+    for read in stmt_reads(facts):
+        if not any(mentions(a, j, lets) for a in read.args):
             continue
-        dims = [k for k, a in enumerate(read.args) if _mentions(a, c)]
-        if len(dims) != 1 or not (isinstance(read.args[dims[0]], Var)):
+        dims = [k for k, a in enumerate(read.args) if mentions(a, c, lets)]
+        if len(dims) != 1 or not isinstance(read.args[dims[0]], Var):
             continue
         later = extents[read.name][dims[0] + 1 :]
         stride: Expr = Const(1, ScalarType.INT32)
@@ -74,14 +74,6 @@ def _extent(facts: StmtFacts, v: str) -> Expr | None:
         if isinstance(c, RangeConstraint) and isinstance(c.expr, Var) and c.expr.name == v:
             return Binary(BinOp.SUB, c.hi, c.lo)
     return None
-
-
-def _reads(e: Expr) -> list[Access]:
-    return [x for x in walk(e) if isinstance(x, Access)]
-
-
-def _mentions(e: Expr, v: str) -> bool:
-    return any(isinstance(x, Var) and x.name == v for x in walk(e))
 
 
 __all__ = ["ALIAS_BYTES", "AliasCheck", "alias_check"]

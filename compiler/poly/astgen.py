@@ -128,15 +128,14 @@ class _State:
 # ------------------------------------------------------------------ isl side
 
 
-def build_ast(nest: Nest, context: isl.Set) -> isl.AstNode:
+def build_ast(nest: Nest, context: isl.Set, tiled: TileBand | None) -> isl.AstNode:
     """isl's AST for one nest: bands from the schedule, iterators named after them
-    (a tiled nest gets its tile band first, `poly.tiling.tile_band`)."""
+    (a tiled nest gets its tile band `tiled` first, `tile_band_of`)."""
     domain = isl.UnionSet.from_set(nest.domain)
     sched = isl.Schedule.from_domain(domain)
     node = sched.get_root().child(0)
     names: tuple[str, ...] = ()
     outer = nest.outer
-    tiled = tile_band_of(nest)
     if tiled is not None:
         node = node.insert_partial_schedule(tiled.schedule).child(0)
         names = tiled.names
@@ -300,15 +299,15 @@ class _NestLowering:
         self.target = state.buffers[nest.target]
         self.acc: str | None = None  # the register accumulator inside a `reduce` mark
         self.buffers: Mapping[str, L.Buffer] = state.buffers
-        tiled = tile_band_of(nest)
+        self.band = tile_band_of(nest)
         # the loops a parallel nest may split: its outer band, or its tile band's first
-        self.parallel_vars = set(nest.outer) if tiled is None else {tiled.parallel}
+        self.parallel_vars = set(nest.outer) if self.band is None else {self.band.parallel}
         if nest.snapshot:
             old = L.Buffer(f"{nest.target}.old", self.target.dtype, self.target.shape, L.Role.TEMP)
             self.buffers = {**state.buffers, nest.target: old}
 
     def run(self) -> L.Stmt:
-        body = self._node(build_ast(self.nest, self.sched.context), False)
+        body = self._node(build_ast(self.nest, self.sched.context, self.band), False)
         # jams would change which failed check comes first
         if not (self.nest.unproven or self.nest.write_checks):
             for var, factor in self.nest.jams:
@@ -320,17 +319,24 @@ class _NestLowering:
                 whole = stmt.op.init and not self.nest.tiles
                 start = identity(stmt.op, self.target.dtype) if whole else None
                 body = register_tile(body, self.nest.innermost[0], first, self.nest.lanes, start)
-            band = tile_band_of(self.nest)
-            sums = self.facts.stmt.op in (AssignOp.PLUS, AssignOp.PLUS_INIT)
-            if not self.nest.outer and band is not None and len(band.names) == 2 and sums:
-                if self.target.dtype.is_float:  # a column reduction (poly.colsum)
-                    strip, rows = band.names
-                    j = self.nest.innermost[0]
-                    body = block_column_sums(body, self.target, strip, rows, j, self.nest.tiles[-1])
+            if self._blocked_columns():
+                strip, rows = self.band.names  # type: ignore[union-attr]
+                j, width = self.nest.innermost[0], self.nest.tiles[-1]
+                body = block_column_sums(body, self.target, strip, rows, j, width)
         if not self.nest.snapshot:
             return body
         old = self.buffers[self.nest.target]
         return L.Alloc(old, L.Block((copy_nest(self.target, old), body)))
+
+    def _blocked_columns(self) -> bool:
+        """A float `+=` column reduction in strips and row blocks (`poly.colsum`)."""
+        return (
+            not self.nest.outer
+            and self.band is not None
+            and len(self.band.names) == 2
+            and self.facts.stmt.op in (AssignOp.PLUS, AssignOp.PLUS_INIT)
+            and self.target.dtype.is_float
+        )
 
     def _node(self, node: isl.AstNode, in_parallel: bool) -> L.Stmt:
         kind = node.get_type()

@@ -145,28 +145,11 @@ class _Replace(L.Mutator):
 
 
 def _loops(s: L.Node) -> list[L.For]:
-    found: list[L.For] = []
-
-    class _V(L.Visitor):
-        def visit_For(self, node: L.For) -> None:
-            found.append(node)
-            self.generic_visit(node)
-
-    _V().visit(s)
-    return found
+    return [n for n in L.walk(s) if isinstance(n, L.For)]
 
 
 def _reads(e: L.Expr, name: str) -> bool:
-    found = False
-
-    class _V(L.Visitor):
-        def visit_Load(self, node: L.Load) -> None:
-            nonlocal found
-            found = found or node.buffer.name == name
-            self.generic_visit(node)
-
-    _V().visit(e)
-    return found
+    return any(isinstance(n, L.Load) and n.buffer.name == name for n in L.walk(e))
 
 
 __all__ = ["block_column_sums"]

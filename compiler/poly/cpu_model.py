@@ -106,7 +106,7 @@ def choose_order(
         return literal
     space = StmtSpace(facts.all_vars, params)
     lets = {c.name: c.value for c in facts.stmt.where if isinstance(c, Let)}
-    reads = list(_reads(facts))
+    reads = list(stmt_reads(facts))
     lanes = options.register_tile
     if lanes is None:  # the model: convolution-like nests only (module doc)
         # (not for a column reduction: its strips sum in blocks, poly.colsum)
@@ -168,7 +168,7 @@ def _dot_tile(
     outer = [
         v
         for v in facts.index_vars
-        if not short(facts, v) and any(not _mentions(r, v, lets) for r in reads)
+        if not short(facts, v) and any(not mentions(r, v, lets) for r in reads)
     ][-2:]
     if len(outer) < 2:
         return literal  # one output row per loop: no read is shared between outputs
@@ -244,7 +244,7 @@ def _unit_stride_reads(
     count = 0
     pos = space.pos(v)
     for read in reads:
-        uses = [k for k, a in enumerate(read.args) if _mentions(a, v, lets)]
+        uses = [k for k, a in enumerate(read.args) if mentions(a, v, lets)]
         if not uses:
             continue
         if uses != [len(read.args) - 1]:
@@ -267,10 +267,10 @@ def _block_var(
     others: tuple[str, ...], j: str, reads: list[Access], space: StmtSpace, lets: dict[str, Expr]
 ) -> str | None:
     """The output variable that the most reads using `j` do not use (ties: the last)."""
-    using_j = [r for r in reads if any(_mentions(a, j, lets) for a in r.args)]
+    using_j = [r for r in reads if any(mentions(a, j, lets) for a in r.args)]
     best, best_count = None, 0
     for v in others:
-        count = sum(1 for r in using_j if not any(_mentions(a, v, lets) for a in r.args))
+        count = sum(1 for r in using_j if not any(mentions(a, v, lets) for a in r.args))
         if count >= best_count and count > 0:
             best, best_count = v, count
     return best
@@ -327,7 +327,7 @@ def _linear(e: Expr, opaque: bool = False) -> dict[str, int] | None:
     return {} if opaque else None
 
 
-def _mentions(e: Expr, v: str, lets: dict[str, Expr]) -> bool:
+def mentions(e: Expr, v: str, lets: dict[str, Expr]) -> bool:
     stack = [e]
     while stack:
         x = stack.pop()
@@ -340,7 +340,7 @@ def _mentions(e: Expr, v: str, lets: dict[str, Expr]) -> bool:
     return False
 
 
-def _reads(facts: StmtFacts) -> Iterator[Access]:
+def stmt_reads(facts: StmtFacts) -> Iterator[Access]:
     exprs: list[Expr] = [facts.stmt.rhs]
     exprs += [c.value for c in facts.stmt.where if isinstance(c, Let)]
     stack = list(exprs)
@@ -359,5 +359,7 @@ __all__ = [
     "choose_order",
     "literal_order",
     "long_innermost",
+    "mentions",
     "short",
+    "stmt_reads",
 ]

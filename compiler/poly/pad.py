@@ -166,7 +166,7 @@ def _padding(facts: StmtFacts, ranged: RangedDef) -> _Padding | None:
     factors = _factors(stmt.rhs)
     if factors is None:
         return None
-    reads = [a for a in _accesses(stmt.rhs)]
+    reads = _accesses(stmt.rhs)
     holders = {id(a) for a in reads for r in clamped if _uses_compound(a, r)}
     candidates = [a for a in reads if id(a) in holders]
     if len(candidates) != 1 or not any(f is candidates[0] for f in factors):
@@ -190,50 +190,67 @@ def _padding(facts: StmtFacts, ranged: RangedDef) -> _Padding | None:
         dims[d] = used[0]
     if set(dims.values()) != set(clamped):
         return None
+    other_extents = [_extents(ranged, a.name) for a in others]
+    if any(e is None for e in other_extents):
+        return None
     try:
-        other_extents = [_extents(ranged, a.name) for a in others]
-        if any(e is None for e in other_extents):
-            return None
-        pads = _pads(facts, ranges, clamped, read, dims, extents, checked.size_params)
-        if pads is not None and not _in_bounds(
-            facts, ranges, clamped, others, other_extents, checked.size_params
-        ):
+        domains = _Domains.of(facts, ranges, clamped, extents, checked.size_params)
+        pads = _pads(domains, read, dims, extents)
+        if pads is None or not _in_bounds(domains, others, other_extents):
             return None
     except NotAffine:
-        return None
-    if pads is None:
         return None
     return _Padding(stmt, read, tensor.dtype, extents, pads, clamped)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Domains:
+    """A statement's isl space, the sizes' context (with the padded read's extents
+    >= 0), its domain, and its domain with the clamped ranges unclamped."""
+
+    space: StmtSpace
+    context: isl.Set
+    domain: isl.Set
+    relaxed: isl.Set
+
+    @staticmethod
+    def of(
+        facts: StmtFacts,
+        ranges: dict[str, tuple[Expr, Expr]],
+        clamped: dict[str, tuple[Expr, Expr]],
+        extents: tuple[Expr, ...],
+        params: tuple[str, ...],
+    ) -> _Domains:
+        space = StmtSpace(facts.all_vars, params)
+        ctx = space.context
+        for e in extents:  # every extent of the read is >= 0 where the def runs
+            ctx = ctx & expr_to_aff(e, space).ge_set(space.const(0))
+        domain = relaxed = ctx
+        for v in facts.all_vars:
+            domain = domain & _range_set(space, v, ranges[v])
+            relaxed = relaxed & _range_set(space, v, clamped.get(v, ranges[v]))
+        return _Domains(space, ctx, domain, relaxed)
+
+
+def _range_set(space: StmtSpace, v: str, bounds: tuple[Expr, Expr]) -> isl.Set:
+    lo, hi = bounds
+    var = space.var(v)
+    return expr_to_aff(lo, space).le_set(var) & var.lt_set(expr_to_aff(hi, space))
+
+
 def _pads(
-    facts: StmtFacts,
-    ranges: dict[str, tuple[Expr, Expr]],
-    clamped: dict[str, tuple[Expr, Expr]],
-    read: Access,
-    dims: dict[int, str],
-    extents: tuple[Expr, ...],
-    params: tuple[str, ...],
+    domains: _Domains, read: Access, dims: dict[int, str], extents: tuple[Expr, ...]
 ) -> dict[int, tuple[Expr, Expr, Expr]] | None:
     """The pads before and after each padded subscript, when isl proves the clamps
     are exactly the read's bounds and the pads are non-negative (module doc)."""
-    space = StmtSpace(facts.all_vars, params)
-    ctx = space.context
-    for e in extents:  # every extent of the read is >= 0 where the def runs
-        ctx = ctx & expr_to_aff(e, space).ge_set(space.const(0))
-    domain = relaxed = ctx
-    for v in facts.all_vars:
-        lo, hi = ranges[v]
-        var = space.var(v)
-        domain = domain & expr_to_aff(lo, space).le_set(var) & var.lt_set(expr_to_aff(hi, space))
-        lo, hi = clamped.get(v, (lo, hi))
-        relaxed = relaxed & expr_to_aff(lo, space).le_set(var) & var.lt_set(expr_to_aff(hi, space))
+    space, relaxed = domains.space, domains.relaxed
     inside = relaxed
     for d in dims:
         sub = expr_to_aff(read.args[d], space)
         inside = inside & space.const(0).le_set(sub) & sub.lt_set(expr_to_aff(extents[d], space))
-    if not inside.is_equal(domain):
+    if not inside.is_equal(domains.domain):
         return None
+    params, context = space.params, domains.context.params()
     pads: dict[int, tuple[Expr, Expr, Expr]] = {}
     for d in dims:
         sub = expr_to_aff(read.args[d], space)
@@ -245,7 +262,6 @@ def _pads(
         extent = image.range().dim_max(0)
         before = values.dim_min(0).neg()
         after = values.dim_max(0) - extent + 1
-        context = ctx.params()
         if not (_nonneg(before, context) and _nonneg(after, context)):
             return None
         pads[d] = (
@@ -257,25 +273,15 @@ def _pads(
 
 
 def _in_bounds(
-    facts: StmtFacts,
-    ranges: dict[str, tuple[Expr, Expr]],
-    clamped: dict[str, tuple[Expr, Expr]],
-    reads: list[Access],
-    extents: list[tuple[Expr, ...] | None],
-    params: tuple[str, ...],
+    domains: _Domains, reads: list[Access], extents: list[tuple[Expr, ...] | None]
 ) -> bool:
     """Whether `reads` stay in bounds over the unclamped domain."""
-    space = StmtSpace(facts.all_vars, params)
-    relaxed = space.context
-    for v in facts.all_vars:
-        lo, hi = clamped.get(v, ranges[v])
-        var = space.var(v)
-        relaxed = relaxed & expr_to_aff(lo, space).le_set(var) & var.lt_set(expr_to_aff(hi, space))
+    space = domains.space
     for read, shape in zip(reads, extents, strict=True):
         for arg, hi in zip(read.args, shape or (), strict=True):
             sub = expr_to_aff(arg, space)
             bad = sub.lt_set(space.const(0)) | sub.ge_set(expr_to_aff(hi, space))
-            if not (bad & relaxed).is_empty():
+            if not (bad & domains.relaxed).is_empty():
                 return False
     return True
 
