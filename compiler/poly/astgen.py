@@ -56,6 +56,7 @@ from compiler.poly.lower_expr import (
     const,
     dtype_of,
 )
+from compiler.poly.pack import pack_tiles
 from compiler.poly.regtile import register_tile
 from compiler.poly.schedule import Nest, NestKind, Schedule, schedule
 from compiler.poly.tiling import TileBand, tile_band
@@ -319,6 +320,13 @@ class _NestLowering:
                 whole = stmt.op.init and not self.nest.tiles
                 start = identity(stmt.op, self.target.dtype) if whole else None
                 body = register_tile(body, self.nest.innermost[0], first, self.nest.lanes, start)
+                rows = [v for v, _ in self.nest.jams if v in self.facts.index_vars]
+                if len(self.nest.inner) == 1 and rows:
+                    depth = self._reduction_tile()
+                    j = self.nest.innermost[0]
+                    body = pack_tiles(
+                        body, rows[0], j, first, self.nest.lanes, self.state.sizes, depth
+                    )
             if self._blocked_columns():
                 strip, rows = self.band.names  # type: ignore[union-attr]
                 j, width = self.nest.innermost[0], self.nest.tiles[-1]
@@ -327,6 +335,15 @@ class _NestLowering:
             return body
         old = self.buffers[self.nest.target]
         return L.Alloc(old, L.Block((copy_nest(self.target, old), body)))
+
+    def _reduction_tile(self) -> int | None:
+        """The cache tile size of the first reduction loop, None when it is not tiled."""
+        loops = self.nest.bands
+        first = self.nest.inner[0]
+        if not self.nest.tiles or first not in loops:
+            return None
+        size = self.nest.tiles[loops.index(first)]
+        return size if size > 1 else None
 
     def _blocked_columns(self) -> bool:
         """A float `+=` column reduction in strips and row blocks (`poly.colsum`)."""

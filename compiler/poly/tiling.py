@@ -25,7 +25,10 @@ register-blocked one, just above the reduction) by `OUTER`, so that a `REDUCTION
 panel of the operand indexed by the reduction and innermost variables (matmul's B)
 stays in L2 while `OUTER` rows of the output stream through it. The innermost loop is
 not tiled: measured on 512^3 and 1024^3 float32 matmul, a tile of it cost more (spilled
-registers in the inner loop) than it saved; it pays from about 2048^3 on.
+registers in the inner loop) than it saved; it pays from about 2048^3 on. When the
+nest's register tiles are packed (`poly.pack`), the tiles are `PACKED_OUTER` rows and
+`PACKED_REDUCTION` steps: each copy of a panel serves more rows, and a 16-lane panel
+of 256 steps (16 KiB) stays in L1 beside the rows of A it meets.
 Convolutions (several reduction loops) are not tiled.
 
 A column reduction (one output variable `j`, unit stride in the reads, reduced over
@@ -44,9 +47,9 @@ first entry of 1: strips without blocks), `Options(innermost=None)` or a last en
 of 1 keeps the literal order, as does a column reduction over several loops (a block
 of the first would hold too many rows).
 
-Worked example, matmul `C(m, n) +=! A(m, k) * B(k, n)` (order `m, k, n`, tiles
-`(32, 128, 1)`): the tile band is `S0[m, n, k] -> [floor(m/32), floor(k/128)]` with
-loops `m_t, k_t`, then the point loops `m` (from `32*m_t` to `min(M, 32*m_t + 32)`),
+Worked example, matmul `C(m, n) +=! A(m, k) * B(k, n)` without packing (order
+`m, k, n`, tiles `(32, 128, 1)`): the tile band is `S0[m, n, k] -> [floor(m/32),
+floor(k/128)]` with loops `m_t, k_t`, then the point loops `m` (from `32*m_t` to `min(M, 32*m_t + 32)`),
 `k` and `n`; `m_t` is the parallel loop. Batched matmul (order `b, m, k, n`, tiles
 `(1, 32, 128, 1)`): the band is `[b, floor(m/32), floor(k/128)]`, `b` parallel.
 """
@@ -65,6 +68,8 @@ OUTER = 32  # rows of the last output loop (the register-blocked one) per tile
 COLUMNS = 256  # a column reduction's strip of the innermost loop (the parallel tiles)
 ROWS = 1024  # a column reduction's block of its first reduction loop (poly.colsum)
 REDUCTION = 128  # the reduction loop's tile
+PACKED_OUTER = 64  # OUTER for packed register tiles: rows per copy of a panel
+PACKED_REDUCTION = 256  # REDUCTION for packed register tiles: a 16-lane panel is 16 KiB
 
 
 @dataclass(frozen=True)
@@ -117,8 +122,9 @@ def _model(facts: StmtFacts, order: LoopOrder) -> list[int]:
     sizes = [1] * len(loops)
     if len(order.inner) != 1 or short(facts, order.innermost[-1]) or short(facts, order.inner[0]):
         return sizes
-    sizes[len(order.outer) - 1] = OUTER
-    sizes[len(order.outer)] = REDUCTION
+    packed = order.lanes > 1  # packed register tiles (poly.pack)
+    sizes[len(order.outer) - 1] = PACKED_OUTER if packed else OUTER
+    sizes[len(order.outer)] = PACKED_REDUCTION if packed else REDUCTION
     return sizes
 
 

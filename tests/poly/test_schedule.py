@@ -80,7 +80,10 @@ def test_model_puts_the_unit_stride_output_variable_below_the_reduction() -> Non
     assert init.kind is NestKind.INIT and init.parallel
     assert (nest.outer, nest.inner, nest.innermost) == (("m",), ("k",), ("n",))
     assert nest.parallel and not nest.accumulate
-    assert nest.jams == (("m", 4), ("k", 4))
+    # rows of m blocked by 4, n in register tiles of 16 lanes whose panel of B is
+    # packed (poly.pack): the lanes replace k's unroll
+    assert nest.jams == (("m", 4),) and nest.lanes == 16
+    assert nest.tiles == (64, 256, 1)
 
 
 def test_model_blocks_the_output_channel_of_a_convolution() -> None:

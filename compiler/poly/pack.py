@@ -1,0 +1,305 @@
+"""Packing of register tiles: a tile's strided read is copied once into a contiguous
+panel that every row block of the tile loop then reads. A pure `Stmt -> Stmt` transform.
+
+Requires: the lowered loops of one register-tiled statement (`poly.regtile`) whose
+reduction is one loop `k`: serial loops over the block variable `m` (unroll-and-jam's
+row blocks, a remainder loop of single rows beside them), each with a body that starts
+with the full-tile loop over `j` (step `width`, bounds not depending on `m`), whose body
+is the tile's locals around the `k` loop of lane updates (`acc = acc + e`) and the
+stores. A read `X[r, j + c]` of the lane updates is packed when its other subscripts
+`r` use `k` and no variable bound inside the row loops but `k`, and `j` only in its
+last subscript, with coefficient 1 (matmul's `B[k, n + c]`).
+Ensures:  `pack_tiles(stmt, m, j, k, width)` computes the same values in the same
+order per output element (only where reads come from changes), with the tile loop
+moved above the row loops:
+
+    for m in blocks:                           alloc X.pack[k_hi - k_lo, width]
+      for j in tiles step width:                 for j in tiles step width
+        <tile: for k / lanes read X[r, j + c]>     for k / for l: X.pack[k - k_lo, l] = X[r, j + c0 + l]
+      <remainder of j>                 ==>         for m in blocks
+    for m in rows                                    <tile: lanes read X.pack[k - k_lo, c - c0]>
+      ...                                          for m in rows
+                                                     <tile ...>
+                                                 for m in blocks
+                                                   <remainder of j>
+                                                 for m in rows ...
+
+Why: without packing each lane vector of `X` read along `k` lies a row of `X` apart
+(4 KiB for a 1024-wide float32 matrix), so the tile's `k` steps map to the same few L1
+sets and miss; packed, the panel is `width` floats per `k`, contiguous, stays in L1
+across every row block of the tile (BLIS's packed micro-panel; Goto and van de Geijn,
+"Anatomy of high-performance matrix multiplication", 2008), and is copied once per row
+tile instead of read strided once per row block. Legal: every row loop and tile loop
+iteration writes its own output elements and reads only inputs (memory form), so the
+loops may be interchanged and split; each element's `k` order is unchanged.
+Anything that does not match is returned unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from compiler import loops as L
+from compiler.loops.ir import walk
+from compiler.poly.lower_expr import I64, const
+
+
+def pack_tiles(
+    stmt: L.Stmt,
+    m: str,
+    j: str,
+    k: str,
+    width: int,
+    sizes: frozenset[str],
+    rows: int | None = None,
+) -> L.Stmt:
+    """`stmt` with its register tiles' strided reads packed (module doc). `sizes`: the
+    size parameters; `rows`: the cache tile of `k` (at most that many `k` per panel),
+    None when `k` is not tiled."""
+    packer = _Packer(m, j, k, width, sizes, rows)
+    out = packer.mutate(stmt)
+    return _hoist(out, packer.hoisted) if packer.hoisted else out
+
+
+@dataclasses.dataclass(frozen=True)
+class _Panel:
+    source: L.Buffer
+    row: tuple[L.Expr, ...]  # the subscripts before the last, with `k` free
+    base: int  # the smallest lane offset `c0` of the reads
+    buffer: L.Buffer
+
+
+class _Packer(L.Mutator):
+    def __init__(
+        self, m: str, j: str, k: str, width: int, sizes: frozenset[str], rows: int | None
+    ) -> None:
+        self.m, self.j, self.k, self.width, self.rows = m, j, k, width, rows
+        self.sizes = sizes
+        self.buffers: dict[str, L.Buffer] = {}  # the packed reads' sources, by name
+        self.hoisted: list[L.Buffer] = []  # panels whose shape needs no loop variable
+        self.count = 0
+
+    def mutate_Block(self, node: L.Block) -> L.Stmt:
+        stmts = tuple(self.mutate(s) for s in node.stmts)
+        rows = [i for i, s in enumerate(stmts) if self._row_loop(s)]
+        if not rows or rows != list(range(rows[0], rows[-1] + 1)):
+            return L.Block(stmts)
+        group = [stmts[i] for i in rows]
+        packed = self._pack(group)  # type: ignore[arg-type]
+        if packed is None:
+            return L.Block(stmts)
+        return L.Block((*stmts[: rows[0]], packed, *stmts[rows[-1] + 1 :]))
+
+    def mutate_For(self, node: L.For) -> L.Stmt:
+        body = self.mutate(node.body)
+        if self._row_loop(body):
+            packed = self._pack([body])  # type: ignore[list-item]
+            body = body if packed is None else packed
+        return dataclasses.replace(node, body=body)
+
+    def _row_loop(self, s: L.Stmt) -> bool:
+        if not (isinstance(s, L.For) and s.var == self.m and s.kind is L.LoopKind.SERIAL):
+            return False
+        first = s.body.stmts[0] if isinstance(s.body, L.Block) else s.body
+        return isinstance(first, L.For) and first.var == self.j and first.step == self.width
+
+    def _pack(self, group: list[L.For]) -> L.Stmt | None:
+        tiles: list[L.For] = [_first(r.body) for r in group]  # type: ignore[misc]
+        bounds = {(t.lo, t.hi) for t in tiles}
+        if len(bounds) != 1 or _names(*next(iter(bounds))) & {self.m}:
+            return None
+        spans = set()
+        found: dict[tuple[str, tuple[L.Expr, ...]], list[int]] = {}
+        for t in tiles:
+            reads = self._tile_reads(t.body)
+            if reads is None:
+                return None
+            spans.add(reads[0])
+            for key, offsets in reads[1].items():
+                found.setdefault(key, []).extend(offsets)
+        if len(spans) != 1:
+            return None
+        ((lo, hi),) = spans
+        tile_lo, tile_hi = tiles[0].lo, tiles[0].hi
+        count = L.FloorDiv(L.Bin(L.BinOp.SUB, tile_hi, tile_lo), const(self.width, I64))
+        depth: L.Expr = L.Bin(L.BinOp.SUB, hi, lo)
+        if self.rows is not None:
+            depth = const(self.rows, I64)
+        panels: list[_Panel] = []
+        for (name, row), offsets in found.items():
+            base = min(offsets)
+            if max(offsets) - base >= self.width:
+                continue
+            source = self.buffers[name]
+            self.count += 1
+            shape = (count, depth, const(self.width, I64))
+            buffer = L.Buffer(f"{name}.pack{self.count}", source.dtype, shape, L.Role.TEMP)
+            panels.append(_Panel(source, row, base, buffer))
+        if not panels:
+            return None
+        lane = _fresh(f"{self.j}_lane", tiles[0])
+        tile = _fresh(f"{self.j}_tile", tiles[0])
+        copies = [self._copy(p, lo, hi, tile_lo, count, tile, lane) for p in panels]
+        at_tile = L.FloorDiv(L.Bin(L.BinOp.SUB, L.VarRef(self.j), tile_lo), const(self.width, I64))
+        reads = _Reads(panels, self.j, self.k, lo, at_tile)
+        rows = [
+            dataclasses.replace(r, body=reads.mutate(t.body))
+            for r, t in zip(group, tiles, strict=True)
+        ]
+        packed = dataclasses.replace(tiles[0], body=L.Block(tuple(rows)))
+        rests = []
+        for r in group:
+            rest = r.body.stmts[1:] if isinstance(r.body, L.Block) else ()
+            if rest:
+                rests.append(dataclasses.replace(r, body=L.Block(tuple(rest))))
+        out: L.Stmt = L.Block((*copies, packed, *rests))
+        for p in reversed(panels):
+            if _names(*p.buffer.shape) - self.sizes:
+                out = L.Alloc(p.buffer, out)  # its shape needs the loops around it
+            else:
+                self.hoisted.append(p.buffer)
+        return out
+
+    def _tile_reads(
+        self, body: L.Stmt
+    ) -> tuple[tuple[L.Expr, L.Expr], dict[tuple[str, tuple[L.Expr, ...]], list[int]]] | None:
+        """The `k` loop's bounds and the packable reads of a tile's body (its locals
+        around `Block(for k {assigns}, stores)`), or None when it has another shape."""
+        inner: set[str] = set()
+        while isinstance(body, L.Local):
+            inner.add(body.var)
+            body = body.body
+        if not inner or not isinstance(body, L.Block) or not body.stmts:
+            return None
+        loop = body.stmts[0]
+        if not (isinstance(loop, L.For) and loop.var == self.k and loop.step == 1):
+            return None
+        if any(not isinstance(s, L.Store) for s in body.stmts[1:]):
+            return None
+        updates = loop.body.stmts if isinstance(loop.body, L.Block) else (loop.body,)
+        if any(not isinstance(s, L.Assign) for s in updates):
+            return None
+        if _names(loop.lo, loop.hi) & {self.m, self.j}:
+            return None
+        reads: dict[tuple[str, tuple[L.Expr, ...]], list[int]] = {}
+        for s in updates:
+            for load in _loads(s.value):  # type: ignore[attr-defined]
+                if not load.index:
+                    continue
+                row, last = load.index[:-1], load.index[-1]
+                used = _names(*row)
+                if self.k not in used or used & {self.m, self.j} or used & inner:
+                    continue
+                offset = _lane_offset(last, self.j)
+                if offset is None:
+                    continue
+                self.buffers[load.buffer.name] = load.buffer
+                reads.setdefault((load.buffer.name, row), []).append(offset)
+        return (loop.lo, loop.hi), reads
+
+    def _copy(
+        self,
+        p: _Panel,
+        lo: L.Expr,
+        hi: L.Expr,
+        tile_lo: L.Expr,
+        count: L.Expr,
+        tile: str,
+        lane: str,
+    ) -> L.Stmt:
+        """`for k / for tile / for lane: X.pack[tile, k - lo, lane] = X[r, j + c0 + lane]`
+        with `j` the tile's first column: each row of `X` is read in order."""
+        first = L.Bin(L.BinOp.MUL, L.VarRef(tile), const(self.width, I64))
+        column = L.Bin(L.BinOp.ADD, L.Bin(L.BinOp.ADD, tile_lo, first), const(p.base, I64))
+        value = L.Load(p.source, (*p.row, L.Bin(L.BinOp.ADD, column, L.VarRef(lane))))
+        at = (L.VarRef(tile), L.Bin(L.BinOp.SUB, L.VarRef(self.k), lo), L.VarRef(lane))
+        lanes = L.For(lane, const(0, I64), const(self.width, I64), 1, L.Store(p.buffer, at, value))
+        return L.For(self.k, lo, hi, 1, L.For(tile, const(0, I64), count, 1, lanes))
+
+
+def _hoist(stmt: L.Stmt, buffers: list[L.Buffer]) -> L.Stmt:
+    """`stmt` with `buffers` allocated once: in the body of each parallel loop (one per
+    thread's iteration), or around the whole nest when it runs serially."""
+    if isinstance(stmt, L.For) and stmt.kind is L.LoopKind.PARALLEL:
+        return dataclasses.replace(stmt, body=_allocs(stmt.body, buffers))
+    if isinstance(stmt, L.Block) and any(_parallel(s) for s in stmt.stmts):
+        return L.Block(tuple(_hoist(s, buffers) if _uses(s, buffers) else s for s in stmt.stmts))
+    return _allocs(stmt, buffers)
+
+
+def _allocs(stmt: L.Stmt, buffers: list[L.Buffer]) -> L.Stmt:
+    for b in reversed(buffers):
+        stmt = L.Alloc(b, stmt)
+    return stmt
+
+
+def _parallel(s: L.Stmt) -> bool:
+    return any(isinstance(n, L.For) and n.kind is L.LoopKind.PARALLEL for n in walk(s))
+
+
+def _uses(s: L.Stmt, buffers: list[L.Buffer]) -> bool:
+    names = {b.name for b in buffers}
+    return any(isinstance(n, (L.Load, L.Store)) and n.buffer.name in names for n in walk(s))
+
+
+def _first(s: L.Stmt) -> L.Stmt:
+    return s.stmts[0] if isinstance(s, L.Block) else s
+
+
+class _Reads(L.Mutator):
+    """Packed reads `X[r, j + c]` become `X.pack[tile, k - lo, c - c0]`."""
+
+    def __init__(self, panels: list[_Panel], j: str, k: str, lo: L.Expr, tile: L.Expr) -> None:
+        self.panels = {(p.source.name, p.row): p for p in panels}
+        self.j, self.k, self.lo, self.tile = j, k, lo, tile
+
+    def mutate_Load(self, node: L.Load) -> L.Expr:
+        p = self.panels.get((node.buffer.name, node.index[:-1])) if node.index else None
+        offset = None if p is None else _lane_offset(node.index[-1], self.j)
+        if p is None or offset is None:
+            return self.generic_mutate(node)
+        at = (self.tile, L.Bin(L.BinOp.SUB, L.VarRef(self.k), self.lo), const(offset - p.base, I64))
+        return L.Load(p.buffer, at)
+
+
+def _lane_offset(e: L.Expr, j: str) -> int | None:
+    """`c` when `e` is `j + c` for an integer constant `c` (in any nesting of + and -)."""
+    if _names(e) != {j}:
+        return None
+    at0, at1 = _fold(e, j, 0), _fold(e, j, 1)
+    if at0 is None or at1 is None or at1 - at0 != 1:
+        return None
+    return at0
+
+
+def _fold(e: L.Expr, j: str, value: int) -> int | None:
+    if isinstance(e, L.VarRef):
+        return value if e.name == j else None
+    if isinstance(e, L.Const) and isinstance(e.value, int) and not isinstance(e.value, bool):
+        return e.value
+    if isinstance(e, L.Bin) and e.op in (L.BinOp.ADD, L.BinOp.SUB, L.BinOp.MUL):
+        a, b = _fold(e.a, j, value), _fold(e.b, j, value)
+        if a is None or b is None:
+            return None
+        return a + b if e.op is L.BinOp.ADD else a - b if e.op is L.BinOp.SUB else a * b
+    return None
+
+
+def _loads(e: L.Expr) -> list[L.Load]:
+    return [n for n in walk(e) if isinstance(n, L.Load)]
+
+
+def _names(*exprs: L.Expr) -> set[str]:
+    return {n.name for e in exprs for n in walk(e) if isinstance(n, L.VarRef)}
+
+
+def _fresh(base: str, scope: L.Stmt) -> str:
+    taken = {n.var for n in walk(scope) if isinstance(n, (L.For, L.Let, L.Local))}
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}{k}"
+    return name
+
+
+__all__ = ["pack_tiles"]

@@ -1,0 +1,132 @@
+"""Packed register tiles (`compiler/poly/pack.py`) against the reference evaluator:
+one-loop contractions (matmul, transposed and batched operands, offset reads,
+accumulating `+=`) at odd sizes (1, primes, extents below, at and between multiples of
+the lanes, the row block and the cache tiles), float32 and float64, forced and
+model-chosen tiles; and the shape of the generated loops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import compiler
+from compiler import loops as L
+from compiler.frontend.check import check_def
+from compiler.frontend.parser import parse
+from compiler.options import Options
+from compiler.poly.astgen import lower
+from compiler.poly.ranges import infer_ranges
+from tests.codegen.kit import find
+
+MATMUL = "def mm(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
+SOURCES = {
+    "matmul": MATMUL,
+    "transposed": "def mt(float(K, M) A, float(K, N) B) -> (C) { C(m, n) +=! A(k, m) * B(k, n) }",
+    "offset": (
+        "def mo(float(M, K) A, float(K, N) B) -> (C) "
+        "{ C(m, n) +=! A(m, k) * B(k, n + 2) where n in 0:N - 2 }"
+    ),
+    "scaled": "def ms(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) * 2.0 }",
+    "batched": (
+        "def bm(float(P, M, K) A, float(P, K, N) B) -> (C) "
+        "{ C(p, m, n) +=! A(p, m, k) * B(p, k, n) }"
+    ),
+}
+
+
+def _arrays(name: str, m: int, k: int, n: int, dtype: type, rng: np.random.Generator) -> list:
+    shapes = {
+        "matmul": [(m, k), (k, n)],
+        "transposed": [(k, m), (k, n)],
+        "offset": [(m, k), (k, n + 2)],
+        "scaled": [(m, k), (k, n)],
+        "batched": [(2, m, k), (2, k, n)],
+    }[name]
+    return [rng.standard_normal(s).astype(dtype) for s in shapes]
+
+
+def _check(text: str, arrays: list[np.ndarray], options: Options, out: np.ndarray | None = None):
+    want = compiler.define(text, target="interp")
+    got = compiler.define(text, target="llvm", options=options, cache=None)
+    if out is None:
+        (e,), (g,) = want(*arrays), got(*arrays)
+    else:
+        (e,), (g,) = want(*arrays, out=(out.copy(),)), got(*arrays, out=(out.copy(),))
+    tol = 1e-12 if g.dtype == np.float64 else 2e-5
+    scale = max(1.0, float(np.abs(e).max(initial=0)))
+    np.testing.assert_allclose(g, e, rtol=tol, atol=tol * scale * np.sqrt(arrays[0].shape[-1]))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.sampled_from(sorted(SOURCES)),
+    m=st.sampled_from([1, 3, 4, 5, 13, 67]),
+    k=st.sampled_from([1, 2, 7, 31, 259]),
+    n=st.sampled_from([1, 15, 16, 17, 33, 47]),
+    tile=st.sampled_from([None, (8, 5), (3, 2), (64, 256)]),
+    block=st.sampled_from([None, 3]),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**16),
+)
+def test_packed_contractions_match_the_reference(
+    name: str, m: int, k: int, n: int, tile: tuple[int, int] | None, block: int | None,
+    dtype: type, seed: int,
+) -> None:  # fmt: skip
+    rng = np.random.default_rng(seed)
+    text = SOURCES[name] if dtype == np.float32 else SOURCES[name].replace("float(", "double(")
+    arrays = _arrays(name, m, k, n, dtype, rng)
+    options = Options(threads=2, register_tile=16, tile=tile, block=block)
+    _check(text, arrays, options)
+
+
+@pytest.mark.parametrize("size", [(1, 1, 1), (5, 7, 17), (67, 259, 33)])
+def test_accumulating_matmul_adds_to_the_given_output(size: tuple[int, int, int]) -> None:
+    m, k, n = size
+    rng = np.random.default_rng(m)
+    text = "def acc(float(M, K) A, float(K, N) B) -> (C) { C(m, n) += A(m, k) * B(k, n) }"
+    arrays = [rng.standard_normal((m, k)).astype(np.float32) for _ in range(1)]
+    arrays.append(rng.standard_normal((k, n)).astype(np.float32))
+    out = rng.standard_normal((m, n)).astype(np.float32)
+    _check(text, arrays, Options(threads=2, register_tile=16), out=out)
+
+
+def _lowered(text: str, options: Options) -> L.Function:
+    return lower(infer_ranges(check_def(parse(text).defs[0])), options)
+
+
+def test_the_model_packs_a_matmul_panel() -> None:
+    f = _lowered(MATMUL, Options())
+    (alloc,) = find(f.body, L.Alloc)
+    assert alloc.buffer.name.startswith("B.pack")
+    assert alloc.buffer.shape[1:] == (L.Const(256, L.DType.INT64), L.Const(16, L.DType.INT64))
+    # allocated once per parallel iteration, around the cache tiles of the reduction
+    (outer,) = [
+        s for s in find(f.body, L.For) if s.kind is L.LoopKind.PARALLEL and alloc in [s.body]
+    ]
+    assert outer.var == "m_t"
+    # the tiles' lanes read the panel, never B: B is read by the copy and the remainder
+    for lanes in find(f.body, L.For):
+        if lanes.kind is L.LoopKind.UNROLL:
+            names = {x.buffer.name for x in find(lanes, L.Load)}
+            assert names == {"A", alloc.buffer.name}
+    copies = [s for s in find(f.body, L.Store) if s.buffer.name == alloc.buffer.name]
+    assert len(copies) == 1 and {x.buffer.name for x in find(copies[0], L.Load)} == {"B"}
+
+
+def test_no_packing_without_a_strided_panel_or_a_register_tile() -> None:
+    # the same contraction in memory form (register_tile=1) has nothing to pack
+    assert not find(_lowered(MATMUL, Options(register_tile=1)).body, L.Alloc)
+    # B(n, k): n is not in the last subscript, so the model takes the dot-product form
+    dot = "def d(float(M, K) A, float(N, K) B) -> (C) { C(m, n) +=! A(m, k) * B(n, k) }"
+    assert not find(_lowered(dot, Options()).body, L.Alloc)
+
+
+def test_matmul_gradient_matches_finite_differences() -> None:
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((19, 37)), rng.standard_normal((37, 21))
+    kernel = compiler.define(MATMUL.replace("float(", "double("), cache=None)
+    packed = compiler.pipeline.run(kernel.text, upto="lower", grad=True)
+    assert ".pack" in compiler.pipeline.dump(packed)  # B_grad's panel of C_grad
+    compiler.gradcheck(kernel, a, b)  # raises GradcheckError on a mismatch
