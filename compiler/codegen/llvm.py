@@ -45,6 +45,13 @@ from compiler.loops import (
 )
 
 _LLVM_LOCK = threading.RLock()  # LLVM's global state is not thread-safe
+# O3's non-trivial loop unswitching (LLVM's default cost limit: 50) clones whole loop
+# nests on the trip-count guards of their inner loops (`W - KW + 1 > 0`), which hold for
+# every size that does work: it tripled the code of a convolution's weight gradient
+# (its reduction nests, each then vectorised again per clone) for no measured speed
+# (tools/bench conv, attention, linear rows). A limit of 1 turns it off; trivial
+# unswitching stays. A process-wide LLVM option, set once with the target.
+UNSWITCH_THRESHOLD = 1
 _TARGET: list[llvm.TargetMachine] = []
 
 
@@ -59,6 +66,7 @@ def target_machine() -> llvm.TargetMachine:
                 llvm.load_library_permanently(libm)
             _check_libm()
             load_vector_math()  # libmvec's variants, bound before any code (cached too) loads
+            llvm.set_option("tcc", f"-unswitch-threshold={UNSWITCH_THRESHOLD}")
             _TARGET.append(_new_target_machine())
         return _TARGET[0]
 

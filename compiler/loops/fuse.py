@@ -38,7 +38,6 @@ share once).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from compiler.loops.ir import (
@@ -63,8 +62,9 @@ from compiler.loops.ir import (
 
 def fuse(f: Function) -> Function:
     """`f` with adjacent compatible loops fused (see the module doc)."""
-    names = _Names(_all_names(f))
-    body = _Fuser(names).stmt(f.body)
+    facts = _Facts()
+    names = _Names(set(facts.names(f)))
+    body = _Fuser(names, facts).stmt(f.body)
     return f if body is f.body else dataclasses.replace(f, body=body)
 
 
@@ -83,17 +83,17 @@ class _Unit:
         return inner
 
 
-def _unit(s: Stmt) -> _Unit | None:
+def _unit(s: Stmt, facts: _Facts) -> _Unit | None:
     """`s` as a loop unit, or None."""
     if isinstance(s, For):
         return _Unit((), s, ())
     if isinstance(s, Local):
-        inner = _unit(s.body)
+        inner = _unit(s.body, facts)
         if inner is None:
             return None
         return _Unit((s, *inner.locals), inner.loop, inner.post)
     if isinstance(s, Block) and s.stmts and isinstance(s.stmts[0], For):
-        if any(_loops_in(x) for x in s.stmts[1:]):
+        if any(facts.has_loop(x) for x in s.stmts[1:]):
             return None
         return _Unit((), s.stmts[0], s.stmts[1:])
     return None
@@ -113,8 +113,9 @@ class _Names:
 
 
 class _Fuser:
-    def __init__(self, names: _Names) -> None:
+    def __init__(self, names: _Names, facts: _Facts) -> None:
         self.names = names
+        self.facts = facts
 
     def stmt(self, s: Stmt) -> Stmt:
         if isinstance(s, Block):
@@ -146,19 +147,20 @@ class _Fuser:
         return out
 
     def _pair(self, s1: Stmt, s2: Stmt) -> Stmt | None:
-        u1, u2 = _unit(s1), _unit(s2)
+        facts = self.facts
+        u1, u2 = _unit(s1, facts), _unit(s2, facts)
         if u1 is None or u2 is None:
             return None
         f1, f2 = u1.loop, u2.loop
         if (f1.lo, f1.hi, f1.step, f1.kind) != (f2.lo, f2.hi, f2.step, f2.kind):
             return None
-        if _has_alloc(s1) or _has_alloc(s2):
+        if facts.has_alloc(s1) or facts.has_alloc(s2):
             return None
         # names: u2's locals fresh, u2's loop variable renamed to u1's
-        taken2 = _all_names(s2)
+        taken2 = facts.names(s2)
         renames: dict[str, str] = {}
         for local in u2.locals:
-            if local.var in _all_names(s1):
+            if local.var in facts.names(s1):
                 renames[local.var] = self.names.fresh(local.var)
         if f2.var != f1.var:
             if f1.var in taken2:
@@ -166,15 +168,15 @@ class _Fuser:
             renames[f2.var] = f1.var
         u2 = _rename_unit(u2, renames)
         f2 = u2.loop
-        if any(local.var in _all_names(u2.rebuild()) for local in u1.locals):
+        if any(local.var in facts.names(u2.rebuild()) for local in u1.locals):
             return None
         inits2 = [local.init for local in u2.locals]
         post1 = Block(u1.post)
-        if _conflict(_accesses(inits2), _accesses([f1.body, post1])):
+        if _conflict(facts.accesses(inits2), facts.accesses([f1.body, post1])):
             return None
-        if _conflict(_accesses([f2.body]), _accesses([post1])):
+        if _conflict(facts.accesses([f2.body]), facts.accesses([post1])):
             return None
-        if not _same_slices(_accesses([f1.body]), _accesses([f2.body]), f1.var):
+        if not _same_slices(facts.accesses([f1.body]), facts.accesses([f2.body]), f1.var):
             return None
         body = Block((*_flat(f1.body), *_flat(f2.body)))
         loop = dataclasses.replace(f1, body=body)
@@ -191,17 +193,74 @@ class _Access:
     store: bool
 
 
-def _accesses(nodes: list) -> list[_Access]:
-    found: list[_Access] = []
-    stack: list[Node] = [n for n in nodes if n is not None]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, Load):
-            found.append(_Access(n.buffer.name, n.index, False))
-        elif isinstance(n, Store):
-            found.append(_Access(n.buffer.name, n.index, True))
-        stack.extend(children(n))
-    return found
+class _Facts:
+    """What the pair tests ask of a subtree (the names it binds or reads, its buffer
+    accesses, whether it holds a loop or an `Alloc`), computed once per node: one
+    `fuse` call tests hundreds of pairs over the same subtrees. Nodes are kept (keyed
+    by identity), so an id is never reused while the table lives."""
+
+    def __init__(self) -> None:
+        self._memo: dict[int, tuple[Node, _Fact]] = {}
+
+    def names(self, node: Node) -> frozenset[str]:
+        return self._of(node).names
+
+    def has_alloc(self, node: Node) -> bool:
+        return self._of(node).alloc
+
+    def has_loop(self, node: Node) -> bool:
+        return self._of(node).loop
+
+    def accesses(self, nodes: list) -> list[_Access]:
+        return [a for n in nodes if n is not None for a in self._of(n).accesses]
+
+    def _of(self, node: Node) -> _Fact:
+        memo = self._memo
+        hit = memo.get(id(node))
+        if hit is not None:
+            return hit[1]
+        # post-order without recursion (loop IR nests deeply: one Local per register)
+        stack: list[tuple[Node, bool]] = [(node, False)]
+        while stack:
+            n, ready = stack.pop()
+            if id(n) in memo:
+                continue
+            kids = list(children(n))
+            if not ready:
+                stack.append((n, True))
+                stack.extend((k, False) for k in kids if id(k) not in memo)
+                continue
+            memo[id(n)] = (n, _fact(n, [memo[id(k)][1] for k in kids]))
+        return memo[id(node)][1]
+
+
+@dataclass(frozen=True)
+class _Fact:
+    names: frozenset[str]
+    accesses: tuple[_Access, ...]
+    alloc: bool
+    loop: bool
+
+
+def _fact(n: Node, kids: list[_Fact]) -> _Fact:
+    names: set[str] = set()
+    if isinstance(n, VarRef):
+        names.add(n.name)
+    elif isinstance(n, (For, Let, Local, Assign)):
+        names.add(n.var)
+    own: tuple[_Access, ...] = ()
+    if isinstance(n, Load):
+        own = (_Access(n.buffer.name, n.index, False),)
+    elif isinstance(n, Store):
+        own = (_Access(n.buffer.name, n.index, True),)
+    for k in kids:
+        names |= k.names
+    return _Fact(
+        frozenset(names),
+        own + tuple(a for k in kids for a in k.accesses),
+        isinstance(n, Alloc) or any(k.alloc for k in kids),
+        isinstance(n, For) or any(k.loop for k in kids),
+    )
 
 
 def _conflict(a: list[_Access], b: list[_Access]) -> bool:
@@ -228,20 +287,6 @@ def _same_slices(a: list[_Access], b: list[_Access], var: str) -> bool:
 
 
 # ------------------------------------------------------------------ names
-
-
-def _all_names(node: Node) -> set[str]:
-    """Every variable name bound or referenced in `node`."""
-    found: set[str] = set()
-    stack: list[Node] = [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, VarRef):
-            found.add(n.name)
-        elif isinstance(n, (For, Let, Local, Assign)):
-            found.add(n.var)
-        stack.extend(children(n))
-    return found
 
 
 class _Rename(Mutator):
@@ -283,22 +328,6 @@ def _flat(s: Stmt) -> tuple[Stmt, ...]:
 
 def _same(a: list[Stmt], b: tuple[Stmt, ...]) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
-
-
-def _has_alloc(node: Node) -> bool:
-    return any(isinstance(n, Alloc) for n in _walk(node))
-
-
-def _loops_in(node: Node) -> bool:
-    return any(isinstance(n, For) for n in _walk(node))
-
-
-def _walk(node: Node) -> Iterator[Node]:
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(children(n))
 
 
 __all__ = ["fuse"]

@@ -374,10 +374,23 @@ class Function(Node):
     body: Stmt
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def field_names(node: Node) -> tuple[str, ...]:
+    """The names of `node`'s dataclass fields, in order (looked up once per class:
+    `dataclasses.fields` is slow enough to dominate tree walks)."""
+    cls = type(node)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
 def children(node: Node) -> Iterator[Node]:
     """The direct child nodes of `node`, in field order."""
-    for field in dataclasses.fields(node):  # type: ignore[arg-type]
-        value = getattr(node, field.name)
+    for name in field_names(node):
+        value = getattr(node, name)
         if isinstance(value, Node):
             yield value
         elif isinstance(value, tuple):
@@ -414,8 +427,8 @@ class Mutator:
 
     def generic_mutate(self, node: Any) -> Any:
         changes: dict[str, Any] = {}
-        for field in dataclasses.fields(node):
-            value = getattr(node, field.name)
+        for name in field_names(node):
+            value = getattr(node, name)
             if isinstance(value, Node):
                 new: Any = self.mutate(value)
             elif isinstance(value, tuple) and any(isinstance(v, Node) for v in value):
@@ -424,5 +437,5 @@ class Mutator:
             else:
                 continue
             if new is not value:
-                changes[field.name] = new
+                changes[name] = new
         return dataclasses.replace(node, **changes) if changes else node

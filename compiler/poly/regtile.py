@@ -21,8 +21,10 @@ With `identity` (an `op!` statement whose output holds the identity before the n
 and no cache tile splits the reduction), the locals start at the identity instead of
 loading the output, and the remainder is one more full tile ending at the last
 element when the extent is at least `width` (its first lanes recompute, from the
-identity and in the same order, values already stored), so there are no guards at
-all; otherwise the remainder runs in memory form. The innermost reduction loops (the
+identity and in the same order, values already stored): the tile loop runs
+`ceil(extent / width)` times, its start clamped (`let j' = min(j, hi - width)`), so
+there is one copy of the tile and no guard inside it; an extent below `width` runs
+in memory form. The innermost reduction loops (the
 parents of the lanes) become `LoopKind.UNROLL`.
 
 so a tile of `targets x width` output elements stays in registers for the whole
@@ -111,17 +113,23 @@ class _Tiler(L.Mutator):
                 if self.identity is not None:
                     init = L.Const(self.identity.value, t.buffer.dtype)
                 body = L.Local(_lane(names[t], lane), t.buffer.dtype, init, body)
-        main = L.For(self.j, lo, split, self.width, body)
-        rest = _Restrict(self.j, split).mutate(node)
         if self.identity is None:
-            return L.Block((main, rest))
+            main = L.For(self.j, lo, split, self.width, body)
+            return L.Block((main, _Restrict(self.j, split).mutate(node)))
         # Every element starts at the identity: the last partial tile is a full tile
         # ending at `hi`, whose lanes before `split` recompute (from the identity, in
-        # the same order) the values already stored there.
+        # the same order) the values already stored there. It is the tile loop's last
+        # iteration, its start clamped (`min(j, hi - width)`): one copy of the tile's
+        # code, not two (half the LLVM IR, and compile time, of a tiled nest).
         short = L.Bin(L.BinOp.LT, extent, const(self.width, I64))
-        last = L.Let(self.j, L.Bin(L.BinOp.SUB, hi, const(self.width, I64)), body)
-        tail = L.If(L.Bin(L.BinOp.LT, split, hi), L.If(short, rest, last))
-        return L.Block((main, tail))
+        tiles = L.FloorDiv(
+            L.Bin(L.BinOp.ADD, extent, const(self.width - 1, I64)), const(self.width, I64)
+        )
+        end = L.Bin(L.BinOp.ADD, lo, L.Bin(L.BinOp.MUL, tiles, const(self.width, I64)))
+        start = _fresh(f"{self.j}_tile", node)
+        clamped = L.Min(L.VarRef(self.j), L.Bin(L.BinOp.SUB, hi, const(self.width, I64)))
+        tile = L.Let(start, clamped, _Rename(self.j, start).mutate(body))
+        return L.If(short, node, L.For(self.j, lo, end, self.width, tile))
 
 
 def _split_reduction(stmt: L.Stmt, first: str) -> bool:
@@ -239,6 +247,28 @@ class _Restrict(L.Mutator):
         if node.var == self.j:
             return dataclasses.replace(node, lo=self.lo)
         return self.generic_mutate(node)
+
+
+class _Rename(L.Mutator):
+    """Reads of variable `old` read `new` instead (no binder of `old` is inside)."""
+
+    def __init__(self, old: str, new: str) -> None:
+        self.old = old
+        self.new = new
+
+    def mutate_VarRef(self, node: L.VarRef) -> L.Expr:
+        return dataclasses.replace(node, name=self.new) if node.name == self.old else node
+
+
+def _fresh(base: str, node: L.Node) -> str:
+    """`base`, or `base` with a number, unused in `node` (which reads every variable
+    bound around it that could clash)."""
+    taken = {n.name for n in L.walk(node) if isinstance(n, L.VarRef)}
+    taken |= {getattr(n, "var", None) for n in L.walk(node)} - {None}
+    name, k = base, 1
+    while name in taken:
+        name, k = f"{base}{k}", k + 1
+    return name
 
 
 class _Replace(L.Mutator):

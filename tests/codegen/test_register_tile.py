@@ -229,3 +229,32 @@ def test_both_reduction_orders_match_the_reference(h: int, k: int, dtype: type) 
         rng.standard_normal((7, 5, k, k)).astype(dtype),
     ]
     _check(text, arrays, Options())
+
+
+@pytest.mark.parametrize("out_w", [17, 28, 33])
+def test_the_clamped_last_tile_gives_the_bits_of_a_full_tile(out_w: int) -> None:
+    """The last partial tile is the tile loop's last iteration, its start clamped to
+    `hi - width` (one copy of the tile's code): its lanes recompute, from the identity
+    and in the same order, values already stored. So the outputs of the first 16
+    columns equal, bit for bit, those of an input cropped to one full tile, in the
+    forward and in the gradient (whose input gradient is tiled too)."""
+    rng = np.random.default_rng(out_w)
+    text = conv_source(1, 1)
+    wide = [
+        rng.standard_normal((2, 3, 3, out_w + 2)).astype(np.float32),
+        rng.standard_normal((5, 3, 3, 3)).astype(np.float32),
+    ]
+    narrow = [np.ascontiguousarray(wide[0][..., :18]), wide[1]]
+    k = compiler.define(text, options=Options(register_tile=16), cache=False)
+    (o_wide,), (o_narrow,) = k(*wide), k(*narrow)
+    np.testing.assert_array_equal(o_wide[..., :16], o_narrow)
+    g_wide = np.zeros_like(o_wide)
+    g_wide[..., :16] = rng.standard_normal(o_narrow.shape).astype(np.float32)
+    grads_wide = k.vjp(*wide, grad_outputs=(g_wide,))
+    grads_narrow = k.vjp(*narrow, grad_outputs=(np.ascontiguousarray(g_wide[..., :16]),))
+    # columns 0..15 of I's gradient read only O_grad columns 0..15 (others are zero)
+    np.testing.assert_array_equal(grads_wide[0][..., :16], grads_narrow[0][..., :16])
+    lowered = _lowered(text, Options(register_tile=16))
+    tiles = [lp for lp in _find(lowered.body, L.For) if lp.var == "w" and lp.step == 16]
+    assert tiles and all(isinstance(t.body, L.Let) for t in tiles)  # the clamped start
+    assert not [s for s in _find(lowered.body, L.Let) if s.var == "w"]  # no second copy
