@@ -37,6 +37,7 @@ from contextlib import contextmanager
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from compiler.codegen.llvm_exp import emit_expf
 from compiler.diagnostics import InternalError
 from compiler.loops import DType
 
@@ -190,6 +191,8 @@ class MathEmitter:
         if name == "nextafter" and dtype is DType.FLOAT32:
             return self._callee(name + "f", 2, F32, args)
         ty = args[0].type
+        if name == "exp" and dtype is DType.FLOAT32 and _STATE.enabled:
+            return emit_expf(b, self.module, args[0])  # inline IR, vectorises (llvm_exp)
         if name in MVEC and dtype in (DType.FLOAT32, DType.FLOAT64):
             vectorised = self._vector_call(name + ("f" if dtype is DType.FLOAT32 else ""), args)
             if vectorised is not None:
