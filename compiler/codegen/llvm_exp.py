@@ -1,30 +1,36 @@
 """`exp` in float32 as straight-line LLVM IR: no call, so the loop vectoriser widens it
 like any arithmetic (8 lanes with AVX2, 16 with AVX-512), interleaves it and keeps it
-beside the loop's loads and FMAs. About three times the throughput of libmvec's
-`_ZGVdN8v_expf`, which is a call with its own special-case path per vector.
+beside the loop's loads and FMAs, on any host (no libmvec needed). Measured, 1 thread,
+process CPU time, 16M float32 exps in a row sum in L2: 6.9 ms against 9.5 ms calling
+libmvec's `_ZGVdN8v_expf`.
 
 The method is the classic one of Cody and Waite ("Software Manual for the Elementary
 Functions", 1980), as Cephes' `expf` also uses it: write `x = n ln2 + r` with
 `n = rint(x / ln2)`, so `|r| <= ln2/2`, then `exp(x) = 2^n exp(r)`.
 
-1. Clamp `x` into `[-104, 89]` (outside it the result is 0 or inf anyway; a NaN
-   becomes -104 here and is put back at the end).
-2. `n = rint(x * log2(e))`; `r = (x - n * LN2_HI) - n * LN2_LO` with `LN2_HI = 355/512`
-   (9 significant bits, so `n * LN2_HI` is exact for `|n| < 2^15` and the subtraction
-   loses nothing) and `LN2_LO = ln2 - LN2_HI` rounded to float32.
+1. Clamp `x` into `[LO, HI] = [-104, 89]` (outside it the result is 0 or inf anyway);
+   the compares are written so that a NaN passes through (and then propagates through
+   every float operation below: NaN in, NaN out, with no select at the end).
+2. `n = rint(x * log2(e))` by adding and subtracting `1.5 * 2^23` (the sum's low
+   mantissa bits are then `n` as an integer, used in step 4);
+   `r = (x - n * LN2_HI) - n * LN2_LO` with `LN2_HI = 355/512` (9 significant bits, so
+   `n * LN2_HI` is exact for `|n| < 2^15` and the subtraction loses nothing) and
+   `LN2_LO = ln2 - LN2_HI` rounded to float32.
 3. `exp(r) = 1 + r + r^2 P(r)`, `P` of degree 4 (`COEFFS`), fitted minimax in the
    relative error of `exp` over `|r| <= 0.3486` (a little beyond ln2/2, for the
    rounding of `x * log2(e)`) by Lawson's iteratively reweighted least squares in
-   float64, then rounded to float32: 0.08 ulp of approximation error. Horner with
+   float64 against mpmath (`tools/fit_expf.py`), then rounded to float32: 0.08 ulp
+   of approximation error. Evaluated by Horner's rule through the constant term, with
    `llvm.fmuladd` (an FMA where the target has one).
 4. `2^n` as two exact powers of two built from their exponent bits,
    `2^(n >> 1) * 2^(n - (n >> 1))`, so that `n` from -150 to 128 needs no special
    case: the first product is exact, the second rounds once, to a denormal below
    2^-126 (gradual underflow) and to inf above the float range (overflow).
 
-Measured over every 7th float32 bit pattern in [-104, 89] and the special values
-against NumPy's float64 `exp`: at most `ULP` ulps (tests/codegen/test_fast_exp.py checks
-the bound, NaN, +-inf, 0, denormal and overflow results).
+Measured over every 7th float32 bit pattern in [-104, 89] against NumPy's float64
+`exp`: at most 0.88 ulp. `tests/codegen/test_fast_exp.py` checks `ULP` on a sweep of
+the range and the whole-range bit patterns, and NaN, +-inf, 0, the largest finite
+result, overflow and the denormal results.
 """
 
 from __future__ import annotations
