@@ -1,8 +1,11 @@
 """Math builtins for the LLVM backend: each one an LLVM intrinsic, a libm call of the
 right precision (`expf` for float32, `exp` for float64), or a short composite.
 
+float32 `exp` is inline IR (`compiler.codegen.llvm_exp`: a polynomial that vectorises
+on any host, within 1 ulp) unless `vector_math(False)` is in force.
+
 Vector math: where glibc's libmvec is present (x86_64 Linux) and the host has AVX2,
-`exp`, `log`, `pow`, `tanh` and the other functions of `MVEC` are called through a
+`exp` (float64), `log`, `pow`, `tanh` and the other functions of `MVEC` are called through a
 name of ours (`tcc_mvec_expf`, bound to libm's `expf` with `llvm.add_symbol`) that
 carries the call-site attribute `"vector-function-abi-variant"`: LLVM's loop
 vectoriser then calls libmvec's `_ZGVdN8v_expf` (AVX2, 8 lanes) or `_ZGVeN16v_expf`
