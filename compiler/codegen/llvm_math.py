@@ -1,8 +1,11 @@
 """Math builtins for the LLVM backend: each one an LLVM intrinsic, a libm call of the
 right precision (`expf` for float32, `exp` for float64), or a short composite.
 
+float32 `exp` is inline IR (`compiler.codegen.llvm_exp`: a polynomial that vectorises
+on any host, within 1 ulp) unless `vector_math(False)` is in force.
+
 Vector math: where glibc's libmvec is present (x86_64 Linux) and the host has AVX2,
-`exp`, `log`, `pow`, `tanh` and the other functions of `MVEC` are called through a
+`exp` (float64), `log`, `pow`, `tanh` and the other functions of `MVEC` are called through a
 name of ours (`tcc_mvec_expf`, bound to libm's `expf` with `llvm.add_symbol`) that
 carries the call-site attribute `"vector-function-abi-variant"`: LLVM's loop
 vectoriser then calls libmvec's `_ZGVdN8v_expf` (AVX2, 8 lanes) or `_ZGVeN16v_expf`
@@ -37,6 +40,7 @@ from contextlib import contextmanager
 import llvmlite.binding as llvm
 from llvmlite import ir
 
+from compiler.codegen.llvm_exp import emit_expf
 from compiler.diagnostics import InternalError
 from compiler.loops import DType
 
@@ -190,6 +194,8 @@ class MathEmitter:
         if name == "nextafter" and dtype is DType.FLOAT32:
             return self._callee(name + "f", 2, F32, args)
         ty = args[0].type
+        if name == "exp" and dtype is DType.FLOAT32 and _STATE.enabled:
+            return emit_expf(b, self.module, args[0])  # inline IR, vectorises (llvm_exp)
         if name in MVEC and dtype in (DType.FLOAT32, DType.FLOAT64):
             vectorised = self._vector_call(name + ("f" if dtype is DType.FLOAT32 else ""), args)
             if vectorised is not None:
