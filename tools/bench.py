@@ -10,7 +10,9 @@ variables are set before NumPy is imported; `torch.set_num_threads`; tcc's
 
 Fairness: torch and tcc share one libgomp (torch bundles `libgomp.so.1`, the soname
 tcc loads), so `--wait-policy` (default passive: idle threads sleep, which on a shared,
-loaded machine is an order of magnitude faster than spinning) applies to both. Systems
+loaded machine is an order of magnitude faster than spinning) applies to both; passive
+also sets `OPENBLAS_THREAD_TIMEOUT=4` (NumPy's OpenBLAS threads sleep when idle instead
+of spinning for about 0.1 s, which the next system's block paid for). Systems
 are interleaved in *blocks*: `--block` calls (default 7) of one
 system, then the same number of the next, `--repeat` rounds (default 7). A block's
 figure is the median of its calls, so the first call after a switch (which pays for
@@ -458,6 +460,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ[var] = str(args.threads)
     # torch and tcc share one libgomp (same soname): one wait policy for both
     os.environ["OMP_WAIT_POLICY"] = args.wait_policy
+    # NumPy's OpenBLAS spins its idle threads for about 0.1 s after each call (measured:
+    # 60 ms of CPU in a 0.2 s sleep after a 512^3 matmul), which the next system's whole
+    # block paid for; with the passive policy its threads sleep at once, as the others do
+    if args.wait_policy == "passive":
+        os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
     torch = None
     if not args.no_torch:
         try:
