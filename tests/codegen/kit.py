@@ -111,6 +111,22 @@ def run_both(
     return mine, theirs
 
 
+def reference_and_llvm(
+    text: str, arrays: list[np.ndarray], options: object, out: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The first output of def `text` on `arrays` from the reference evaluator and from
+    the LLVM target with `options` (each given its own copy of `out` when not None)."""
+    import compiler
+
+    want = compiler.define(text, target="interp")
+    got = compiler.define(text, target="llvm", options=options, cache=None)  # type: ignore[arg-type]
+    if out is None:
+        (e,), (g,) = want(*arrays), got(*arrays)
+    else:
+        (e,), (g,) = want(*arrays, out=(out.copy(),)), got(*arrays, out=(out.copy(),))
+    return e, g
+
+
 def find(node: object, kind: type) -> list:
     """Every node of type `kind` in a loop-IR tree, in pre-order."""
     from compiler import loops as L

@@ -18,7 +18,7 @@ from compiler.frontend.parser import parse
 from compiler.options import Options
 from compiler.poly.astgen import lower
 from compiler.poly.ranges import infer_ranges
-from tests.codegen.kit import find
+from tests.codegen.kit import find, reference_and_llvm
 
 MATMUL = "def mm(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
 SOURCES = {
@@ -48,12 +48,7 @@ def _arrays(name: str, m: int, k: int, n: int, dtype: type, rng: np.random.Gener
 
 
 def _check(text: str, arrays: list[np.ndarray], options: Options, out: np.ndarray | None = None):
-    want = compiler.define(text, target="interp")
-    got = compiler.define(text, target="llvm", options=options, cache=None)
-    if out is None:
-        (e,), (g,) = want(*arrays), got(*arrays)
-    else:
-        (e,), (g,) = want(*arrays, out=(out.copy(),)), got(*arrays, out=(out.copy(),))
+    e, g = reference_and_llvm(text, arrays, options, out)
     tol = 1e-12 if g.dtype == np.float64 else 2e-5
     scale = max(1.0, float(np.abs(e).max(initial=0)))
     np.testing.assert_allclose(g, e, rtol=tol, atol=tol * scale * np.sqrt(arrays[0].shape[-1]))

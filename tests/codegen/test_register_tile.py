@@ -19,6 +19,7 @@ from compiler.options import Options
 from compiler.poly.astgen import lower
 from compiler.poly.ranges import infer_ranges
 from tests.codegen.kit import find as _find
+from tests.codegen.kit import reference_and_llvm
 
 
 def conv_source(stride: int, dilation: int, op: str = "+=!", name: str = "conv") -> str:
@@ -33,12 +34,7 @@ def conv_source(stride: int, dilation: int, op: str = "+=!", name: str = "conv")
 def _check(
     text: str, arrays: list[np.ndarray], options: Options, out: np.ndarray | None = None
 ) -> None:
-    want = compiler.define(text, target="interp")
-    got = compiler.define(text, target="llvm", options=options, cache=None)
-    if out is None:
-        (e,), (g,) = want(*arrays), got(*arrays)
-    else:
-        (e,), (g,) = want(*arrays, out=(out.copy(),)), got(*arrays, out=(out.copy(),))
+    e, g = reference_and_llvm(text, arrays, options, out)
     np.testing.assert_allclose(
         g, e, rtol=2e-5, atol=2e-5 * max(1.0, float(np.abs(e).max(initial=0)))
     )
