@@ -111,13 +111,22 @@ def test_the_full_tile_keeps_outputs_in_locals_without_guards() -> None:
         assert not reads  # `+=!` after its Init: the accumulators start at 0
 
 
-def test_the_model_register_tiles_convolutions_but_not_matmul() -> None:
+def test_the_model_register_tiles_convolutions_and_packed_matmul_only() -> None:
     conv = _lowered(conv_source(1, 1), Options())
     assert any(lp.var == "w" and lp.step == 16 for lp in _find(conv.body, L.For))
     mm = _lowered(
         "def mm(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }", Options()
     )
-    assert not _find(mm.body, L.Local)
+    # a one-loop contraction is register-tiled only with its panel packed (poly.pack)
+    assert any(lp.var == "n" and lp.step == 16 for lp in _find(mm.body, L.For))
+    assert [a.buffer.name for a in _find(mm.body, L.Alloc)] == ["B.pack1"]
+    # no read along n moves with k (B(m, n) is fixed over the sum): nothing to pack,
+    # no register tile
+    row = _lowered(
+        "def rs(float(M, K) A, float(M, N) B) -> (C) { C(m, n) +=! A(m, k) * B(m, n) }", Options()
+    )
+    assert not any(lp.step == 16 for lp in _find(row.body, L.For))
+    assert not _find(row.body, L.Alloc)
 
 
 def test_conv_gradients_are_register_tiled_and_correct() -> None:
