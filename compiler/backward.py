@@ -36,6 +36,7 @@ from compiler.frontend.checked import RangedDef
 from compiler.frontend.parser import parse
 from compiler.frontend.printer import print_def
 from compiler.interp.expr import NP_DTYPE
+from compiler.options import Options
 
 if TYPE_CHECKING:
     from compiler.kernel import Kernel
@@ -113,8 +114,13 @@ def gradient_kernel(kernel: Kernel) -> Kernel:
     from compiler.kernel import Kernel, define_ranged
 
     cache = getattr(kernel, "cache", True)
-    # the CUDA targets' options (block sizes, atomics) apply to the gradient too
+    # the CUDA targets' options (block sizes, atomics) apply to the gradient too; of
+    # the CPU's, the thread count and the whole-def switches do, while the schedule
+    # knobs (tiles, lanes, blocks) were chosen for the forward def's statements
     options = kernel.options if kernel.target.startswith("cuda") else None
+    if isinstance(kernel.options, Options):
+        given = kernel.options
+        options = Options(threads=given.threads, fuse=given.fuse, gather=given.gather)
     if kernel.backward is not None:
         return Kernel(
             kernel.text, kernel.backward, target=kernel.target, options=options, cache=cache

@@ -210,3 +210,18 @@ def test_kernel_larger_than_image_is_a_shape_error() -> None:
     assert conv(rand(5), rand(5))[0].shape == (1,)
     with pytest.raises(ShapeError, match=r"negative size -1 .*H - KH \+ 1"):
         conv(rand(3), rand(5))
+
+
+def test_gradient_kernel_keeps_the_thread_count_not_the_schedule_knobs() -> None:
+    from compiler.options import Options
+
+    src = "def mm(double(M, K) A, double(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
+    given = Options(threads=1, fuse=False, register_tile=1, tile=(8, 8))
+    k = define(src, options=given, cache=None)
+    assert k.grad.options == Options(threads=1, fuse=False)
+    assert k.grad.info()["threads"] == 1
+    rng = np.random.default_rng(0)
+    a, b, g = rng.random((5, 7)), rng.random((7, 3)), rng.random((5, 3))
+    ga, gb = k.vjp(a, b, grad_outputs=(g,))
+    np.testing.assert_allclose(ga, g @ b.T, rtol=1e-12)
+    np.testing.assert_allclose(gb, a.T @ g, rtol=1e-12)
