@@ -115,12 +115,17 @@ def gradient_kernel(kernel: Kernel) -> Kernel:
 
     cache = getattr(kernel, "cache", True)
     # the CUDA targets' options (block sizes, atomics) apply to the gradient too; of
-    # the CPU's, the thread count and the whole-def switches do, while the schedule
-    # knobs (tiles, lanes, blocks) were chosen for the forward def's statements
+    # the CPU's, the thread count, the whole-def switches and the vector width do, while
+    # the schedule knobs (tiles, lanes, blocks) were chosen for the forward def's statements
     options = kernel.options if kernel.target.startswith("cuda") else None
     if isinstance(kernel.options, Options):
         given = kernel.options
-        options = Options(threads=given.threads, fuse=given.fuse, gather=given.gather)
+        options = Options(
+            threads=given.threads,
+            fuse=given.fuse,
+            gather=given.gather,
+            vector_bits=given.vector_bits,
+        )
     if kernel.backward is not None:
         return Kernel(
             kernel.text, kernel.backward, target=kernel.target, options=options, cache=cache

@@ -31,7 +31,13 @@ CPU schedule fields (the native targets read them; `poly.schedule` applies them,
 - `register_tile`: register tiling of a statement in memory form: the innermost loop
   moves above the reduction loops in steps of this many lanes, the tile of outputs
   (block x lanes) accumulates in registers for the whole reduction
-  (`compiler/poly/regtile.py`); 1: off; None lets the model choose.
+  (`compiler/poly/regtile.py`); 1: off; None lets the model choose. A tile holds at
+  most `MAX_TILE_ELEMENTS` (128) accumulators: with a larger block x lanes the
+  model lowers the block (to 128 // lanes rows).
+- `vector_bits`: the width of the vector registers the CPU model sizes register tiles
+  for (128, 256 or 512); None (default) reads the host's (512 with AVX-512, 256 with
+  AVX2 or AVX, else 128). Pinning it makes the schedule the same on every host
+  (`tcc compile --emit loops` shows it).
 - `fuse`: True (default) fuses adjacent loop nests with equal bounds where every
   element's computation stays the same (`compiler/loops/fuse.py`): softmax's row
   maximum, sum and normalisation run as one parallel loop over rows; False keeps one
@@ -67,6 +73,7 @@ AUTO = "auto"
 MAX_FACTOR = 16
 MAX_LANES = 64
 MAX_TILE = 1 << 20
+VECTOR_BITS = (128, 256, 512)
 GATHER_MODES = ("full", AUTO, "partial")
 
 
@@ -82,6 +89,7 @@ class Options:
     register_tile: int | None = None  # lanes of the register tile (poly/regtile.py)
     fuse: bool = True  # fuse sibling loops with equal bounds (compiler/loops/fuse.py)
     gather: str = AUTO  # "auto" | "full" | "partial": scatters (poly/partial.py)
+    vector_bits: int | None = None  # vector register width the CPU model assumes
 
     def __post_init__(self) -> None:
         t = self.threads
@@ -112,6 +120,13 @@ class Options:
                 f"Options.gather must be one of {', '.join(map(repr, GATHER_MODES))}, "
                 f"got {self.gather!r}",
                 hint="Options(gather='full') rewrites every affine scatter as a gather",
+            )
+        v = self.vector_bits
+        if v is not None and (type(v) is not int or v not in VECTOR_BITS):
+            raise OptionsError(
+                f"Options.vector_bits must be None or one of "
+                f"{', '.join(map(str, VECTOR_BITS))}, got {v!r}",
+                hint="Options(vector_bits=None) reads the host's vector width",
             )
 
 

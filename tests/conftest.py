@@ -41,6 +41,18 @@ settings.register_profile(
 settings.load_profile("ci")
 
 
+@pytest.fixture(autouse=True)
+def _vector_width_256(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU model sizes register tiles for the host's vector registers
+    (`cpu_model.host_vector_bits`); the tests see a 256-bit host everywhere, so loop
+    goldens and schedule assertions do not depend on the machine. Tests of other widths
+    pass `Options(vector_bits=...)`; `@pytest.mark.host_vectors` keeps the real host."""
+    if request.node.get_closest_marker("host_vectors") is None:
+        from compiler.poly import cpu_model
+
+        monkeypatch.setattr(cpu_model, "host_vector_bits", lambda: 256)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--update-golden", action="store_true", help="rewrite golden files from current output"

@@ -216,9 +216,9 @@ def test_gradient_kernel_keeps_the_thread_count_not_the_schedule_knobs() -> None
     from compiler.options import Options
 
     src = "def mm(double(M, K) A, double(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
-    given = Options(threads=1, fuse=False, register_tile=1, tile=(8, 8))
+    given = Options(threads=1, fuse=False, register_tile=1, tile=(8, 8), vector_bits=128)
     k = define(src, options=given, cache=None)
-    assert k.grad.options == Options(threads=1, fuse=False)
+    assert k.grad.options == Options(threads=1, fuse=False, vector_bits=128)
     assert k.grad.info()["threads"] == 1
     rng = np.random.default_rng(0)
     a, b, g = rng.random((5, 7)), rng.random((7, 3)), rng.random((5, 3))

@@ -475,7 +475,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("bench: torch is not installed: PyTorch columns left empty", file=sys.stderr)
     from compiler import TCError
 
-    cases = [c for c in _cases(args.extra, args.layers) if not args.only or any(s in c.name for s in args.only)]
+    cases = [
+        c
+        for c in _cases(args.extra, args.layers)
+        if not args.only or any(s in c.name for s in args.only)
+    ]
     rows: list[Row] = []
     for i, case in enumerate(cases, 1):
         print(f"[{i}/{len(cases)}] {case.name}", file=sys.stderr, flush=True)

@@ -356,6 +356,13 @@ def _add_compile_args(parser: argparse.ArgumentParser) -> None:
         "('all'); repeatable",
     )
     parser.add_argument(
+        "--vector-bits",
+        type=int,
+        choices=(128, 256, 512),
+        help="the vector register width the CPU model sizes register tiles for "
+        "(default: the host's; Options.vector_bits)",
+    )
+    parser.add_argument(
         "--time-passes", action="store_true", help="print each pass's time to stderr"
     )
 
@@ -365,6 +372,7 @@ def _run_compile(args: argparse.Namespace) -> int:
     `codegen` for --emit llvm, or the last pass that --dump-after names."""
     from compiler import pipeline
     from compiler.diagnostics import OptionsError
+    from compiler.options import Options
 
     dumps = set(args.dump_after)
     if args.order < 1 or (args.order != 1 and not args.grad):
@@ -388,7 +396,12 @@ def _run_compile(args: argparse.Namespace) -> int:
     named = [pipeline.PASS_NAMES.index(d) for d in dumps if d != "all"]
     upto = pipeline.PASS_NAMES[max([pipeline.PASS_NAMES.index(goal), *named])]
     ctx = pipeline.PassContext(
-        filename=filename, entry=args.entry, grad=args.grad, order=args.order, jvp=args.jvp
+        options=Options(vector_bits=args.vector_bits),
+        filename=filename,
+        entry=args.entry,
+        grad=args.grad,
+        order=args.order,
+        jvp=args.jvp,
     )
     times: list[tuple[str, float]] = []
     results: dict[str, object] = {}

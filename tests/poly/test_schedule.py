@@ -4,6 +4,7 @@ accumulation, snapshots and the reads left to run-time checks."""
 from __future__ import annotations
 
 import islpy as isl
+import pytest
 
 from compiler.frontend.check import check_def
 from compiler.frontend.parser import parse
@@ -83,7 +84,44 @@ def test_model_puts_the_unit_stride_output_variable_below_the_reduction() -> Non
     # rows of m blocked by 4, n in register tiles of 16 lanes whose panel of B is
     # packed (poly.pack): the lanes replace k's unroll
     assert nest.jams == (("m", 4),) and nest.lanes == 16
-    assert nest.tiles == (64, 256, 1)
+    assert nest.tiles == (128, 256, 1)
+
+
+@pytest.mark.parametrize(
+    ("bits", "conv", "matmul", "dot"),
+    [
+        (128, (("m", 4),), (("m", 4),), (("j", 4), ("i", 2))),
+        (256, (("m", 4),), (("m", 4),), (("j", 4), ("i", 2))),
+        (512, (("m", 8),), (("m", 4),), (("j", 4), ("i", 4))),
+    ],
+)
+def test_register_tiles_follow_the_vector_width(bits, conv, matmul, dot) -> None:  # noqa: ANN001
+    """8 vector accumulators a tile: 4 rows of 16 lanes (two 256-bit vectors each), 8
+    rows of one 512-bit vector for a convolution, 4 rows of two for matmul (32 lanes);
+    16 outputs in a dot-product tile with AVX-512's 32 registers, 8 otherwise."""
+    opts = Options(vector_bits=bits)
+    _, c = _schedule(CONV, opts).nests
+    assert c.jams == conv and c.lanes == 16
+    _, m = _schedule(MATMUL, opts).nests
+    assert m.jams == matmul and m.lanes == (32 if bits == 512 else 16)
+    dot_src = "def f(float(I, E) A, float(J, E) B) -> (S) { S(i, j) +=! A(i, e) * B(j, e) }"
+    (d,) = _schedule(dot_src, opts).nests
+    assert d.jams == dot and d.lanes == 1
+
+
+def test_a_forced_register_tile_keeps_at_most_128_accumulators() -> None:
+    # 8 rows of 32 lanes would be 256 nested locals: the rows drop to 4
+    _, m = _schedule(MATMUL, Options(block=8, register_tile=32)).nests
+    assert m.jams == (("m", 4),) and m.lanes == 32
+
+
+@pytest.mark.host_vectors
+def test_the_host_vector_width_is_read_once() -> None:
+    from compiler.poly.cpu_model import host_vector_bits, vector_bits
+
+    assert host_vector_bits() in (128, 256, 512)
+    assert vector_bits(Options()) == host_vector_bits()
+    assert vector_bits(Options(vector_bits=128)) == 128
 
 
 def test_model_blocks_the_output_channel_of_a_convolution() -> None:
