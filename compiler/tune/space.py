@@ -22,6 +22,8 @@ Entries (CPU `Options`, see `compiler/options.py` for what each field means):
 - `register_tile`: None (the model), 1 (off) or 8, 16, 32 lanes;
 - `gather`: "auto" or "partial" (every reduction scatter with plain variables as a
   partial scatter); not "full", whose gathers of strided scatters cost seconds of isl.
+- `vector_bits`: None (the host's) or 128, 256, 512: the vector width the CPU model
+  sizes its register tiles for (other tile shapes than the host's model picks).
 
 Every value an entry produces is valid for its field (Options' own checks pass), so a
 sampled candidate never fails at construction; whether it helps is for the timing.
@@ -158,6 +160,7 @@ FIELDS: dict[str, dict[str, FieldSpace]] = {
         "fuse": Choice(lambda ctx: (True, False)),
         # not "full": a strided scatter's full gather can keep isl busy for seconds
         "gather": Choice(lambda ctx: (AUTO, "partial")),
+        "vector_bits": Choice(lambda ctx: (None, 128, 256, 512)),
     },
 }
 
