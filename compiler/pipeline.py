@@ -151,6 +151,7 @@ def _lower(sched: Any, ctx: PassContext) -> Any:
     """The loops, with a note per statement that is still a scatter (how it runs)."""
     import dataclasses
 
+    from compiler.loops.collapse import collapse
     from compiler.loops.fuse import fuse
     from compiler.loops.keep_terms import keep_terms
     from compiler.poly.astgen import lower_schedule
@@ -159,6 +160,7 @@ def _lower(sched: Any, ctx: PassContext) -> Any:
     lowered = lower_schedule(sched)
     if ctx.options.fuse:
         lowered = dataclasses.replace(lowered, function=keep_terms(fuse(lowered.function)))
+    lowered = dataclasses.replace(lowered, function=collapse(lowered.function))
     return dataclasses.replace(lowered, notes=scatter_notes(sched))
 
 

@@ -5,7 +5,10 @@ given arrays in place, exactly as compiled code would. It is slow and obviously
 faithful to the semantics stated in `compiler.loops.ir`: integers wrap (computed with
 Python ints and wrapped to the dtype), integer division by zero is 0, `Select` evaluates
 only the chosen side, floats compute in their own dtype (NumPy scalars), math builtins
-are rounded float64 reference values. A read or write out of bounds raises
+are rounded float64 reference values. An access addresses its buffer's element at the
+row-major flat offset of its subscripts (as `codegen.llvm_emit` does), so a subscript
+may run past its dimension into the next ones (`loops.collapse` writes `X[..., 0,
+h * W + w]`); a negative subscript, or a read or write outside the buffer, raises
 InternalError, so lowered programs can be tested for staying in bounds.
 
 Example: for `C[i] = A[i] + 1.0f` over `i < N`, `run_function(f, {"A": a, "C": c},
@@ -148,9 +151,14 @@ _STMTS: dict[type, Callable[[Any, _State], None]] = {
 def _index(name: str, index: tuple[Expr, ...], st: _State) -> tuple[int, ...]:
     where = tuple(int(_eval(i, st)) for i in index)
     shape = st.buffers[name].shape
-    if any(not 0 <= w < n for w, n in zip(where, shape, strict=True)):
+    if all(0 <= w < n for w, n in zip(where, shape, strict=True)):
+        return where
+    flat = 0
+    for w, n in zip(where, shape, strict=True):
+        flat = flat * n + w
+    if any(w < 0 for w in where) or not 0 <= flat < int(np.prod(shape)):
         raise InternalError(f"interpreter: {name}{list(where)} is out of bounds of shape {shape}")
-    return where
+    return tuple(int(x) for x in np.unravel_index(flat, shape))
 
 
 def _eval(e: Expr, st: _State) -> Value:
