@@ -252,8 +252,11 @@ def _dot_tile(
     if len(outer) < 2:
         return literal  # one output row per loop: no read is shared between outputs
     # one vector of partial sums an output: 8 of 16 registers, 16 of 32 with AVX-512
-    # (measured, 2 threads, linear+relu 128x512->256: 0.32 -> 0.26 ms, torch 0.22)
-    tile = WIDE_DOT_TILE if vector_bits(options) >= 512 else DOT_TILE
+    # for one long reduction loop (measured, 2 threads, linear+relu 128x512->256: 0.32
+    # -> 0.26 ms, torch 0.22); a weight gradient's `n, h, w` reduction reduces its
+    # vectors every row of `w`, which 16 outputs made slower (2.9 -> 4.8 ms)
+    wide = vector_bits(options) >= 512 and len(facts.reduction_vars) == 1
+    tile = WIDE_DOT_TILE if wide else DOT_TILE
     jams = tuple((v, f) for v, f in zip(outer, tile, strict=True))
     return LoopOrder(literal.outer, literal.inner, jams=jams[::-1])
 

@@ -107,6 +107,14 @@ def test_register_tiles_follow_the_vector_width(bits, conv, matmul, dot) -> None
     dot_src = "def f(float(I, E) A, float(J, E) B) -> (S) { S(i, j) +=! A(i, e) * B(j, e) }"
     (d,) = _schedule(dot_src, opts).nests
     assert d.jams == dot and d.lanes == 1
+    # a weight gradient's dot products (n, h, w) keep 8 outputs at every width
+    wgrad = (
+        "def f(float(N, C, H, W) I, float(N, M, HO, WO) G) -> (WG) "
+        "{ WG(m, c, kh, kw) +=! G(n, m, h, w) * I(n, c, h + kh, w + kw) "
+        "where kh in 0:3, kw in 0:3, h in 0:H - 2, w in 0:W - 2 }"
+    )
+    (g,) = [n for n in _schedule(wgrad, opts).nests if n.inner]
+    assert sorted(f for _, f in g.jams) == [2, 4]
 
 
 def test_a_forced_register_tile_keeps_at_most_128_accumulators() -> None:
