@@ -58,7 +58,7 @@ from compiler.poly.lower_expr import (
 )
 from compiler.poly.pack import pack_tiles
 from compiler.poly.regtile import register_tile
-from compiler.poly.schedule import Nest, NestKind, Schedule, schedule
+from compiler.poly.schedule import STREAMED, Nest, NestKind, Schedule, schedule
 from compiler.poly.tiling import TileBand, tile_band
 
 ERROR_BUFFER = "tcc.error"
@@ -100,6 +100,13 @@ def lower_schedule(sched: Schedule) -> Lowered:
 def _lower_nest(sched: Schedule, nest: Nest, state: _State) -> L.Stmt:
     """One nest's loops; with an alternative, both under the run-time alias test."""
     body = _NestLowering(sched, nest, state).run()
+    if nest.alternative is not None and nest.larger is not None:
+        swapped = _NestLowering(sched, nest.alternative, state).run()
+        check = nest.larger
+        first, second = bound_to_loops(check.first), bound_to_loops(check.second)
+        streamed = L.Bin(L.BinOp.GT, bound_to_loops(check.streamed), const(STREAMED, I64))
+        cond = L.Bin(L.BinOp.AND, L.Bin(L.BinOp.GT, first, second), streamed)
+        return L.If(cond, swapped, body)
     if nest.alternative is None or nest.alias is None:
         return body
     literal = _NestLowering(sched, nest.alternative, state).run()

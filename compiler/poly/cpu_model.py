@@ -105,6 +105,9 @@ class LoopOrder:
     register: bool = True  # accumulate in a register (only for reductions)
     jams: tuple[tuple[str, int], ...] = ()  # (loop variable, factor), outermost first
     lanes: int = 1  # register tile width along the innermost loop (1: none)
+    # a dot tile's two jammed output loops (outer first): the nest also runs with them
+    # swapped, chosen at run time by their extents (`poly.schedule`, `Nest.larger`)
+    swap: tuple[str, str] | None = None
 
 
 def literal_order(facts: StmtFacts) -> LoopOrder:
@@ -258,7 +261,8 @@ def _dot_tile(
     wide = vector_bits(options) >= 512 and len(facts.reduction_vars) == 1
     tile = WIDE_DOT_TILE if wide else DOT_TILE
     jams = tuple((v, f) for v, f in zip(outer, tile, strict=True))
-    return LoopOrder(literal.outer, literal.inner, jams=jams[::-1])
+    p, q = sorted(outer, key=literal.outer.index)
+    return LoopOrder(literal.outer, literal.inner, jams=jams[::-1], swap=(p, q))
 
 
 def _unit_stride_last(

@@ -47,16 +47,18 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from compiler.frontend.ast import Access, Expr, Let, Var
+from compiler.diagnostics import InternalError
+from compiler.frontend.ast import Access, Binary, BinOp, Expr, Let, RangeConstraint, Var
 from compiler.frontend.checked import RangedDef, StmtFacts
 from compiler.frontend.printer import print_stmt
 from compiler.frontend.scopes import children
 from compiler.options import Options
 from compiler.poly.aliasing import AliasCheck, alias_check
 from compiler.poly.build import PolyStmt, build_statements, tensor_extents
-from compiler.poly.cpu_model import choose_order, literal_order
+from compiler.poly.cpu_model import LoopOrder, choose_order, literal_order
 from compiler.poly.gather import WriteKind, write_kind
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff, params_space
+from compiler.poly.lower_expr import bound_to_loops
 from compiler.poly.partial import partial_order, plain_vars
 from compiler.poly.tiling import choose_tiles
 
@@ -64,6 +66,24 @@ from compiler.poly.tiling import choose_tiles
 class NestKind(enum.Enum):
     INIT = "init"
     STMT = "stmt"
+
+
+@dataclass(frozen=True)
+class SwapCheck:
+    """When a dot tile runs with its two jammed output loops `p, q` swapped (`q`
+    outside): `q`'s extent is larger than `p`'s and the operand read with `q` (about
+    `streamed` elements: `q`'s extent times the reduction's) exceeds `STREAMED`. In the
+    literal order that operand is read again for every block of `p`; swapped, the
+    smaller one is, and it stays in L2 (measured, 2 threads, float32, Y(n, o) +=!
+    X(n, i) * W(o, i): 256x1024 -> 1024 5.2 -> 3.9 ms, torch 2.1; 64x256 -> 1024, where
+    both fit in L2, 0.26 -> 0.30 ms swapped, hence the size test)."""
+
+    first: Expr  # q's extent
+    second: Expr  # p's extent
+    streamed: Expr  # q's extent times the reduction loops' extents
+
+
+STREAMED = 1 << 18  # elements (1 MiB of float32): more does not stay in L2 beside the rest
 
 
 @dataclass(frozen=True)
@@ -90,6 +110,9 @@ class Nest:
     # at run time (poly.aliasing)
     alternative: Nest | None = None
     alias: AliasCheck | None = None
+    # or, for a dot tile, its two jammed output loops swapped (`LoopOrder.swap`), run
+    # instead when `SwapCheck` holds at run time
+    larger: SwapCheck | None = None
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -203,6 +226,9 @@ def _nests_of(
         jams = tuple((facts.reduction_vars[-1] if v == reduction else v, k) for v, k in order.jams)
         literal = dataclasses.replace(main, inner=facts.reduction_vars, jams=jams)
         main = dataclasses.replace(main, alternative=literal, alias=check)
+    swapped = _swapped(main, order, facts)
+    if swapped is not None:
+        main = swapped
     if not stmt.op.init:
         return [main]
     box = init_domain(poly.index, _init_names(facts, params), extent, params)
@@ -351,6 +377,33 @@ def _reads(facts: StmtFacts, name: str | None = None) -> Iterator[Access]:
 def _self_reads(facts: StmtFacts) -> Iterator[Access]:
     """The reads of the statement's own output in its right-hand side and lets."""
     return _reads(facts, facts.stmt.lhs.name)
+
+
+def _swapped(main: Nest, order: LoopOrder, facts: StmtFacts) -> Nest | None:
+    """`main` with its dot tile's loops swapped as its run-time alternative, or None
+    (no swap, or an extent that is not an expression of the sizes)."""
+    if order.swap is None or main.alternative is not None or main.unproven or main.write_checks:
+        return None
+    p, q = order.swap
+    extents = {}
+    for c in facts.stmt.where:
+        if isinstance(c, RangeConstraint) and isinstance(c.expr, Var):
+            extents[c.expr.name] = Binary(BinOp.SUB, c.hi, c.lo)
+    wanted = (p, q, *facts.reduction_vars)
+    if any(v not in extents for v in wanted):
+        return None
+    try:
+        for v in wanted:
+            bound_to_loops(extents[v])
+    except InternalError:
+        return None
+    streamed = extents[q]
+    for v in facts.reduction_vars:
+        streamed = Binary(BinOp.MUL, streamed, extents[v])
+    outer = tuple(q if v == p else p if v == q else v for v in main.outer)
+    alternative = dataclasses.replace(main, outer=outer)
+    check = SwapCheck(extents[q], extents[p], streamed)
+    return dataclasses.replace(main, alternative=alternative, larger=check)
 
 
 def _same_element(poly: PolyStmt, facts: StmtFacts, read: Access, params: tuple[str, ...]) -> bool:

@@ -91,3 +91,23 @@ def test_a_convolution_gradient_with_512_bit_tiles_matches_the_reference() -> No
     ref = compiler.define(text, target="interp")
     for a, b in zip(k.vjp(i, w, grad_outputs=(g,)), ref.vjp(i, w, grad_outputs=(g,)), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("b", "i", "o"),
+    [
+        (3, 1025, 257),  # o larger, its operand over 2^18 elements: swapped
+        (5, 17, 1031),  # o larger, small operand: literal order
+        (259, 1031, 7),  # b larger: literal order
+        (1, 300, 1000),
+    ],
+)
+def test_both_orders_of_a_dot_tile_match_the_reference(b: int, i: int, o: int) -> None:
+    """The dot tile's loops swapped at run time (`schedule.SwapCheck`) or not, against
+    the reference evaluator."""
+    rng = np.random.default_rng(b + i + o)
+    arrays = [
+        rng.standard_normal((b, i)).astype(np.float32),
+        rng.standard_normal((o, i)).astype(np.float32),
+    ]
+    _check(LINEAR, arrays, Options(threads=2))

@@ -117,6 +117,19 @@ def test_register_tiles_follow_the_vector_width(bits, conv, matmul, dot) -> None
     assert sorted(f for _, f in g.jams) == [2, 4]
 
 
+def test_a_dot_tile_also_runs_with_its_loops_swapped() -> None:
+    from compiler.poly.schedule import SwapCheck
+
+    src = "def lin(float(B, I) X, float(O, I) W) -> (Y) { Y(b, o) +=! X(b, i) * W(o, i) }"
+    (nest,) = _schedule(src).nests
+    assert nest.outer == ("b", "o") and nest.alternative is not None
+    assert nest.alternative.outer == ("o", "b") and nest.alternative.jams == nest.jams
+    assert isinstance(nest.larger, SwapCheck)
+    from compiler.frontend.printer import print_expr
+
+    assert (print_expr(nest.larger.first), print_expr(nest.larger.second)) == ("O - 0", "B - 0")
+
+
 def test_a_forced_register_tile_keeps_at_most_128_accumulators() -> None:
     # 8 rows of 32 lanes would be 256 nested locals: the rows drop to 4
     _, m = _schedule(MATMUL, Options(block=8, register_tile=32)).nests
