@@ -226,7 +226,7 @@ def _nests_of(
         jams = tuple((facts.reduction_vars[-1] if v == reduction else v, k) for v, k in order.jams)
         literal = dataclasses.replace(main, inner=facts.reduction_vars, jams=jams)
         main = dataclasses.replace(main, alternative=literal, alias=check)
-    swapped = _swapped(main, order, facts)
+    swapped = _swapped(main, order, facts, params)
     if swapped is not None:
         main = swapped
     if not stmt.op.init:
@@ -379,9 +379,11 @@ def _self_reads(facts: StmtFacts) -> Iterator[Access]:
     return _reads(facts, facts.stmt.lhs.name)
 
 
-def _swapped(main: Nest, order: LoopOrder, facts: StmtFacts) -> Nest | None:
+def _swapped(
+    main: Nest, order: LoopOrder, facts: StmtFacts, params: tuple[str, ...]
+) -> Nest | None:
     """`main` with its dot tile's loops swapped as its run-time alternative, or None
-    (no swap, or an extent that is not an expression of the sizes)."""
+    (no swap, or an extent that is not an expression of the sizes alone)."""
     if order.swap is None or main.alternative is not None or main.unproven or main.write_checks:
         return None
     p, q = order.swap
@@ -392,6 +394,11 @@ def _swapped(main: Nest, order: LoopOrder, facts: StmtFacts) -> Nest | None:
     wanted = (p, q, *facts.reduction_vars)
     if any(v not in extents for v in wanted):
         return None
+    sizes = set(params)
+    for v in wanted:  # not a range that depends on another loop (a second derivative's)
+        names = {n.name for n in _walk(extents[v]) if isinstance(n, Var)}
+        if not names <= sizes:
+            return None
     try:
         for v in wanted:
             bound_to_loops(extents[v])
@@ -404,6 +411,14 @@ def _swapped(main: Nest, order: LoopOrder, facts: StmtFacts) -> Nest | None:
     alternative = dataclasses.replace(main, outer=outer)
     check = SwapCheck(extents[q], extents[p], streamed)
     return dataclasses.replace(main, alternative=alternative, larger=check)
+
+
+def _walk(e: Expr) -> Iterator[Expr]:
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(children(x))
 
 
 def _same_element(poly: PolyStmt, facts: StmtFacts, read: Access, params: tuple[str, ...]) -> bool:
