@@ -52,6 +52,7 @@ from compiler.frontend.ast import Access, Binary, BinOp, Expr, Let, RangeConstra
 from compiler.frontend.checked import RangedDef, StmtFacts
 from compiler.frontend.printer import print_stmt
 from compiler.frontend.scopes import children
+from compiler.frontend.visit import walk
 from compiler.options import Options
 from compiler.poly.aliasing import AliasCheck, alias_check
 from compiler.poly.build import PolyStmt, build_statements, tensor_extents
@@ -400,7 +401,7 @@ def _swapped(
         return None
     sizes = set(params)
     for v in wanted:  # not a range that depends on another loop (a second derivative's)
-        names = {n.name for n in _walk(extents[v]) if isinstance(n, Var)}
+        names = {n.name for n in walk(extents[v]) if isinstance(n, Var)}
         if not names <= sizes:
             return None
     try:
@@ -415,14 +416,6 @@ def _swapped(
     alternative = dataclasses.replace(main, outer=outer)
     check = SwapCheck(extents[q], extents[p], streamed)
     return dataclasses.replace(main, alternative=alternative, larger=check)
-
-
-def _walk(e: Expr) -> Iterator[Expr]:
-    stack = [e]
-    while stack:
-        x = stack.pop()
-        yield x
-        stack.extend(children(x))
 
 
 def _same_element(poly: PolyStmt, facts: StmtFacts, read: Access, params: tuple[str, ...]) -> bool:
