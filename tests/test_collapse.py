@@ -33,6 +33,8 @@ def test_a_whole_plane_reduction_runs_one_loop() -> None:
     [
         # w is offset: not the whole plane
         "def f(float(N, H, W) I) -> (O) { O(n) +=! I(n, h, w + 1) where w in 0:W - 1 }",
+        # h is also an earlier subscript of a read
+        "def f(float(N, H, W) I, float(H, H, W) J) -> (O) { O(n) +=! I(n, h, w) * J(h, h, w) }",
         # h is used in the value too
         "def f(float(N, H, W) I) -> (O) { O(n) +=! I(n, h, w) * h }",
         # one read walks the plane transposed

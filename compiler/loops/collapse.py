@@ -73,11 +73,8 @@ def _whole_plane(a: L.Load | L.Store, h: str, w: str, hi_h: L.Expr, hi_w: L.Expr
     if len(index) < 2 or len(shape) != len(index):
         return False
     last = index[-2:]
-    if last != (L.VarRef(h), L.VarRef(w)):
-        return False
-    if any(_mentions(i, h) or _mentions(i, w) for i in index[:-2]):
-        return False
-    return shape[-2:] == (hi_h, hi_w)
+    # (other uses of h and w, in earlier subscripts too: `_uses_elsewhere`)
+    return last == (L.VarRef(h), L.VarRef(w)) and shape[-2:] == (hi_h, hi_w)
 
 
 def _uses_elsewhere(body: L.Stmt, h: str, w: str) -> bool:

@@ -258,11 +258,15 @@ def _dot_tile(
     # for one long reduction loop (measured, 2 threads, linear+relu 128x512->256: 0.32
     # -> 0.26 ms, torch 0.22); a weight gradient's `n, h, w` reduction reduces its
     # vectors every row of `w`, which 16 outputs made slower (2.9 -> 4.8 ms)
-    wide = vector_bits(options) >= 512 and len(facts.reduction_vars) == 1
-    tile = WIDE_DOT_TILE if wide else DOT_TILE
+    one_loop = len(facts.reduction_vars) == 1
+    tile = WIDE_DOT_TILE if vector_bits(options) >= 512 and one_loop else DOT_TILE
     jams = tuple((v, f) for v, f in zip(outer, tile, strict=True))
+    # either loop order, picked at run time (`poly.schedule.SwapCheck`); not for a weight
+    # gradient's `n, h, w` dot products, where the second copy of the nest cost compile
+    # time (conv2d's gradient 1.6 -> 2.1-2.6 s) with no measured gain
     p, q = sorted(outer, key=literal.outer.index)
-    return LoopOrder(literal.outer, literal.inner, jams=jams[::-1], swap=(p, q))
+    swap = (p, q) if one_loop else None
+    return LoopOrder(literal.outer, literal.inner, jams=jams[::-1], swap=swap)
 
 
 def _unit_stride_last(
