@@ -7,7 +7,7 @@ method per node type, dispatched by class name; an unknown node raises InternalE
 Numerics: float `Min`/`Max` are `llvm.minimum`/`llvm.maximum` (NaN propagates, and
 they vectorise); a loop whose body only adds terms to float Locals is, when longer
 than `SUM_BLOCK`, summed in blocks with Kahan's compensation across blocks
-(`_blocked_sum`); a loop of kind UNROLL (the lanes of a register tile) carries
+(`codegen.llvm_sums`); a loop of kind UNROLL (the lanes of a register tile) carries
 `llvm.loop.vectorize.width 1` so the SLP vectoriser, not the loop vectoriser, widens it;
 math builtins go through `llvm_math` (libmvec where present).
 """
@@ -22,6 +22,7 @@ from llvmlite import ir
 
 from compiler.codegen.llvm_math import MathEmitter, intrinsic
 from compiler.codegen.llvm_parallel import emit_parallel
+from compiler.codegen.llvm_sums import REDUCTION_FLAGS, SUM_BLOCK, blocked_sum, sum_terms
 from compiler.diagnostics import InternalError
 from compiler.loops import (
     Alloc,
@@ -58,11 +59,6 @@ from compiler.loops import (
 _LOOP_KINDS = frozenset({LoopKind.SERIAL, LoopKind.PARALLEL, LoopKind.VECTOR, LoopKind.UNROLL})
 I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
 PTR = ir.PointerType()
-REDUCTION_FLAGS = ("reassoc", "nsz", "contract")
-# A float sum over a loop longer than this many iterations is summed in blocks of this
-# many (each block's partial sum vectorised in lanes), the blocks added with Kahan's
-# compensated summation (`FunctionEmitter._blocked_sum`).
-SUM_BLOCK = 2048
 CONTRACT_FLAGS = ("contract",)  # every float add, sub, mul: FMA allowed, nothing else
 # A float division may become a multiplication by the divisor's reciprocal (`arcp`):
 # LLVM then computes a divisor that the loop does not change (`P * V / l(i)` inside
@@ -258,7 +254,7 @@ class FunctionEmitter:
             return
         lo, hi = self.expr(s.lo), self.expr(s.hi)
         lanes = s.kind is LoopKind.UNROLL  # a register tile's lanes: never blocked
-        sums = [] if lanes else self._sum_terms(s)
+        sums = [] if lanes else sum_terms(self, s)
         if not sums:
             self._loop(s.var, lo, hi, s.step, lambda: self.stmt(s.body), lanes)
             return
@@ -267,94 +263,9 @@ class FunctionEmitter:
         with b.if_else(b.icmp_signed(">", b.sub(hi, lo), span)) as (long, short):
             with long:
                 body = s.body.stmts if isinstance(s.body, Block) else (s.body,)
-                self._blocked_sum(s.var, lo, hi, s.step, sums, body)
+                blocked_sum(self, s.var, lo, hi, s.step, sums, body)
             with short:
                 self._loop(s.var, lo, hi, s.step, lambda: self.stmt(s.body))
-
-    def _sum_terms(self, s: For) -> list[tuple[str, Expr]]:
-        """[(accumulator, term)] for the statements of `s`'s body that are
-        `acc = acc + term` on a float Local declared outside the loop (several: a
-        dot-product tile, or statements fused by `loops.fuse`), when no other statement
-        of the body and no term mentions those accumulators; [] otherwise (or when
-        there is no such update). The other statements run as they are, in order."""
-        body = s.body.stmts if isinstance(s.body, Block) else (s.body,)
-        found: list[tuple[str, Expr]] = []
-        others: list[Stmt] = []
-        for a in body:
-            term = self._sum_update(a)
-            if term is None:
-                others.append(a)
-            else:
-                found.append((a.var, term))  # type: ignore[union-attr]
-        accs = {acc for acc, _ in found}
-        if len(accs) != len(found) or any(_mentions(t, a) for _, t in found for a in accs):
-            return []
-        if any(_mentions(o, a) for o in others for a in accs):
-            return []
-        return found
-
-    def _sum_update(self, a: Stmt) -> Expr | None:
-        """`term` when `a` is `acc = acc + term` on a float Local of the enclosing scope."""
-        if not isinstance(a, Assign) or a.var not in self.compensation:
-            return None
-        e, me = a.value, VarRef(a.var, self.slots[a.var][1])
-        if not (isinstance(e, Bin) and e.op is BinOp.ADD and me in (e.a, e.b)):
-            return None
-        return e.b if e.a == me else e.a
-
-    def _blocked_sum(
-        self,
-        var: str,
-        lo: ir.Value,
-        hi: ir.Value,
-        step: int,
-        sums: list[tuple[str, Expr]],
-        body: tuple[Stmt, ...],
-    ) -> None:
-        """`acc += x` (for each pair of `sums`) over [lo, hi): blocks of SUM_BLOCK iterations each summed into a
-        fresh partial (fast-math flags: the vectoriser keeps lanes of partial sums),
-        the partials added to `acc` with Kahan's compensation. The error of the whole
-        sum is at most about (SUM_BLOCK / lanes + log2(lanes) + 2) * eps * sum(|x|)
-        (lanes: the vectoriser's partial sums, 32-64 for float32; 1 if it does not
-        vectorise), against (n / lanes) * eps * sum(|x|) for one running sum."""
-        b = self.builder
-        partials = []
-        for acc, _ in sums:
-            ty = ir_type(self.slots[acc][1])
-            with b.goto_block(self.entry):
-                b.position_at_start(self.entry)
-                partials.append((b.alloca(ty, name=f"{acc}.partial"), ty))
-        span = ir.Constant(I64, SUM_BLOCK * step)
-
-        def block() -> None:
-            start = self.values[f"{var}.block"]
-            end = b.add(start, span)
-            end = b.select(b.icmp_signed("<", end, hi), end, hi)
-            for partial, ty in partials:
-                b.store(ir.Constant(ty, 0.0), partial)
-
-            by_acc = {acc: p for (acc, _), p in zip(sums, partials, strict=True)}
-
-            def add() -> None:  # the body, each sum update redirected to its partial
-                for a in body:
-                    term = self._sum_update(a)
-                    if term is None:
-                        self.stmt(a)
-                        continue
-                    partial, ty = by_acc[a.var]  # type: ignore[union-attr]
-                    value = b.fadd(b.load(partial, typ=ty), self.expr(term), flags=REDUCTION_FLAGS)
-                    b.store(value, partial)
-
-            self._loop(var, start, end, step, add)
-            for (partial, ty), (acc, _) in zip(partials, sums, strict=True):
-                slot, comp_slot = self.slots[acc][0], self.compensation[acc]
-                total, comp = b.load(slot, typ=ty), b.load(comp_slot, typ=ty)
-                y = b.fsub(b.load(partial, typ=ty), comp)
-                t = b.fadd(total, y)
-                b.store(b.fsub(b.fsub(t, total), y), comp_slot)
-                b.store(t, slot)
-
-        self._loop(f"{var}.block", lo, hi, SUM_BLOCK * step, block)
 
     def _stmt_If(self, s: If) -> None:
         cond = self.expr(s.cond)
@@ -585,24 +496,6 @@ def cast(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:
     if dst.bits < src.bits:
         return b.trunc(x, to)
     return b.sext(x, to) if signed else b.zext(x, to)
-
-
-def _mentions(e: Expr | Stmt, var: str) -> bool:
-    """True when `e` reads or assigns the variable `var`."""
-    found: list[Expr | Stmt] = []
-
-    class _Refs(Visitor):
-        def visit_VarRef(self, node: VarRef) -> None:
-            if node.name == var:
-                found.append(node)
-
-        def visit_Assign(self, node: Assign) -> None:
-            if node.var == var:
-                found.append(node)
-            self.generic_visit(node)
-
-    _Refs().visit(e)
-    return bool(found)
 
 
 def _reads_memory(e: Expr) -> bool:

@@ -1,6 +1,6 @@
 """Accurate float32 sums on the LLVM target: a long reduction loop is summed in blocks
 of `SUM_BLOCK` (lanes of partial sums inside a block), the blocks added with Kahan's
-compensation (`FunctionEmitter._blocked_sum`). Checked against `math.fsum` with the
+compensation (`codegen.llvm_sums.blocked_sum`). Checked against `math.fsum` with the
 documented bound (SUM_BLOCK / lanes + log2(lanes) + 2) * eps * sum(|x|), lanes = 32
 (AVX2: 4 interleaved vectors of 8 floats; AVX-512 has more, a smaller bound)."""
 
