@@ -58,6 +58,7 @@ from compiler.poly.lower_expr import (
 )
 from compiler.poly.pack import pack_tiles
 from compiler.poly.regtile import register_tile
+from compiler.poly.transpose import transpose_reads
 from compiler.poly.schedule import STREAMED, Nest, NestKind, Schedule, schedule
 from compiler.poly.tiling import TileBand, tile_band
 
@@ -318,6 +319,8 @@ class _NestLowering:
         body = self._node(build_ast(self.nest, self.sched.context, self.band), False)
         # jams would change which failed check comes first
         if not (self.nest.unproven or self.nest.write_checks):
+            if self.nest.lanes > 1 and self.nest.innermost:
+                body = transpose_reads(body, self.nest.innermost[0])
             for var, factor in self.nest.jams:
                 body = unroll_and_jam(body, var, factor)
             if self.nest.lanes > 1 and self.nest.innermost:

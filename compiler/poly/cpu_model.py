@@ -82,6 +82,7 @@ import islpy as isl
 from compiler.frontend.ast import Access, Binary, BinOp, Const, Expr, Let, RangeConstraint, Var
 from compiler.frontend.checked import StmtFacts
 from compiler.frontend.scopes import children
+from compiler.frontend.visit import walk
 from compiler.options import AUTO, Options
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff
 
@@ -134,8 +135,11 @@ def choose_order(
     if lanes is None:  # the model: convolution-like nests only (module doc)
         # (not for a column reduction: its strips sum in blocks, poly.colsum)
         lanes = LANES if len(facts.reduction_vars) >= 2 and len(facts.index_vars) > 1 else 1
+    transposed = None
     if options.innermost == AUTO:
         j = _auto_innermost(facts, space, lets, reads, strided=lanes > 1)
+        if j is None and lanes > 1:
+            j = transposed = transposed_lanes(facts, space, lets, reads)
     else:
         j = options.innermost if options.innermost in _lhs_vars(facts) else None
     if j is None:
@@ -143,11 +147,14 @@ def choose_order(
             return literal
         return _dot_tile(facts, space, lets, reads, options)
     others = tuple(v for v in facts.index_vars if v != j)
-    block_var = _block_var(others, j, reads, space, lets)
+    block_var = _block_var(others, j, reads, space, lets, facts)
     jams: list[tuple[str, int]] = []
     block = BLOCK if options.block is None else options.block
     if block_var is not None and block > 1:
-        others = (*(v for v in others if v != block_var), block_var)
+        rest = tuple(v for v in others if v != block_var)
+        # transposed lanes: the rows (channels) outermost, the parallel loop; a weight
+        # gradient's other output loops are its short window `kh, kw`
+        others = (block_var, *rest) if transposed else (*rest, block_var)
         jams.append((block_var, block))
     if options.register_tile is None and lanes <= 1 and block_var is not None and block > 1:
         # two vectors a row (16 lanes with AVX2, 32 with AVX-512)
@@ -357,16 +364,83 @@ def _unit_stride_reads(
 
 
 def _block_var(
-    others: tuple[str, ...], j: str, reads: list[Access], space: StmtSpace, lets: dict[str, Expr]
+    others: tuple[str, ...],
+    j: str,
+    reads: list[Access],
+    space: StmtSpace,
+    lets: dict[str, Expr],
+    facts: StmtFacts | None = None,
 ) -> str | None:
-    """The output variable that the most reads using `j` do not use (ties: the last)."""
+    """The output variable that the most reads using `j` do not use (ties: the last;
+    with `facts`, a long one before a short one: a weight gradient's rows are its
+    channels `c`, not its 3-wide `kw`)."""
     using_j = [r for r in reads if any(mentions(a, j, lets) for a in r.args)]
-    best, best_count = None, 0
+    best, best_key = None, (0, False)
     for v in others:
         count = sum(1 for r in using_j if not any(mentions(a, v, lets) for a in r.args))
-        if count >= best_count and count > 0:
-            best, best_count = v, count
+        key = (count, facts is not None and not short(facts, v))
+        if count > 0 and key >= best_key:
+            best, best_key = v, key
     return best
+
+
+def transposed_lanes(
+    facts: StmtFacts, space: StmtSpace, lets: dict[str, Expr], reads: list[Access]
+) -> str | None:
+    """The register tile's lane variable of a nest with several reduction loops whose
+    last output subscript is short or not unit stride (a weight gradient
+    `W1_grad(m, c, kh, kw) +=! O_grad(n, m, h, w) * I(n, c, h + kh, w + kw)`): an
+    output variable that is long, that every read using it uses in one subscript as
+    `v + constant` only, and that leaves a long row variable (`_block_var`) whose
+    reads do not use it. `poly.transpose` copies each read that uses it elsewhere
+    than last into a buffer with that subscript moved last, so the tile's lanes are
+    contiguous; its stores run once, after the whole reduction. Without it the dot
+    tile reduces a vector of partial sums every row of `w` (26 wide: one vector, a
+    10-step scalar remainder). Of several, the one whose reads name the fewest
+    variables (the smaller tensor: a window `h + kh` spans more than its loops)."""
+    if len(facts.reduction_vars) < 2:
+        return None
+    best, best_names = None, 0
+    for v in _lhs_vars(facts):
+        if short(facts, v) or not _single_subscript(v, reads, space, lets):
+            continue
+        others = tuple(x for x in facts.index_vars if x != v)
+        row = _block_var(others, v, reads, space, lets, facts)
+        if row is None or short(facts, row):
+            continue
+        using = [r for r in reads if any(mentions(a, v, lets) for a in r.args)]
+        names = sum(len(_var_names(r)) for r in using)
+        if best is None or names <= best_names:
+            best, best_names = v, names
+    return best
+
+
+def _single_subscript(
+    v: str, reads: list[Access], space: StmtSpace, lets: dict[str, Expr]
+) -> bool:
+    """Some read uses `v`, and every one that does uses it in one subscript, `v` plus
+    terms of other variables with coefficient 1 (a lane of `v` is the next element of
+    that dimension)."""
+    pos = space.pos(v)
+    count = 0
+    for read in reads:
+        uses = [k for k, a in enumerate(read.args) if mentions(a, v, lets)]
+        if not uses:
+            continue
+        if len(uses) != 1:
+            return False
+        try:
+            aff = expr_to_aff(read.args[uses[0]], space, lets)
+        except NotAffine:
+            return False
+        if (aff - space.var(v)).involves_dims(isl.dim_type.in_, pos, 1):
+            return False
+        count += 1
+    return count > 0
+
+
+def _var_names(read: Access) -> set[str]:
+    return {n.name for a in read.args for n in walk(a) if isinstance(n, Var)}
 
 
 def short(facts: StmtFacts, v: str) -> bool:

@@ -196,9 +196,9 @@ class _Inner:
     def _store(self, s: L.Stmt) -> bool:
         if not isinstance(s, L.Store) or not s.index:
             return False
-        last = s.index[-1]
-        if last != L.VarRef(self.j) or _names(*s.index[:-1]) & {self.j}:
-            return False
+        at = [k for k, e in enumerate(s.index) if self.j in _names(e)]
+        if len(at) != 1 or s.index[at[0]] != L.VarRef(self.j):
+            return False  # one subscript is `j` (its lanes are stored once, at the end)
         loads = _loads_of(s.value, s.buffer.name)
         if loads != [s.index]:
             return False  # exactly one read of the output: the element written

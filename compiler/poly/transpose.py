@@ -1,0 +1,121 @@
+"""Transposed copies of a register tile's strided reads: a pure `Stmt -> Stmt` transform.
+
+Requires: the lowered loops of one memory-form statement whose register tile's lanes
+run along `j` (`poly.cpu_model.transposed_lanes`), before `poly.regtile`; the nest
+reads but never writes the buffers it reads with `j` (memory form: no self reads).
+Ensures:  `transpose_reads(stmt, j)` computes the same values in the same order. Each
+input read `X[a0, .., j + e, .., an]` with `j` in one subscript `p`, not the last, and
+no read of `X` using `j` elsewhere, reads `X.t<p>[a0, .., an, j + e]` instead: a copy
+of `X` with dimension `p` moved last, written before the nest by a parallel loop nest
+over `X.t<p>` in its memory order:
+
+    for n / h / w / m:                              alloc G.t1[N, H', W', M]
+      WG[m, c, kh, kw] += G[n, m, h, w] * I[..]  ==>  parallel for n / h / w / m: G.t1[n, h, w, m] = G[n, m, h, w]
+                                                      for n / h / w / m:
+                                                        WG[m, c, kh, kw] += G.t1[n, h, w, m] * I[..]
+
+Why: a register tile keeps one vector of lanes `j .. j + width - 1` per row; read
+from `G[n, m, h, w]` those lanes lie a plane apart (a gather of 16 loads a vector),
+from the copy they are one vector load. The copy reads each element once, and the
+tile reads it once for each row block of the whole reduction (a weight gradient's
+channels `c / rows` x `KH * KW` times): BLIS's packing, done for a whole operand
+because the tile's reduction (`n, h, w`) spans all of it.
+"""
+
+from __future__ import annotations
+
+from compiler import loops as L
+from compiler.loops.ir import walk
+from compiler.poly.lower_expr import I64, const
+
+
+def transpose_reads(stmt: L.Stmt, j: str) -> L.Stmt:
+    """`stmt` reading transposed copies of its reads strided along `j` (module doc)."""
+    found: dict[str, set[int]] = {}
+    buffers: dict[str, L.Buffer] = {}
+    inner = {n.buffer.name for n in walk(stmt) if isinstance(n, L.Alloc)}
+    written = {n.buffer.name for n in walk(stmt) if isinstance(n, L.Store)}
+    for node in walk(stmt):
+        if isinstance(node, (L.Load, L.Store)) and node.index:
+            uses = [k for k, e in enumerate(node.index) if j in _names(e)]
+            position = uses[0] if len(uses) == 1 else -1
+            found.setdefault(node.buffer.name, set()).add(position)
+            buffers[node.buffer.name] = node.buffer
+    copies: dict[str, tuple[L.Buffer, int]] = {}
+    for name, positions in found.items():
+        source = buffers[name]
+        if len(positions) != 1 or name in inner:
+            continue
+        (p,) = positions
+        if p < 0 or p == len(source.shape) - 1:
+            continue
+        shape = (*source.shape[:p], *source.shape[p + 1 :], source.shape[p])
+        copies[name] = (L.Buffer(f"{name}.t{p}", source.dtype, shape, L.Role.TEMP), p)
+    if not copies:
+        return stmt
+    body = _Access(copies).mutate(stmt)
+    before = [_copy(buffers[n], t, p, stmt, True) for n, (t, p) in copies.items()]
+    after = [_copy(buffers[n], t, p, stmt, False) for n, (t, p) in copies.items() if n in written]
+    out: L.Stmt = L.Block((*before, body, *after))
+    for t, _ in reversed(list(copies.values())):
+        out = L.Alloc(t, out)
+    return out
+
+
+class _Access(L.Mutator):
+    def __init__(self, copies: dict[str, tuple[L.Buffer, int]]) -> None:
+        self.copies = copies
+
+    def mutate_Load(self, node: L.Load) -> L.Expr:
+        hit = self.copies.get(node.buffer.name)
+        if hit is None:
+            return self.generic_mutate(node)
+        t, p = hit
+        index = tuple(self.mutate(e) for e in node.index)
+        return L.Load(t, _moved(index, p))
+
+    def mutate_Store(self, node: L.Store) -> L.Stmt:
+        hit = self.copies.get(node.buffer.name)
+        if hit is None:
+            return self.generic_mutate(node)
+        t, p = hit
+        index = tuple(self.mutate(e) for e in node.index)
+        return L.Store(t, _moved(index, p), self.mutate(node.value))
+
+
+def _moved(index: tuple[L.Expr, ...], p: int) -> tuple[L.Expr, ...]:
+    return (*index[:p], *index[p + 1 :], index[p])
+
+
+def _copy(source: L.Buffer, t: L.Buffer, p: int, scope: L.Stmt, into: bool) -> L.Stmt:
+    """`t[.., s_p] = source[.., s_p, ..]` (`into`), or back, over `t`'s memory order,
+    the outermost loop parallel."""
+    taken = set().union(*(_names(e) for e in source.shape))
+    names = [_fresh(f"t{k}", scope, taken) for k in range(len(source.shape))]
+    index = tuple(L.VarRef(n) for n in names)
+    order = [*range(p), *range(p + 1, len(names)), p]
+    at = _moved(index, p)
+    body: L.Stmt = (
+        L.Store(t, at, L.Load(source, index)) if into else L.Store(source, index, L.Load(t, at))
+    )
+    for depth, k in reversed(list(enumerate(order))):
+        kind = L.LoopKind.PARALLEL if depth == 0 else L.LoopKind.SERIAL
+        body = L.For(names[k], const(0, I64), source.shape[k], 1, body, kind)
+    return body
+
+
+def _names(e: L.Expr) -> set[str]:
+    return {n.name for n in walk(e) if isinstance(n, L.VarRef)}
+
+
+def _fresh(base: str, scope: L.Stmt, sizes: set[str]) -> str:
+    taken = sizes | {getattr(n, "var", None) for n in walk(scope)}
+    taken |= {n.name for n in walk(scope) if isinstance(n, L.VarRef)}
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}_{k}"
+    return name
+
+
+__all__ = ["transpose_reads"]
