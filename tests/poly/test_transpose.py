@@ -17,16 +17,21 @@ from compiler import pipeline
 from compiler.options import Options
 from tests.codegen.kit import find, reference_and_llvm
 
+# the output height and width of a stride-s convolution, as AD writes them
+OUT = {1: ("H - KH + 1", "W - KW + 1"), 2: ("(H + KH) / 2 - KH + 1", "(W + KW) / 2 - KW + 1")}
 WGRAD = (
-    "def wg(float(N, C, H, W) I, float(N, M, (H - KH) / {s} + 1, (W - KW) / {s} + 1) G, "
-    "float(M, C, KH, KW) W1) -> (WG) {{ "
-    "{init}WG(m, c, kh, kw) {op} G(n, m, h, w) * I(n, c, {s} * h + kh, {s} * w + kw) }}"
+    "def wg(float(N, C, H, W) I, float(N, M, HO, WO) G, float(M, C, KH, KW) W1) "
+    "-> (float(M, C, KH, KW) WG) { "
+    "INIT WG(m, c, kh, kw) OP G(n, m, h, w) * I(n, c, S * h + kh, S * w + kw) "
+    "where h in 0:HO, w in 0:WO, kh in 0:KH, kw in 0:KW }"
 )
 
 
 def _text(stride: int, dtype: type, accumulate: bool = False) -> str:
+    ho, wo = OUT[stride]
     init = "WG(m, c, kh, kw) = W1(m, c, kh, kw)\n" if accumulate else ""
-    text = WGRAD.format(init=init, op="+=" if accumulate else "+=!", s=stride)
+    text = WGRAD.replace("INIT ", init).replace("OP", "+=" if accumulate else "+=!")
+    text = text.replace("S *", f"{stride} *").replace("HO", ho).replace("WO", wo)
     return text.replace("float(", "double(") if dtype is np.float64 else text
 
 
