@@ -107,14 +107,15 @@ def test_register_tiles_follow_the_vector_width(bits, conv, matmul, dot) -> None
     dot_src = "def f(float(I, E) A, float(J, E) B) -> (S) { S(i, j) +=! A(i, e) * B(j, e) }"
     (d,) = _schedule(dot_src, opts).nests
     assert d.jams == dot and d.lanes == 1
-    # a weight gradient's dot products (n, h, w) keep 8 outputs at every width
+    # a weight gradient: lanes along m (poly.transpose), as many rows of c as a conv
     wgrad = (
         "def f(float(N, C, H, W) I, float(N, M, HO, WO) G) -> (WG) "
         "{ WG(m, c, kh, kw) +=! G(n, m, h, w) * I(n, c, h + kh, w + kw) "
         "where kh in 0:3, kw in 0:3, h in 0:H - 2, w in 0:W - 2 }"
     )
     (g,) = [n for n in _schedule(wgrad, opts).nests if n.inner]
-    assert sorted(f for _, f in g.jams) == [2, 4]
+    assert (g.innermost, g.lanes) == (("m",), 16)
+    assert g.jams == (("c", conv[0][1]),) and g.outer[0] == "c"
 
 
 def test_a_dot_tile_also_runs_with_its_loops_swapped() -> None:
@@ -161,12 +162,12 @@ def test_model_keeps_a_long_unit_stride_reduction_in_a_register() -> None:
         "where kh in 0:3, kw in 0:3, h in 0:H - 2, w in 0:W - 2 }"
     )
     rows = "def f(float(N,D) X) -> (s) { s(n) +=! X(n,d) }"
-    for src in (weight_grad, rows):
-        nest = _schedule(src).nests[-1]
-        assert nest.accumulate and nest.innermost == ()
-    # a tile of 2 x 4 dot products over the long output loops (not the 3 x 3 window)
-    assert _schedule(weight_grad).nests[-1].jams == (("c", 4), ("m", 2))
-    assert _schedule(rows).nests[-1].jams == ()
+    nest = _schedule(rows).nests[-1]
+    assert nest.accumulate and nest.innermost == () and nest.jams == ()
+    # a weight gradient reduces over n, h, w: lanes along m from a transposed copy of G
+    # (poly.transpose), not dot products reduced every row of w
+    nest = _schedule(weight_grad).nests[-1]
+    assert not nest.accumulate and nest.innermost == ("m",)
     plain = _schedule(weight_grad, Options(register_tile=1)).nests[-1]
     assert plain.accumulate and plain.jams == ()
 
