@@ -58,9 +58,9 @@ from compiler.poly.lower_expr import (
 )
 from compiler.poly.pack import pack_tiles
 from compiler.poly.regtile import register_tile
-from compiler.poly.transpose import transpose_reads
 from compiler.poly.schedule import STREAMED, Nest, NestKind, Schedule, schedule
 from compiler.poly.tiling import TileBand, tile_band
+from compiler.poly.transpose import transpose_reads
 
 ERROR_BUFFER = "tcc.error"
 

@@ -172,6 +172,16 @@ def test_model_keeps_a_long_unit_stride_reduction_in_a_register() -> None:
     assert plain.accumulate and plain.jams == ()
 
 
+def test_a_strided_convolution_takes_its_lanes_along_the_output_channels() -> None:
+    strided = CONV.replace("h + kh,w + kw", "2 * h + kh,2 * w + kw")
+    _, nest = _schedule(strided).nests
+    # W1(m, c, kh, kw) is read transposed (poly.transpose); rows of w, parallel over n
+    assert (nest.innermost, nest.lanes, nest.outer[0]) == (("m",), 16, "n")
+    assert nest.jams == (("w", 4),)
+    _, plain = _schedule(CONV).nests
+    assert plain.innermost == ("w",)
+
+
 def test_explicit_options_override_the_model() -> None:
     _, nest = _schedule(MATMUL, Options(innermost="n", unroll=1, block=2)).nests
     assert nest.innermost == ("n",) and nest.jams == (("m", 2),)

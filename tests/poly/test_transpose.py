@@ -89,3 +89,23 @@ def test_a_plain_reduction_adds_to_the_values_before_it(n: int, c: int, m: int, 
     # `+=` after `=`: the tile starts from the output's values (copied in, copied back)
     arrays = _arrays(n, c, m, hw, 1, np.float64, n + c + m)
     _check(_text(1, np.float64, accumulate=True), arrays, Options(threads=2))
+
+
+CONV2 = (
+    "def conv(float(N, C, H, W) I, float(M, C, KH, KW) W1) -> (O) "
+    "{ O(n, m, h, w) +=! I(n, c, 2 * h + kh, 2 * w + kw) * W1(m, c, kh, kw) }"
+)
+
+
+@pytest.mark.parametrize(("n", "c", "m", "hw"), [(1, 1, 1, 3), (2, 3, 17, 12), (3, 5, 33, 19)])
+def test_a_strided_convolution_with_lanes_along_m_matches_the_reference(
+    n: int, c: int, m: int, hw: int
+) -> None:
+    rng = np.random.default_rng(n * m + hw)
+    arrays = [
+        rng.standard_normal((n, c, hw, hw)).astype(np.float32),
+        rng.standard_normal((m, c, 3, 3)).astype(np.float32),
+    ]
+    lowered = pipeline.run(CONV2, upto="lower", options=Options(threads=2))
+    assert "W1.t0" in {a.buffer.name for a in find(lowered.function.body, L.Alloc)}
+    _check(CONV2, arrays, Options(threads=2))
