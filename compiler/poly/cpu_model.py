@@ -403,8 +403,9 @@ def transposed_lanes(
     last output subscript is short or not unit stride (a weight gradient
     `W1_grad(m, c, kh, kw) +=! O_grad(n, m, h, w) * I(n, c, h + kh, w + kw)`): an
     output variable that is long, that every read using it uses in one subscript as
-    `v + constant` only, and that leaves a long row variable (`_block_var`) whose
-    reads do not use it. `poly.transpose` copies each read (and the output) that
+    `v + constant` only, that some read does not use (its value serves every lane:
+    attention's `l_grad(b, i)` has no such variable), and that leaves a long row
+    variable (`_block_var`) whose reads do not use it. `poly.transpose` copies each read (and the output) that
     uses it elsewhere than last into a buffer with that subscript moved last, so the
     tile's lanes are contiguous (and its final stores too: LLVM's SLP vectoriser
     starts from consecutive stores). Without it a weight gradient's dot tile reduces
@@ -418,6 +419,8 @@ def transposed_lanes(
     for v in _lhs_vars(facts):
         if short(facts, v) or not _single_subscript(v, reads, space, lets):
             continue
+        if all(any(mentions(a, v, lets) for a in r.args) for r in reads):
+            continue  # every read moves with the lanes: nothing is shared across them
         others = tuple(x for x in facts.index_vars if x != v)
         row = _block_var(others, v, reads, space, lets, facts)
         if row is None or short(facts, row):

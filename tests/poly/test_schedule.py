@@ -180,6 +180,13 @@ def test_a_strided_convolution_takes_its_lanes_along_the_output_channels() -> No
     assert nest.jams == (("w", 4),)
     _, plain = _schedule(CONV).nests
     assert plain.innermost == ("w",)
+    # no lanes along a variable that every read uses: nothing would be shared by them
+    attention = (
+        "def f(float(B,T,E) G, float(B,T,T) P, float(B,T,E) V) -> (l) "
+        "{ l(b,i) +=! G(b,i,e) * P(b,i,j) * V(b,j,e) }"
+    )
+    (nest,) = [n for n in _schedule(attention).nests if n.inner]
+    assert nest.innermost == ()
 
 
 def test_explicit_options_override_the_model() -> None:
