@@ -320,7 +320,8 @@ class _NestLowering:
         # jams would change which failed check comes first
         if not (self.nest.unproven or self.nest.write_checks):
             if self.nest.lanes > 1 and self.nest.innermost:
-                body = transpose_reads(body, self.nest.innermost[0])
+                zero = self.target.name if self.facts.stmt.op is AssignOp.PLUS_INIT else None
+                body = transpose_reads(body, self.nest.innermost[0], zero)
             for var, factor in self.nest.jams:
                 body = unroll_and_jam(body, var, factor)
             if self.nest.lanes > 1 and self.nest.innermost:
