@@ -291,39 +291,24 @@ def _at(index: tuple[L.Expr, ...], j: str, lane: int) -> tuple[L.Expr, ...]:
 def _shift(e: L.Expr, var: str, offset: int) -> L.Expr:
     if offset == 0:
         return e
-    shifted = L.Bin(L.BinOp.ADD, L.VarRef(var), const(offset, I64))
+    return _Shift(var, L.Bin(L.BinOp.ADD, L.VarRef(var), const(offset, I64))).mutate(e)
 
-    class _Shift(L.Mutator):
-        def mutate_VarRef(self, node: L.VarRef) -> L.Expr:
-            return shifted if node.name == var else node
 
-    return _Shift().mutate(e)
+class _Shift(L.Mutator):
+    def __init__(self, var: str, shifted: L.Expr) -> None:
+        self.var = var
+        self.shifted = shifted
+
+    def mutate_VarRef(self, node: L.VarRef) -> L.Expr:
+        return self.shifted if node.name == self.var else node
 
 
 def _names(*exprs: L.Expr) -> set[str]:
-    found: set[str] = set()
-
-    class _Find(L.Visitor):
-        def visit_VarRef(self, node: L.VarRef) -> None:
-            found.add(node.name)
-
-    for e in exprs:
-        _Find().visit(e)
-    return found
+    return {n.name for e in exprs for n in L.walk(e) if isinstance(n, L.VarRef)}
 
 
 def _loads_of(e: L.Expr, buffer: str) -> list[tuple[L.Expr, ...]]:
-    found: list[tuple[L.Expr, ...]] = []
-
-    class _Find(L.Visitor):
-        def visit_Load(self, node: L.Load) -> None:
-            if node.buffer.name == buffer:
-                found.append(node.index)
-            for i in node.index:
-                self.visit(i)
-
-    _Find().visit(e)
-    return found
+    return [n.index for n in L.walk(e) if isinstance(n, L.Load) and n.buffer.name == buffer]
 
 
 __all__ = ["register_tile"]

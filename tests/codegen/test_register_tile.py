@@ -99,7 +99,8 @@ def _lowered(text: str, options: Options) -> L.Function:
 
 
 def test_the_full_tile_keeps_outputs_in_locals_without_guards() -> None:
-    f = _lowered(conv_source(2, 1), Options(register_tile=8, block=2))
+    # lanes along w, as asked (the model would take a strided conv's lanes along m)
+    f = _lowered(conv_source(2, 1), Options(innermost="w", register_tile=8, block=2))
     tiles = [lp for lp in _find(f.body, L.For) if lp.var == "w" and lp.step == 8]
     # one tile loop for the blocked output channels (2 x 8 accumulators), one for the
     # channel left over when M is odd (1 x 8); each in both reduction orders
