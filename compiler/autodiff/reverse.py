@@ -47,6 +47,7 @@ from compiler.autodiff import algebra as al
 from compiler.autodiff.algebra import MaybeExpr
 from compiler.autodiff.copies import propagate_copies
 from compiler.autodiff.merge import merge_contributions
+from compiler.autodiff.quotient import split_quotient
 from compiler.autodiff.reuse import Saved, reuse_forward, saved_outputs
 from compiler.autodiff.rewrite import locate
 from compiler.autodiff.rules import CAST, UNSUPPORTED, vjp
@@ -238,8 +239,18 @@ class _Reverse:
         seed_access = Access(adjoint, stmt.lhs.args, span=stmt.lhs.span)
         self.types[adjoint] = self.v.dtype(target)
         seed = self._seed(stmt, target, k, seed_access)
-        for read, contribution, guards in _backprop(stmt.rhs, seed, (), self.types):
-            self._contribute(index, stmt, read, contribution, guards)
+        quotient = split_quotient(stmt)
+        if quotient is None:
+            parts = [(stmt, stmt.rhs, seed)]
+        else:  # the divisor's adjoint from the sum's result (`autodiff.quotient`)
+            (fraction, where), result = quotient, Access(self.v.name(target, k), stmt.lhs.args)
+            self._need(target, k)
+            outer = Stmt(stmt.lhs, stmt.op, stmt.rhs, where, span=stmt.span)
+            minus = al.neg(al.div(al.mul(seed, result), fraction.rhs))
+            parts = [(stmt, fraction.lhs, al.div(seed, fraction.rhs)), (outer, fraction.rhs, minus)]
+        for part, expr, part_seed in parts:
+            for read, contribution, guards in _backprop(expr, part_seed, (), self.types):
+                self._contribute(index, part, read, contribution, guards)
         if k > 1 and (target, k - 1) in self.active:
             self._pass_through(index, stmt, target, k, adjoint)
 
