@@ -3,7 +3,7 @@
 Requires: a forward statement `O(v) +=! N / D` (reads renamed to their versions) with
 distinct plain variables `v` on the left and no `where` lets, whose divisor `D` uses
 none of its reduction variables (only `v`).
-Ensures:  `split_quotient(stmt)` is `(N, D, where_v)`: the caller backpropagates `N`
+Ensures:  `split_quotient(stmt)` is `(N / D, where_v)`: the caller backpropagates `N`
 with seed `O_grad(v) / D` over the statement's ranges, and `D` with seed
 `-O_grad(v) * O(v) / D` over the ranges of `v` alone (`where_v`), which is the same
 derivative: `d/dD sum_r N / D = -sum_r N / D^2 = -O / D`. Else None.

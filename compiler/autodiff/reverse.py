@@ -41,16 +41,15 @@ gets `X_grad(...) = 0`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from compiler.autodiff import algebra as al
-from compiler.autodiff.algebra import MaybeExpr
+from compiler.autodiff.backprop import Guard, IndexDefault, backprop, has_read
 from compiler.autodiff.copies import propagate_copies
 from compiler.autodiff.merge import merge_contributions
 from compiler.autodiff.quotient import split_quotient
 from compiler.autodiff.reuse import Saved, reuse_forward, saved_outputs
 from compiler.autodiff.rewrite import locate
-from compiler.autodiff.rules import CAST, UNSUPPORTED, vjp
 from compiler.autodiff.versions import Versions, analyse, full_box, recompute
 from compiler.diagnostics import InternalError, TCError
 from compiler.frontend.ast import (
@@ -58,7 +57,6 @@ from compiler.frontend.ast import (
     AssignOp,
     Binary,
     BinOp,
-    Call,
     Cast,
     CmpOp,
     Compare,
@@ -80,9 +78,6 @@ from compiler.frontend.scopes import is_constant, name_supply, stmt_names, walk
 from compiler.frontend.source import Span
 from compiler.frontend.types import INDEX_TYPE, expr_type, promote
 from compiler.names import NameSupply
-
-Guard = tuple[Expr, bool]
-Contribution = tuple[Access, Expr, tuple[Guard, ...]]
 
 
 def grad_def(
@@ -249,7 +244,7 @@ class _Reverse:
             minus = al.neg(al.div(al.mul(seed, result), fraction.rhs))
             parts = [(stmt, fraction.lhs, al.div(seed, fraction.rhs)), (outer, fraction.rhs, minus)]
         for part, expr, part_seed in parts:
-            for read, contribution, guards in _backprop(expr, part_seed, (), self.types):
+            for read, contribution, guards in backprop(expr, part_seed, (), self.types):
                 self._contribute(index, part, read, contribution, guards)
         if k > 1 and (target, k - 1) in self.active:
             self._pass_through(index, stmt, target, k, adjoint)
@@ -394,7 +389,7 @@ class _Reverse:
                 for e in walk(clause.expr):
                     if isinstance(e, Var):
                         env[e.name] = INDEX_TYPE
-        return _IndexDefault(env)
+        return IndexDefault(env)
 
     def _guard_ranges(self, tensor: str, read: Access) -> tuple[RangeConstraint, ...]:
         """Under a `c ? ... : ...` branch, the read's subscripts may leave the tensor
@@ -474,61 +469,6 @@ def _constant_subscripts_as_vars(
     return Access(lhs.name, tuple(args)), (*where, *extra)
 
 
-class _IndexDefault(dict):
-    """A type environment in which unknown names are index variables (int32)."""
-
-    def __missing__(self, key: str) -> ScalarType:
-        return INDEX_TYPE
-
-    def __contains__(self, key: object) -> bool:
-        return True
-
-
-# -------------------------------------------------------------- backprop
-
-
-def _backprop(
-    expr: Expr, seed: MaybeExpr, guards: tuple[Guard, ...], types: dict[str, ScalarType]
-) -> Iterator[Contribution]:
-    """Every (read, seed * d expr / d read, guards) of a float tensor read in `expr`.
-    The derivatives come from `rules.vjp`; this walk only routes adjoints (and the
-    guards of `c ? a : b`, whose branches are differentiated where taken)."""
-    if seed is None or not _is_float(expr, types):
-        return
-    if isinstance(expr, Access):
-        yield expr, seed, guards
-        return
-    if isinstance(expr, Select):
-        yield from _backprop(expr.then, seed, (*guards, (expr.cond, True)), types)
-        yield from _backprop(expr.otherwise, seed, (*guards, (expr.cond, False)), types)
-        return
-    if isinstance(expr, (Const, Var)):
-        return  # literals, index variables, sizes: no gradient
-    op, args = _operator(expr)
-    if isinstance(expr, Call) and not any(_is_float(a, types) and _has_read(a) for a in args):
-        return
-    if isinstance(op, str) and op in UNSUPPORTED:
-        raise TCError(f"cannot differentiate '{op}': {UNSUPPORTED[op]}", expr.span)
-    seeds = vjp(op, args, seed)
-    if seeds is None:
-        raise TCError(f"no derivative rule for builtin '{op}'", expr.span)
-    for arg, arg_seed in zip(args, seeds, strict=True):
-        yield from _backprop(arg, arg_seed, guards, types)
-
-
-def _operator(expr: Expr) -> tuple[BinOp | UnaryOp | str, tuple[Expr, ...]]:
-    """The key of `expr`'s rule in `rules` and its operands."""
-    if isinstance(expr, Binary):
-        return expr.op, (expr.lhs, expr.rhs)
-    if isinstance(expr, Unary):
-        return expr.op, (expr.operand,)
-    if isinstance(expr, Cast):
-        return CAST, (expr.operand,)
-    if isinstance(expr, Call):
-        return expr.fn, expr.args
-    raise InternalError(f"autodiff: no rule for a float {type(expr).__name__}")
-
-
 def _non_affine(expr: Expr) -> Expr | None:
     """The part of a read's subscript that `frontend.check` rejects on a left-hand side
     (a product of variables, `%` or `/` by a non-constant, a float), or None. As there,
@@ -541,7 +481,7 @@ def _non_affine(expr: Expr) -> Expr | None:
     if isinstance(expr, Unary) and expr.op is UnaryOp.NEG:
         return _non_affine(expr.operand)
     if not isinstance(expr, Binary):
-        return None if not isinstance(expr, Unary) and _has_read(expr) else expr
+        return None if not isinstance(expr, Unary) and has_read(expr) else expr
     if expr.op in (BinOp.ADD, BinOp.SUB):
         return _non_affine(expr.lhs) or _non_affine(expr.rhs)
     if expr.op is BinOp.MUL:
@@ -553,14 +493,6 @@ def _non_affine(expr: Expr) -> Expr | None:
         if divisor.dtype.is_integral and divisor.value > 0:
             return _non_affine(expr.lhs)
     return expr
-
-
-def _is_float(expr: Expr, types: dict[str, ScalarType]) -> bool:
-    return expr_type(expr, _IndexDefault(types)).is_float
-
-
-def _has_read(expr: Expr) -> bool:
-    return any(isinstance(e, Access) for e in walk(expr))
 
 
 # ---------------------------------------------------------------- helpers
