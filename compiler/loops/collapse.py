@@ -32,7 +32,9 @@ def collapse(f: L.Function) -> L.Function:
 
 class _Collapse(L.Mutator):
     def mutate_For(self, node: L.For) -> L.Stmt:
-        node = dataclasses.replace(node, body=self.mutate(node.body))
+        body = self.mutate(node.body)
+        if body is not node.body:
+            node = dataclasses.replace(node, body=body)
         inner = node.body
         if not (_plain(node) and isinstance(inner, L.For) and _plain(inner)):
             return node
@@ -101,10 +103,14 @@ class _Reindex(L.Mutator):
         return index
 
     def mutate_Load(self, node: L.Load) -> L.Expr:
-        return L.Load(node.buffer, self._index(node.index))
+        index = self._index(node.index)
+        return node if index is node.index else L.Load(node.buffer, index)
 
     def mutate_Store(self, node: L.Store) -> L.Stmt:
-        return L.Store(node.buffer, self._index(node.index), self.mutate(node.value))
+        index, value = self._index(node.index), self.mutate(node.value)
+        if index is node.index and value is node.value:
+            return node
+        return L.Store(node.buffer, index, value)
 
 
 __all__ = ["collapse"]
