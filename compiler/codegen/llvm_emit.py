@@ -123,6 +123,33 @@ class _LoopID(ir.values.MDValue):
         buf += (f"distinct !{{ {self.get_reference()}, {ops} }}", "\n")
 
 
+_INDEX_NODES = (Bin, Min, Max, FloorDiv, Mod)
+_UNSEEN: Any = object()
+
+
+def _pure_int(e: Expr) -> tuple[str, ...] | None:
+    """The names an int64 expression of variables and constants reads (sorted), or None
+    when it is not one (a load, a call, a select, another type)."""
+    names: set[str] = set()
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, VarRef):
+            if x.dtype is not DType.INT64:
+                return None
+            names.add(x.name)
+        elif isinstance(x, Const):
+            if x.dtype is not DType.INT64:
+                return None
+        elif isinstance(x, _INDEX_NODES):
+            if isinstance(x, Bin) and x.op.is_compare:
+                return None
+            stack.extend((x.a, x.b))
+        else:
+            return None
+    return tuple(sorted(names))
+
+
 class FunctionEmitter:
     """Builds `f` into `module`."""
 
@@ -140,6 +167,8 @@ class FunctionEmitter:
         self.builder = ir.IRBuilder(self.entry)
         self.math = MathEmitter(module, self.builder)
         self.values: dict[str, ir.Value] = {}
+        self._emitted: dict[tuple, ir.Value] = {}  # integer expressions, by block (expr)
+        self._pure: dict[Expr, tuple[str, ...] | None] = {}
         self.slots: dict[str, tuple[ir.Value, DType]] = {}
         self.compensation: dict[str, ir.Value] = {}  # Kahan's correction of a float Local
         self.buffers: dict[str, _BufferRef] = {}
@@ -178,11 +207,20 @@ class FunctionEmitter:
     def _address(self, name: str, index: tuple[Expr, ...]) -> tuple[ir.Value, ir.Type]:
         ref = self.buffers[name]
         offset: ir.Value = ir.Constant(I64, 0)
+        prefix: tuple | None = (self.builder.block, name)
         for i, stride in zip(index, ref.strides, strict=True):
+            part = self._term_key(i) if prefix is not None else None
+            prefix = None if part is None else (*prefix, part)  # type: ignore[misc]
+            hit = self._emitted.get(prefix) if prefix is not None else None
+            if hit is not None:
+                offset = hit
+                continue
             term = self.expr(i)
             if not (isinstance(stride, ir.Constant) and stride.constant == 1):
                 term = self.builder.mul(term, stride)
             offset = term if isinstance(offset, ir.Constant) else self.builder.add(offset, term)
+            if prefix is not None:
+                self._emitted[prefix] = offset
         ty = memory_type(ref.buffer.dtype)
         return self.builder.gep(ref.ptr, [offset], inbounds=True, source_etype=ty), ty
 
@@ -348,10 +386,49 @@ class FunctionEmitter:
     # ---- expressions ---------------------------------------------------------------
 
     def expr(self, e: Expr) -> ir.Value:
+        key = self._index_key(e) if isinstance(e, _INDEX_NODES) else None
+        if key is not None:
+            hit = self._emitted.get(key)
+            if hit is not None:
+                return hit
         method = getattr(self, f"_expr_{type(e).__name__}", None)
         if method is None:
             raise InternalError(f"LLVM backend: unknown expression {type(e).__name__}")
-        return method(e)
+        value = method(e)
+        if key is not None:
+            self._emitted[key] = value
+        return value
+
+    def _term_key(self, e: Expr) -> object:
+        """What a subscript's value is keyed by for reuse within a block (`_index_key`),
+        or None."""
+        if isinstance(e, Const):
+            return ("c", e.value)
+        if isinstance(e, VarRef):
+            v = self.values.get(e.name)
+            return None if v is None or e.name in self.slots else ("v", id(v))
+        return self._index_key(e) if isinstance(e, _INDEX_NODES) else None
+
+    def _index_key(self, e: Expr) -> tuple | None:
+        """A key under which an integer expression of immutable values (loop variables,
+        sizes, lets) emitted earlier in the current block is reused: a register tile's
+        lanes share all but the last term of their addresses (`n * s0 + (c + r) * s1 +
+        ..`), emitted once instead of once a lane (half the instructions of a conv
+        gradient's tile, and of the time to build and optimise them). The key holds the
+        block (whose earlier instructions dominate the rest of it) and the values the
+        names are bound to (a let may rebind a name within one block)."""
+        names = self._pure.get(e, _UNSEEN)
+        if names is _UNSEEN:
+            names = self._pure[e] = _pure_int(e)
+        if names is None:
+            return None
+        bound = []
+        for n in names:
+            v = self.values.get(n)
+            if v is None or n in self.slots:
+                return None
+            bound.append(id(v))
+        return (self.builder.block, e, tuple(bound))
 
     def _expr_Const(self, e: Const) -> ir.Value:
         value: Any = int(e.value) if not e.dtype.is_float else float(e.value)
