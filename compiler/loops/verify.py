@@ -10,6 +10,8 @@ loop bounds are int64; shapes read only size parameters; constants fit their dty
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from compiler.diagnostics import InternalError
@@ -175,7 +177,10 @@ def _expr_children(e: Expr) -> tuple[Expr, ...]:
 def _dtype(e: Expr, scope: _Scope) -> DType:
     """Check `e` and its children; return its dtype."""
     kids = [_dtype(c, scope) for c in _expr_children(e)]
-    text = print_expr(e)
+
+    def text() -> str:  # only for a message: printing every node was most of verify
+        return print_expr(e)
+
     if isinstance(e, Const):
         _check_const(e)
     elif isinstance(e, VarRef):
@@ -188,28 +193,28 @@ def _dtype(e: Expr, scope: _Scope) -> DType:
     elif isinstance(e, Bin):
         _same(kids, text)
         if e.op.is_logical != (kids[0] is DType.BOOL) and not e.op.is_compare:
-            _fail(f"operator {e.op.value} on {kids[0].value}: {text}")
+            _fail(f"operator {e.op.value} on {kids[0].value}: {text()}")
     elif isinstance(e, Unary):
         if (e.op is UnaryOp.NOT) != (kids[0] is DType.BOOL):
-            _fail(f"operator {e.op.value} on {kids[0].value}: {text}")
+            _fail(f"operator {e.op.value} on {kids[0].value}: {text()}")
     elif isinstance(e, Call):
         _same(kids, text)
         if not kids[0].is_float:
-            _fail(f"{e.fn} needs float arguments, found {kids[0].value}: {text}")
+            _fail(f"{e.fn} needs float arguments, found {kids[0].value}: {text()}")
     elif isinstance(e, Select):
         if kids[0] is not DType.BOOL:
-            _fail(f"select condition is {kids[0].value}: {text}")
+            _fail(f"select condition is {kids[0].value}: {text()}")
         _same(kids[1:], text)
     elif isinstance(e, (Min, Max, FloorDiv, Mod)):
         _same(kids, text)
         if kids[0] is DType.BOOL:
-            _fail(f"{type(e).__name__} of bools: {text}")
+            _fail(f"{type(e).__name__} of bools: {text()}")
     return e.dtype
 
 
-def _same(dtypes: list[DType], text: str) -> None:
+def _same(dtypes: list[DType], text: Callable[[], str]) -> None:
     if len(set(dtypes)) > 1:
-        _fail(f"operands of different dtypes ({', '.join(d.value for d in dtypes)}): {text}")
+        _fail(f"operands of different dtypes ({', '.join(d.value for d in dtypes)}): {text()}")
 
 
 def _check_const(c: Const) -> None:
