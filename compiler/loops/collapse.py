@@ -31,6 +31,10 @@ def collapse(f: L.Function) -> L.Function:
 
 
 class _Collapse(L.Mutator):
+    def generic_mutate(self, node: L.Node) -> L.Node:
+        # loops are statements: expressions stay as they are (most of the tree's nodes)
+        return node if isinstance(node, L.Expr) else super().generic_mutate(node)
+
     def mutate_For(self, node: L.For) -> L.Stmt:
         body = self.mutate(node.body)
         if body is not node.body:

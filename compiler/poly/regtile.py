@@ -74,6 +74,10 @@ class _Target:
 
 
 class _Tiler(L.Mutator):
+    def generic_mutate(self, node: L.Node) -> L.Node:
+        # it rewrites loops: expressions stay as they are (most of the tree's nodes)
+        return node if isinstance(node, L.Expr) else super().generic_mutate(node)
+
     def __init__(self, j: str, first_reduction: str, width: int, identity: L.Const | None) -> None:
         self.j = j
         self.first = first_reduction
