@@ -264,3 +264,30 @@ def test_llvm_text_has_noalias_target_vectors_and_reduction_flags_only_on_reduct
         pfor("i", 0, "N", store(Out, ("i",), mul(load(A, "i"), c(3.0, F32)))),
     )
     assert "x float>" in emit_llvm(saxpy)  # vectorised
+
+
+def test_index_expressions_reused_within_a_block_respect_rebound_lets() -> None:
+    # `x * 3 + i` is emitted once per block and binding of x (`llvm_emit._index_key`):
+    # a let that rebinds x in the same block must not see the first one's value, and a
+    # local (mutable) is never reused
+    res = out("O", I64, "N", 4)
+    cell = add(mul("x", 3), "i")
+    body = Block(
+        (
+            Let("x", c(1), store(res, ("i", 0), cell)),
+            Let("x", c(2), store(res, ("i", 1), cell)),
+            Let("x", add("i", 5), store(res, ("i", 2), cell)),
+            Local(
+                "y",
+                I64,
+                c(7),
+                Block((Assign("y", add("y", "i")), store(res, ("i", 3), add(v("y"), mul("i", 3))))),
+            ),
+        )
+    )
+    f = func("rebind", [res], "N", loop("i", 0, "N", body))
+    mine, theirs = run_both(f, {"O": np.zeros((5, 4), np.int64)}, {"N": 5})
+    i = np.arange(5)
+    want = np.stack([3 + i, 6 + i, 3 * (i + 5) + i, 7 + i + 3 * i], axis=1)
+    for got in (mine, theirs):
+        np.testing.assert_array_equal(got["O"], want)
