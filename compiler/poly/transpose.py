@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from compiler import loops as L
 from compiler.loops.ir import walk
+from compiler.names import NameSupply
 from compiler.poly.lower_expr import I64, const
 
 
@@ -74,21 +75,22 @@ class _Access(L.Mutator):
     def __init__(self, copies: dict[str, tuple[L.Buffer, int]]) -> None:
         self.copies = copies
 
-    def mutate_Load(self, node: L.Load) -> L.Expr:
+    def _moved(self, node: L.Load | L.Store) -> tuple[L.Buffer, tuple[L.Expr, ...]] | None:
         hit = self.copies.get(node.buffer.name)
         if hit is None:
-            return self.generic_mutate(node)
+            return None
         t, p = hit
-        index = tuple(self.mutate(e) for e in node.index)
-        return L.Load(t, _moved(index, p))
+        return t, _moved(tuple(self.mutate(e) for e in node.index), p)
+
+    def mutate_Load(self, node: L.Load) -> L.Expr:
+        moved = self._moved(node)
+        return self.generic_mutate(node) if moved is None else L.Load(*moved)
 
     def mutate_Store(self, node: L.Store) -> L.Stmt:
-        hit = self.copies.get(node.buffer.name)
-        if hit is None:
+        moved = self._moved(node)
+        if moved is None:
             return self.generic_mutate(node)
-        t, p = hit
-        index = tuple(self.mutate(e) for e in node.index)
-        return L.Store(t, _moved(index, p), self.mutate(node.value))
+        return L.Store(*moved, self.mutate(node.value))
 
 
 def _moved(index: tuple[L.Expr, ...], p: int) -> tuple[L.Expr, ...]:
@@ -99,7 +101,10 @@ def _copy(source: L.Buffer, t: L.Buffer, p: int, scope: L.Stmt, into: bool) -> L
     """`t[.., s_p] = source[.., s_p, ..]` (`into`), or back, over `t`'s memory order,
     the outermost loop parallel."""
     taken = set().union(*(_names(e) for e in source.shape))
-    names = [_fresh(f"t{k}", scope, taken) for k in range(len(source.shape))]
+    taken |= {getattr(n, "var", None) for n in walk(scope)} - {None}  # type: ignore[arg-type]
+    taken |= {n.name for n in walk(scope) if isinstance(n, L.VarRef)}
+    supply = NameSupply(taken)
+    names = [supply.fresh(f"t{k}") for k in range(len(source.shape))]
     index = tuple(L.VarRef(n) for n in names)
     order = [*range(p), *range(p + 1, len(names)), p]
     at = _moved(index, p)
@@ -114,16 +119,6 @@ def _copy(source: L.Buffer, t: L.Buffer, p: int, scope: L.Stmt, into: bool) -> L
 
 def _names(e: L.Expr) -> set[str]:
     return {n.name for n in walk(e) if isinstance(n, L.VarRef)}
-
-
-def _fresh(base: str, scope: L.Stmt, sizes: set[str]) -> str:
-    taken = sizes | {getattr(n, "var", None) for n in walk(scope)}
-    taken |= {n.name for n in walk(scope) if isinstance(n, L.VarRef)}
-    name, k = base, 0
-    while name in taken:
-        k += 1
-        name = f"{base}_{k}"
-    return name
 
 
 __all__ = ["transpose_reads"]
