@@ -26,7 +26,8 @@ by statement in textual order:
    final domain; one that cannot be proven is a warning (checked at run time), one
    violated for every size is an error.
 
-Output shapes, a deliberate difference from TC: tcc indexes an output by the index
+Output shapes (what each write gives its output: `poly.output_bounds`), a deliberate
+difference from TC: tcc indexes an output by the index
 value itself, so its shape is `hi` of each dimension. `O(i) = I(i - 1)` infers
 i in 1:N + 1 and O gets shape N + 1 with O(0) left at its initial value, where TC
 allocated `extent = N` elements and wrote O(N) out of bounds. A lower bound that is
@@ -56,8 +57,6 @@ import islpy as isl
 from compiler.diagnostics import Diagnostic, RangeError, Severity
 from compiler.frontend.ast import (
     Access,
-    Binary,
-    BinOp,
     Const,
     Expr,
     RangeConstraint,
@@ -85,6 +84,7 @@ from compiler.poly.isl_bridge import (
     pwaff_to_expr,
     set_to_expr,
 )
+from compiler.poly.output_bounds import record_output
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,14 +174,14 @@ class _StmtInference:
         self._warn_guarded_bounds(constraints)
         domain = self._domain()
         if domain.is_empty():
-            raise self._error(
+            raise self.error(
                 "this statement runs for no sizes at all: its ranges are empty for every size",
                 self.stmt.span,
                 "check the where clauses; a guarded read (`c ? A(i + 1) : 0`) still bounds "
                 "the index variables in it (see README, range inference)",
             )
         self._check_preconditions(constraints, domain)
-        self._record_output(domain)
+        record_output(self, domain)
         generated = tuple(
             RangeConstraint(Var(v), self.bounds[v].lo, self.bounds[v].hi, span=self._var_span(v))
             for v in self.facts.all_vars
@@ -189,18 +189,18 @@ class _StmtInference:
         )
         return dataclasses.replace(self.stmt, where=self.stmt.where + generated)
 
-    def _error(self, message: str, span: Span, hint: str | None = None) -> RangeError:
+    def error(self, message: str, span: Span, hint: str | None = None) -> RangeError:
         return RangeError(message, span if span is not NO_SPAN else self.stmt.span, hint)
 
-    def _warn(self, message: str, span: Span, hint: str | None = None) -> None:
+    def warn(self, message: str, span: Span, hint: str | None = None) -> None:
         span = span if span is not NO_SPAN else self.stmt.span
         self.state.warnings.append(Diagnostic(Severity.WARNING, message, span, hint))
 
-    def _aff(self, expr: Expr, what: str) -> isl.PwAff:
+    def aff(self, expr: Expr, what: str) -> isl.PwAff:
         try:
             return expr_to_aff(expr, self.space, self.lets)
         except NotAffine as e:
-            raise self._error(
+            raise self.error(
                 f"{what} `{print_expr(expr)}` is not affine in the sizes and index variables",
                 expr.span,
                 "write it with +, -, multiplication by a constant, / and % by a positive "
@@ -213,11 +213,11 @@ class _StmtInference:
         for clause in self.stmt.where:
             if not isinstance(clause, RangeConstraint):
                 continue
-            e = self._aff(clause.expr, "the constrained expression")
-            lo, hi = self._aff(clause.lo, "the bound"), self._aff(clause.hi, "the bound")
+            e = self.aff(clause.expr, "the constrained expression")
+            lo, hi = self.aff(clause.lo, "the bound"), self.aff(clause.hi, "the bound")
             cond = lo.le_set(e) & e.lt_set(hi)
             if (cond & self.space.context).is_empty():
-                raise self._error(
+                raise self.error(
                     f"empty range: `{print_expr(clause.expr)} in {print_expr(clause.lo)}:"
                     f"{print_expr(clause.hi)}` contains no value for any sizes",
                     clause.span,
@@ -264,7 +264,7 @@ class _StmtInference:
             try:
                 s = expr_to_aff(arg, self.space, self.lets)
             except NotAffine:
-                self._warn(
+                self.warn(
                     f"subscript `{print_expr(arg)}` of `{print_expr(read.access)}` is not "
                     "affine: it cannot be proven in bounds and is checked at run time",
                     arg.span,
@@ -359,7 +359,7 @@ class _StmtInference:
         if not line.is_bounded():
             return None
         if line.is_empty():
-            raise self._error(
+            raise self.error(
                 f"inferred an empty range for '{v}': no value keeps every read in bounds",
                 self._var_span(v),
                 self._reads_hint(v, constraints),
@@ -379,7 +379,7 @@ class _StmtInference:
             zero = zero.intersect_domain(outside)
             lo, hi, box = self._box(v, first.union_add(zero), end.union_add(zero), live)
         if not box.intersect_params(live).is_equal(allowed):
-            raise self._error(
+            raise self.error(
                 f"the values of '{v}' that keep the reads in bounds do not form one interval",
                 self._var_span(v),
                 f"add a where clause, e.g. `where {v} in {print_expr(lo)}:{print_expr(hi)}`",
@@ -404,20 +404,20 @@ class _StmtInference:
         v = (coupled or unsolved)[0]
         hint = f"add a where clause, e.g. `where {v} in 0:{self._extent_guess(v, constraints)}`"
         if coupled:
-            return self._error(
+            return self.error(
                 f"could not infer a range for {names} in this statement: every read that "
                 "uses them couples them with another unsolved variable",
                 self._var_span(v),
                 hint,
             )
         if v in self.facts.index_vars:
-            return self._error(
+            return self.error(
                 f"could not infer a range for index {names} of "
                 f"`{print_expr(self.stmt.lhs)}`: no read on the right-hand side uses it",
                 self._var_span(v),
                 hint,
             )
-        return self._error(
+        return self.error(
             f"reduction variable {names} is unconstrained: no tensor subscript bounds it",
             self._var_span(v),
             hint,
@@ -445,14 +445,14 @@ class _StmtInference:
         for access, bad in bad_by_access.values():
             bad_params = bad.params()
             if (runs - bad_params).is_empty():
-                raise self._error(
+                raise self.error(
                     f"`{print_expr(access)}` reads out of bounds for every size",
                     access.span,
                     "check the subscripts against the tensor's declared sizes and the where "
                     "clauses of this statement",
                 )
             ok = set_to_expr(runs - bad_params, runs, self.state.params)
-            self._warn(
+            self.warn(
                 f"cannot prove that `{print_expr(access)}` stays in bounds: it needs "
                 f"`{print_expr(ok)}`, which is checked at run time",
                 access.span,
@@ -473,7 +473,7 @@ class _StmtInference:
                 continue
             warned.add(c.access)
             shown = ", ".join(f"`{v}`" for v in sorted(names))
-            self._warn(
+            self.warn(
                 f"the range of {shown} is inferred from `{print_expr(c.access)}`, a read under"
                 " a condition: the condition does not widen the range (TC's rule)",
                 c.access.span,
@@ -488,81 +488,6 @@ class _StmtInference:
         wrote; the earlier extent still bounds variables left to inference."""
         info = self.state.by_name.get(access.name)
         return info is not None and info.role is not Role.INPUT and access == self.stmt.lhs
-
-    def _record_output(self, domain: isl.Set) -> None:
-        lhs = self.stmt.lhs
-        images = tuple(self._image(arg, domain) for arg in lhs.args)
-        bounds = []
-        for dim, (arg, image) in enumerate(zip(lhs.args, images, strict=True)):
-            bounds.append(self._lhs_bound(arg, image))
-            self._check_non_negative(lhs, dim, image)
-        self.state.known[lhs.name] = tuple(bounds)
-        self.state.images.setdefault(lhs.name, []).append(images)
-
-    def _image(self, arg: Expr, domain: isl.Set) -> isl.Set:
-        """The values the subscript `arg` takes on `domain` (a 1-d parameter set)."""
-        if any(isinstance(e, Access) for e in walk(arg)):
-            return self._indirect_image(arg, domain)
-        pw = self._aff(arg, "the left-hand side subscript").intersect_domain(domain)
-        return isl.Map.from_pw_aff(pw).range().coalesce()
-
-    def _indirect_image(self, arg: Expr, domain: isl.Set) -> isl.Set:
-        """[tcc] A data-dependent scatter-add subscript (`E_grad(idx(i), d) += ...`) may
-        write anywhere in the output's declared extent: {0, extent - 1} bounds it."""
-        lhs = self.stmt.lhs
-        dims = self.state.checked.tensor(lhs.name).dims
-        if dims is None:
-            raise self._error(
-                f"output '{lhs.name}' is written at a data-dependent index `{print_expr(arg)}`,"
-                " so its shape cannot be inferred",
-                arg.span,
-                f"declare the shape of '{lhs.name}' in the def's outputs",
-            )
-        extent = dims[list(lhs.args).index(arg)]
-        ends = (Const(0, ScalarType.INT32), Binary(BinOp.SUB, extent, Const(1, ScalarType.INT32)))
-        images = [
-            isl.Map.from_pw_aff(expr_to_aff(e, self.space).intersect_domain(domain)).range()
-            for e in ends
-        ]
-        return (images[0] | images[1]).coalesce()
-
-    def _lhs_bound(self, arg: Expr, image: isl.Set) -> Bound:
-        if isinstance(arg, Var) and arg.name in self.bounds:
-            return self.bounds[arg.name]
-        for clause in self.stmt.where:
-            if isinstance(clause, RangeConstraint) and clause.expr == arg:
-                if not any(isinstance(e, Var) and e.name in self.space.vars for e in _all(clause)):
-                    return Bound(clause.lo, clause.hi)
-        ctx = params_space(self.state.params).context
-        lo = pwaff_to_expr(image.dim_min(0), self.state.params, ctx)
-        hi = pwaff_to_expr(image.dim_max(0) + 1, self.state.params, ctx)
-        return Bound(lo, hi)
-
-    def _check_non_negative(self, lhs: Access, dim: int, image: isl.Set) -> None:
-        below_zero = isl.Set.universe(image.get_space()).upper_bound_val(
-            isl.dim_type.set, 0, isl.Val(-1)
-        )
-        negative = image & below_zero
-        if negative.is_empty():
-            return
-        runs = image.params()
-        neg_params = negative.params()
-        arg = lhs.args[dim]
-        hint = "shift the index, e.g. write `O(i)` reading `I(i + 5)` instead of `O(i - 5)`"
-        if (runs - neg_params).is_empty():
-            raise self._error(
-                f"index `{print_expr(arg)}` of output '{lhs.name}' is negative for every "
-                "size: an output cannot be stored at a negative index",
-                arg.span,
-                hint,
-            )
-        ok = set_to_expr(runs - neg_params, runs, self.state.params)
-        self._warn(
-            f"index `{print_expr(arg)}` of output '{lhs.name}' is negative unless "
-            f"`{print_expr(ok)}`; calls with other sizes fail",
-            arg.span,
-            hint,
-        )
 
     # ------------------------------------------------------------- messages
 
@@ -598,7 +523,3 @@ def _as_set(s: _Active) -> isl.Set:
         return s
     zero = isl.PwAff.zero_on_domain(isl.LocalSpace.from_space(s.get_domain_space()))
     return s.ge_set(zero)
-
-
-def _all(clause: RangeConstraint) -> list[Expr]:
-    return [n for e in (clause.lo, clause.hi) for n in walk(e)]
