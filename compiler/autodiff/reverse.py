@@ -41,6 +41,7 @@ gets `X_grad(...) = 0`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 from compiler.autodiff import algebra as al
@@ -240,7 +241,7 @@ class _Reverse:
         else:  # the divisor's adjoint from the sum's result (`autodiff.quotient`)
             (fraction, where), result = quotient, Access(self.v.name(target, k), stmt.lhs.args)
             self._need(target, k)
-            outer = Stmt(stmt.lhs, stmt.op, stmt.rhs, where, span=stmt.span)
+            outer = dataclasses.replace(stmt, where=where)  # the divisor's terms: over v
             minus = al.neg(al.div(al.mul(seed, result), fraction.rhs))
             parts = [(stmt, fraction.lhs, al.div(seed, fraction.rhs)), (outer, fraction.rhs, minus)]
         for part, expr, part_seed in parts:

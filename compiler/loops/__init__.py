@@ -40,6 +40,7 @@ from compiler.loops.ir import (
     VarRef,
     Visitor,
     children,
+    var_names,
     walk,
 )
 from compiler.loops.printer import print_expr, print_function, print_stmt
@@ -49,7 +50,7 @@ __all__ = [
     "MATH_ARITY", "Alloc", "Assign", "Bin", "BinOp", "Block", "Buffer", "Call", "Cast",
     "Const", "DType", "Expr", "FloorDiv", "For", "Function", "If", "Let", "Load", "Local",
     "LoopKind", "Max", "Min", "Mod", "Mutator", "Node", "Role", "Select", "Stmt", "Store",
-    "Unary", "UnaryOp", "VarRef", "Visitor", "check_arguments", "children", "walk",
+    "Unary", "UnaryOp", "VarRef", "Visitor", "check_arguments", "children", "var_names", "walk",
     "eval_expr", "eval_size_expr", "print_expr", "print_function", "print_stmt",
     "run_function", "verify",
 ]  # fmt: skip

@@ -406,6 +406,11 @@ def walk(node: Node) -> Iterator[Node]:
         stack.extend(reversed(list(children(n))))
 
 
+def var_names(*exprs: Node) -> set[str]:
+    """The names of the variables read anywhere in `exprs`."""
+    return {n.name for e in exprs for n in walk(e) if isinstance(n, VarRef)}
+
+
 class Visitor:
     """Walks a tree; `visit_<Class>` methods override, `generic_visit` descends."""
 

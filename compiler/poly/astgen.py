@@ -466,7 +466,7 @@ class _NestLowering:
         values = self._values(args)
         inner = set(self.nest.inner)
         for v in self.nest.outer:
-            if _free_names(values[v]) & inner:
+            if L.var_names(values[v]) & inner:
                 raise InternalError(f"output index {v} depends on a reduction loop")
         index = tuple(self._lowering(values).index(a) for a in self.facts.stmt.lhs.args)
         acc = NameSupply(self._taken()).fresh("acc")
@@ -538,24 +538,13 @@ def identity(op: AssignOp, dtype: L.DType) -> L.Const:
 def copy_nest(source: L.Buffer, dest: L.Buffer) -> L.Stmt:
     """Serial loops copying `source` into `dest` (a snapshot); the loop variables
     `s0, s1, ...` skip the names of the sizes in the shape (`s0_1` for a size `s0`)."""
-    supply = NameSupply(set().union(*(_free_names(e) for e in source.shape)))
+    supply = NameSupply(set().union(*(L.var_names(e) for e in source.shape)))
     names = [supply.fresh(f"s{k}") for k in range(len(source.shape))]
     index = tuple(L.VarRef(n) for n in names)
     body: L.Stmt = L.Store(dest, index, L.Load(source, index))
     for name, extent in reversed(list(zip(names, source.shape, strict=True))):
         body = L.For(name, const(0, I64), extent, 1, body)
     return body
-
-
-def _free_names(e: L.Expr) -> set[str]:
-    names: set[str] = set()
-
-    class _Names(L.Visitor):
-        def visit_VarRef(self, node: L.VarRef) -> None:
-            names.add(node.name)
-
-    _Names().visit(e)
-    return names
 
 
 __all__ = [

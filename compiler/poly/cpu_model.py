@@ -90,8 +90,7 @@ import islpy as isl
 
 from compiler.frontend.ast import Access, Binary, BinOp, Const, Expr, Let, RangeConstraint, Var
 from compiler.frontend.checked import StmtFacts
-from compiler.frontend.scopes import children
-from compiler.frontend.visit import walk
+from compiler.frontend.scopes import children, var_uses
 from compiler.options import AUTO, Options
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff
 
@@ -348,21 +347,26 @@ def _auto_innermost(
 
 
 def _unit_stride_reads(
-    v: str, reads: list[Access], space: StmtSpace, lets: dict[str, Expr], strided: bool = False
+    v: str,
+    reads: list[Access],
+    space: StmtSpace,
+    lets: dict[str, Expr],
+    strided: bool = False,
+    last: bool = True,
 ) -> int | None:
     """How many reads use `v` only in their last subscript with coefficient 1 (with
-    `strided`: any positive constant coefficient, as `2 * w + kw`); None when some read
-    uses it elsewhere (or not affinely)."""
+    `strided`: any positive constant coefficient, as `2 * w + kw`; without `last`: in
+    any one subscript); None when some read uses it elsewhere (or not affinely)."""
     count = 0
     pos = space.pos(v)
     for read in reads:
         uses = [k for k, a in enumerate(read.args) if mentions(a, v, lets)]
         if not uses:
             continue
-        if uses != [len(read.args) - 1]:
+        if len(uses) != 1 or (last and uses[0] != len(read.args) - 1):
             return None
         try:
-            aff = expr_to_aff(read.args[-1], space, lets)
+            aff = expr_to_aff(read.args[uses[0]], space, lets)
         except NotAffine:
             return None
         strides = range(1, MAX_STRIDE + 1) if strided else (1,)
@@ -381,16 +385,16 @@ def _block_var(
     reads: list[Access],
     space: StmtSpace,
     lets: dict[str, Expr],
-    facts: StmtFacts | None = None,
+    facts: StmtFacts,
 ) -> str | None:
-    """The output variable that the most reads using `j` do not use (ties: the last;
-    with `facts`, a long one before a short one: a weight gradient's rows are its
-    channels `c`, not its 3-wide `kw`)."""
+    """The output variable that the most reads using `j` do not use (ties: a long one
+    before a short one, a weight gradient's rows are its channels `c`, not its 3-wide
+    `kw`; then the last)."""
     using_j = [r for r in reads if any(mentions(a, j, lets) for a in r.args)]
     best, best_key = None, (0, False)
     for v in others:
         count = sum(1 for r in using_j if not any(mentions(a, v, lets) for a in r.args))
-        key = (count, facts is not None and not short(facts, v))
+        key = (count, not short(facts, v))
         if count > 0 and key >= best_key:
             best, best_key = v, key
     return best
@@ -417,7 +421,7 @@ def transposed_lanes(
         return None
     best, best_names = None, 0
     for v in _lhs_vars(facts):
-        if short(facts, v) or not _single_subscript(v, reads, space, lets):
+        if short(facts, v) or _unit_stride_reads(v, reads, space, lets, last=False) is None:
             continue
         if all(any(mentions(a, v, lets) for a in r.args) for r in reads):
             continue  # every read moves with the lanes: nothing is shared across them
@@ -426,36 +430,10 @@ def transposed_lanes(
         if row is None or short(facts, row):
             continue
         using = [r for r in reads if any(mentions(a, v, lets) for a in r.args)]
-        names = sum(len(_var_names(r)) for r in using)
+        names = sum(len({u.name for u in var_uses(r.args)}) for r in using)
         if best is None or names <= best_names:
             best, best_names = v, names
     return best
-
-
-def _single_subscript(v: str, reads: list[Access], space: StmtSpace, lets: dict[str, Expr]) -> bool:
-    """Some read uses `v`, and every one that does uses it in one subscript, `v` plus
-    terms of other variables with coefficient 1 (a lane of `v` is the next element of
-    that dimension)."""
-    pos = space.pos(v)
-    count = 0
-    for read in reads:
-        uses = [k for k, a in enumerate(read.args) if mentions(a, v, lets)]
-        if not uses:
-            continue
-        if len(uses) != 1:
-            return False
-        try:
-            aff = expr_to_aff(read.args[uses[0]], space, lets)
-        except NotAffine:
-            return False
-        if (aff - space.var(v)).involves_dims(isl.dim_type.in_, pos, 1):
-            return False
-        count += 1
-    return count > 0
-
-
-def _var_names(read: Access) -> set[str]:
-    return {n.name for a in read.args for n in walk(a) if isinstance(n, Var)}
 
 
 def short(facts: StmtFacts, v: str) -> bool:

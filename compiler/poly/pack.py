@@ -106,7 +106,7 @@ class _Packer(L.Mutator):
     def _pack(self, group: list[L.For]) -> L.Stmt | None:
         tiles: list[L.For] = [_first(r.body) for r in group]  # type: ignore[misc]
         bounds = {(t.lo, t.hi) for t in tiles}
-        if len(bounds) != 1 or _names(*next(iter(bounds))) & {self.m}:
+        if len(bounds) != 1 or L.var_names(*next(iter(bounds))) & {self.m}:
             return None
         spans = set()
         found: dict[tuple[str, tuple[L.Expr, ...]], list[int]] = {}
@@ -154,7 +154,7 @@ class _Packer(L.Mutator):
                 rests.append(dataclasses.replace(r, body=L.Block(tuple(rest))))
         out: L.Stmt = L.Block((*copies, packed, *rests))
         for p in reversed(panels):
-            if _names(*p.buffer.shape) - self.sizes:
+            if L.var_names(*p.buffer.shape) - self.sizes:
                 out = L.Alloc(p.buffer, out)  # its shape needs the loops around it
             else:
                 self.hoisted.append(p.buffer)
@@ -179,7 +179,7 @@ class _Packer(L.Mutator):
         updates = loop.body.stmts if isinstance(loop.body, L.Block) else (loop.body,)
         if any(not isinstance(s, L.Assign) for s in updates):
             return None
-        if _names(loop.lo, loop.hi) & {self.m, self.j}:
+        if L.var_names(loop.lo, loop.hi) & {self.m, self.j}:
             return None
         reads: dict[tuple[str, tuple[L.Expr, ...]], list[int]] = {}
         for s in updates:
@@ -187,7 +187,7 @@ class _Packer(L.Mutator):
                 if not load.index:
                     continue
                 row, last = load.index[:-1], load.index[-1]
-                used = _names(*row)
+                used = L.var_names(*row)
                 if self.k not in used or used & {self.m, self.j} or used & inner:
                     continue
                 offset = _lane_offset(last, self.j)
@@ -264,7 +264,7 @@ class _Reads(L.Mutator):
 
 def _lane_offset(e: L.Expr, j: str) -> int | None:
     """`c` when `e` is `j + c` for an integer constant `c` (in any nesting of + and -)."""
-    if _names(e) != {j}:
+    if L.var_names(e) != {j}:
         return None
     at0, at1 = _fold(e, j, 0), _fold(e, j, 1)
     if at0 is None or at1 is None or at1 - at0 != 1:
@@ -287,10 +287,6 @@ def _fold(e: L.Expr, j: str, value: int) -> int | None:
 
 def _loads(e: L.Expr) -> list[L.Load]:
     return [n for n in walk(e) if isinstance(n, L.Load)]
-
-
-def _names(*exprs: L.Expr) -> set[str]:
-    return {n.name for e in exprs for n in walk(e) if isinstance(n, L.VarRef)}
 
 
 def _fresh(base: str, scope: L.Stmt) -> str:

@@ -184,10 +184,10 @@ class _Inner:
         if not isinstance(s, L.For):
             return False
         if s.var != self.j:
-            if _names(s.lo, s.hi) & {self.j}:
+            if L.var_names(s.lo, s.hi) & {self.j}:
                 return False
             return self.scan(s.body, bound | {s.var})
-        if s.step != 1 or _names(s.lo, s.hi) & bound:
+        if s.step != 1 or L.var_names(s.lo, s.hi) & bound:
             return False
         if self.bounds is None:
             self.bounds = (s.lo, s.hi)
@@ -200,7 +200,7 @@ class _Inner:
     def _store(self, s: L.Stmt) -> bool:
         if not isinstance(s, L.Store) or not s.index:
             return False
-        at = [k for k, e in enumerate(s.index) if self.j in _names(e)]
+        at = [k for k, e in enumerate(s.index) if self.j in L.var_names(e)]
         if len(at) != 1 or s.index[at[0]] != L.VarRef(self.j):
             return False  # one subscript is `j` (its lanes are stored once, at the end)
         loads = _loads_of(s.value, s.buffer.name)
@@ -305,10 +305,6 @@ class _Shift(L.Mutator):
 
     def mutate_VarRef(self, node: L.VarRef) -> L.Expr:
         return self.shifted if node.name == self.var else node
-
-
-def _names(*exprs: L.Expr) -> set[str]:
-    return {n.name for e in exprs for n in L.walk(e) if isinstance(n, L.VarRef)}
 
 
 def _loads_of(e: L.Expr, buffer: str) -> list[tuple[L.Expr, ...]]:

@@ -40,13 +40,22 @@ def transpose_reads(stmt: L.Stmt, j: str, zero: str | None = None) -> L.Stmt:
     """`stmt` reading transposed copies of its reads strided along `j` (module doc).
     `zero`: an output that holds zeros before the nest (a `+=!` statement's, after its
     init nest): its copy starts as Alloc's zeros instead of being copied in."""
-    found: dict[str, set[int]] = {}
+    found: dict[str, set[int]] = {}  # buffer -> the subscripts that use `j`
     buffers: dict[str, L.Buffer] = {}
-    inner = {n.buffer.name for n in walk(stmt) if isinstance(n, L.Alloc)}
-    written = {n.buffer.name for n in walk(stmt) if isinstance(n, L.Store)}
+    inner: set[str] = set()  # allocated inside the nest
+    written: set[str] = set()
+    taken: set[str] = set()  # the names the copies' loops must not reuse
     for node in walk(stmt):
+        if isinstance(node, L.VarRef):
+            taken.add(node.name)
+        elif isinstance(node, (L.For, L.Let, L.Local)):
+            taken.add(node.var)
+        elif isinstance(node, L.Alloc):
+            inner.add(node.buffer.name)
+        if isinstance(node, L.Store):
+            written.add(node.buffer.name)
         if isinstance(node, (L.Load, L.Store)) and node.index:
-            uses = [k for k, e in enumerate(node.index) if j in _names(e)]
+            uses = [k for k, e in enumerate(node.index) if j in L.var_names(e)]
             position = uses[0] if len(uses) == 1 else -1
             found.setdefault(node.buffer.name, set()).add(position)
             buffers[node.buffer.name] = node.buffer
@@ -63,8 +72,8 @@ def transpose_reads(stmt: L.Stmt, j: str, zero: str | None = None) -> L.Stmt:
     if not copies:
         return stmt
     body = _Access(copies).mutate(stmt)
-    before = [_copy(buffers[n], t, p, stmt, True) for n, (t, p) in copies.items() if n != zero]
-    after = [_copy(buffers[n], t, p, stmt, False) for n, (t, p) in copies.items() if n in written]
+    before = [_copy(buffers[n], t, p, taken, True) for n, (t, p) in copies.items() if n != zero]
+    after = [_copy(buffers[n], t, p, taken, False) for n, (t, p) in copies.items() if n in written]
     out: L.Stmt = L.Block((*before, body, *after))
     for t, _ in reversed(list(copies.values())):
         out = L.Alloc(t, out)
@@ -97,13 +106,10 @@ def _moved(index: tuple[L.Expr, ...], p: int) -> tuple[L.Expr, ...]:
     return (*index[:p], *index[p + 1 :], index[p])
 
 
-def _copy(source: L.Buffer, t: L.Buffer, p: int, scope: L.Stmt, into: bool) -> L.Stmt:
+def _copy(source: L.Buffer, t: L.Buffer, p: int, taken: set[str], into: bool) -> L.Stmt:
     """`t[.., s_p] = source[.., s_p, ..]` (`into`), or back, over `t`'s memory order,
-    the outermost loop parallel."""
-    taken = set().union(*(_names(e) for e in source.shape))
-    taken |= {getattr(n, "var", None) for n in walk(scope)} - {None}  # type: ignore[arg-type]
-    taken |= {n.name for n in walk(scope) if isinstance(n, L.VarRef)}
-    supply = NameSupply(taken)
+    the outermost loop parallel; its loop names avoid `taken` and the shape's sizes."""
+    supply = NameSupply(taken | L.var_names(*source.shape))
     names = [supply.fresh(f"t{k}") for k in range(len(source.shape))]
     index = tuple(L.VarRef(n) for n in names)
     order = [*range(p), *range(p + 1, len(names)), p]
@@ -115,10 +121,6 @@ def _copy(source: L.Buffer, t: L.Buffer, p: int, scope: L.Stmt, into: bool) -> L
         kind = L.LoopKind.PARALLEL if depth == 0 else L.LoopKind.SERIAL
         body = L.For(names[k], const(0, I64), source.shape[k], 1, body, kind)
     return body
-
-
-def _names(e: L.Expr) -> set[str]:
-    return {n.name for n in walk(e) if isinstance(n, L.VarRef)}
 
 
 __all__ = ["transpose_reads"]
