@@ -32,8 +32,8 @@ CPU schedule fields (the native targets read them; `poly.schedule` applies them,
   moves above the reduction loops in steps of this many lanes, the tile of outputs
   (block x lanes) accumulates in registers for the whole reduction
   (`compiler/poly/regtile.py`); 1: off; None lets the model choose. A tile holds at
-  most `MAX_TILE_ELEMENTS` (128) accumulators: with a larger block x lanes the
-  model lowers the block (to 128 // lanes rows).
+  most `MAX_TILE_ELEMENTS` (256) accumulators: with a larger block x lanes the
+  model lowers the block (to 256 // lanes rows).
 - `vector_bits`: the width of the vector registers the CPU model sizes register tiles
   for (128, 256 or 512); None (default) reads the host's (512 with AVX-512, 256 with
   AVX2 or AVX, else 128). Pinning it makes the schedule the same on every host

@@ -1,12 +1,15 @@
 """The CPU target's loop pass: which parallel loops run on threads.
 
 Requires: a verified Function. Ensures: the same Function where a For keeps the kind
-`parallel` only if no loop and no Local encloses it; every other parallel loop becomes
-`serial` (the loop IR marks what *may* run in parallel; this pass decides what *does*
-on a CPU: one level of threads, no accumulator shared between threads). The LLVM
-emitter outlines each remaining parallel loop (`codegen.llvm_parallel`); sibling
+`parallel` only if no parallel loop and no Local encloses it; every other parallel loop
+becomes `serial` (the loop IR marks what *may* run in parallel; this pass decides what
+*does* on a CPU: one level of threads, no accumulator shared between threads). The
+LLVM emitter outlines each remaining parallel loop (`codegen.llvm_parallel`); sibling
 parallel loops (the nests of several statements, or loops isl split off) each become
-one parallel region, run one after the other by the single native entry.
+one parallel region, run one after the other by the single native entry. A parallel
+loop inside serial loops is one region per iteration of theirs: the grain rule keeps
+small ones on the caller; `poly.pack` builds such nests on purpose (the threads copy a
+shared panel, then compute from it, once per reduction tile).
 
 Example: `for i (parallel) { for j (parallel) { ... } }`  ==>  `for i (parallel) { for j
 (serial) { ... } }`; a def of three statements keeps three top-level parallel loops
@@ -41,10 +44,12 @@ def parallel_loops(f: Function) -> list[For]:
 
 class _Outermost(Mutator):
     def __init__(self) -> None:
-        self.depth = 0  # enclosing loops and Locals
+        self.depth = 0  # enclosing parallel loops and Locals
 
     def mutate_For(self, loop: For) -> Any:
-        if loop.kind is LoopKind.PARALLEL and self.depth:
+        if loop.kind is not LoopKind.PARALLEL:
+            return self.generic_mutate(loop)
+        if self.depth:
             loop = For(loop.var, loop.lo, loop.hi, loop.step, loop.body, LoopKind.SERIAL)
         return self._inside(loop)
 

@@ -58,6 +58,7 @@ from compiler.loops import (
 
 _LOOP_KINDS = frozenset({LoopKind.SERIAL, LoopKind.PARALLEL, LoopKind.VECTOR, LoopKind.UNROLL})
 I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
+ALIGN = 64  # bytes: the start of an Alloc's buffer (a cache line, a 512-bit vector)
 PTR = ir.PointerType()
 CONTRACT_FLAGS = ("contract",)  # every float add, sub, mul: FMA allowed, nothing else
 # A float division may become a multiplication by the divisor's reciprocal (`arcp`):
@@ -373,11 +374,17 @@ class FunctionEmitter:
             count = b.mul(count, self.expr(d))
         count = b.select(b.icmp_signed(">", count, ir.Constant(I64, 0)), count, ir.Constant(I64, 1))
         size = ir.Constant(I64, s.buffer.dtype.np.itemsize)
-        ptr = b.call(self._libc("calloc", PTR, [I64, I64]), [count, size])
+        # 64 bytes more, and the start rounded up to a cache line: calloc's 16-byte
+        # alignment splits a 512-bit load of the buffer across two lines
+        bytes_ = b.add(b.mul(count, size), ir.Constant(I64, ALIGN))
+        raw = b.call(self._libc("calloc", PTR, [I64, I64]), [bytes_, ir.Constant(I64, 1)])
+        at = b.ptrtoint(raw, I64)
+        pad = b.and_(b.sub(ir.Constant(I64, 0), at), ir.Constant(I64, ALIGN - 1))
+        ptr = b.gep(raw, [pad], source_etype=ir.IntType(8))
         self._declare(s.buffer, ptr)
         self.stmt(s.body)
         del self.buffers[s.buffer.name]
-        b.call(self._libc("free", ir.VoidType(), [PTR]), [ptr])
+        b.call(self._libc("free", ir.VoidType(), [PTR]), [raw])
 
     def _libc(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
         fn = self.module.globals.get(name)

@@ -262,8 +262,12 @@ def _load_gomp() -> Launcher | None:
         tm = target_machine()
         try:
             with _passive_wait_policy():
+                # a handle that is never closed: at exit llvmlite dlcloses what it
+                # loaded, and a worker spinning in libgomp (OMP_WAIT_POLICY=active)
+                # crashed with SIGSEGV once the library was unmapped under it
+                _GOMP_HANDLE.append(ctypes.CDLL("libgomp.so.1", mode=ctypes.RTLD_GLOBAL))
                 llvm.load_library_permanently("libgomp.so.1")
-        except RuntimeError:
+        except (OSError, RuntimeError):
             return None
         if not llvm.address_of_symbol("GOMP_parallel"):
             return None
@@ -274,6 +278,9 @@ def _load_gomp() -> Launcher | None:
         engine.finalize_object()
         address = engine.get_function_address("tcc.gomp_launch")
     return Launcher("gomp", address, (engine, ref)) if address else None
+
+
+_GOMP_HANDLE: list[ctypes.CDLL] = []  # libgomp stays mapped until the process ends
 
 
 @contextmanager

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from compiler.diagnostics import InternalError
+
+# A register tile nests one Local per accumulator (up to 256: `poly.cpu_model.
+# MAX_TILE_ELEMENTS`) and the IR's visitors recurse, about six frames a level: a
+# 32 x 8 tile needs some 1,600 frames, more than Python's default limit of 1,000.
+RECURSION_LIMIT = 4000
+if sys.getrecursionlimit() < RECURSION_LIMIT:
+    sys.setrecursionlimit(RECURSION_LIMIT)
 
 
 class DType(enum.Enum):

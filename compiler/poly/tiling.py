@@ -27,10 +27,12 @@ stays in L2 while `OUTER` rows of the output stream through it. The innermost lo
 not tiled: measured on 512^3 and 1024^3 float32 matmul, a tile of it cost more (spilled
 registers in the inner loop) than it saved; it pays from about 2048^3 on. When the
 nest's register tiles are packed (`poly.pack`), the tiles are `PACKED_OUTER` rows and
-`PACKED_REDUCTION` steps: each copy of a panel serves more rows, and a 16-lane panel
-of 256 steps (16 KiB; 32 KiB at 32 lanes) stays in L1 beside the rows of A it meets
-(measured, 2 threads, 32-lane tiles on AVX-512, matmul 512^3 against NumPy: 1.36x
-with 64 rows a tile, 1.16x with 128, 1.12x with 256, which leaves M = 128 one tile).
+`PACKED_REDUCTION` steps: a 16-lane panel of 256 steps (16 KiB; 32 KiB at 32 lanes)
+stays in L1 beside the rows of A it meets. The threads share each panel (`poly.pack`
+moves `k_t` outside the parallel row tiles), so the row tile no longer pays for a copy
+(it did: measured, 2 threads, matmul 512^3 against NumPy, each thread copying its own
+panel: 1.36x with 64 rows a tile, 1.16x with 128); shared, 64 and 128 rows ran within
+noise of each other (matmul 512^3, 1 thread, CPU time: 2.19 and 2.25 ms).
 Convolutions (several reduction loops) are not tiled.
 
 A column reduction (one output variable `j`, unit stride in the reads, reduced over

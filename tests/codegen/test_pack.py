@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import compiler
 from compiler import loops as L
+from compiler.codegen import compile_function, llvm_parallel, runtime
 from compiler.frontend.check import check_def
 from compiler.frontend.parser import parse
 from compiler.options import Options
@@ -20,6 +21,7 @@ from compiler.poly.astgen import lower
 from compiler.poly.ranges import infer_ranges
 from tests.codegen.kit import find, reference_and_llvm
 
+POOLS = ["python"] + (["gomp"] if runtime.default_pool() == "gomp" else [])
 MATMUL = "def mm(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
 SOURCES = {
     "matmul": MATMUL,
@@ -96,11 +98,14 @@ def test_the_model_packs_a_matmul_panel() -> None:
     (alloc,) = find(f.body, L.Alloc)
     assert alloc.buffer.name.startswith("B.pack")
     assert alloc.buffer.shape[1:] == (L.Const(256, L.DType.INT64), L.Const(16, L.DType.INT64))
-    # allocated once per parallel iteration, around the cache tiles of the reduction
-    (outer,) = [
-        s for s in find(f.body, L.For) if s.kind is L.LoopKind.PARALLEL and alloc in [s.body]
-    ]
-    assert outer.var == "m_t"
+    # shared by the threads: allocated once around the reduction's cache tiles; each
+    # tile's panel is copied by one parallel loop, then read by the parallel row tiles
+    k_t = alloc.body
+    assert isinstance(k_t, L.For) and (k_t.var, k_t.kind) == ("k_t", L.LoopKind.SERIAL)
+    assert isinstance(k_t.body, L.Block)
+    copy, rows = k_t.body.stmts
+    assert isinstance(copy, L.For) and copy.kind is L.LoopKind.PARALLEL
+    assert isinstance(rows, L.For) and (rows.var, rows.kind) == ("m_t", L.LoopKind.PARALLEL)
     # the tiles' lanes read the panel, never B: B is read by the copy and the remainder
     for lanes in find(f.body, L.For):
         if lanes.kind is L.LoopKind.UNROLL:
@@ -108,6 +113,22 @@ def test_the_model_packs_a_matmul_panel() -> None:
             assert names == {"A", alloc.buffer.name}
     copies = [s for s in find(f.body, L.Store) if s.buffer.name == alloc.buffer.name]
     assert len(copies) == 1 and {x.buffer.name for x in find(copies[0], L.Load)} == {"B"}
+
+
+@pytest.mark.parametrize("pool", POOLS)
+@pytest.mark.parametrize("size", [(1, 1, 1), (67, 259, 33), (130, 300, 70)])
+def test_a_shared_panel_is_copied_before_any_thread_reads_it(
+    pool: str, size: tuple[int, int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # every parallel loop on threads, however small (the grain rule would keep these
+    # on the caller): several reduction tiles, each copied by the threads, then read
+    monkeypatch.setattr(llvm_parallel, "GRAIN", 0)
+    m, k, n = size
+    rng = np.random.default_rng(k)
+    a, b, c = rng.standard_normal((m, k)), rng.standard_normal((k, n)), np.full((m, n), np.nan)
+    f = _lowered(MATMUL.replace("float(", "double("), Options(tile=(8, 64)))
+    compile_function(f)({"A": a, "B": b, "C": c}, {"M": m, "K": k, "N": n}, threads=3, pool=pool)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-12, atol=1e-12)
 
 
 def test_no_packing_without_a_strided_panel_or_a_register_tile() -> None:

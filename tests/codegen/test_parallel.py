@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
 
 import compiler
-from compiler.codegen import compile_function, cpu_parallel, runtime
+from compiler import loops as L
+from compiler.codegen import compile_function, cpu_parallel, llvm_parallel, runtime
 from compiler.codegen.llvm import emit_llvm
 from compiler.loops import Function, LoopKind, run_function
 from compiler.options import Options
@@ -46,15 +49,28 @@ def test_the_cpu_pass_keeps_only_outermost_parallel_loops() -> None:
     assert cpu_parallel.run(f) == f  # idempotent
 
 
-def test_a_parallel_loop_under_a_serial_loop_is_made_serial() -> None:
+def test_a_parallel_loop_under_a_serial_loop_stays_parallel_but_not_in_a_local() -> None:
     A, Out = buf("A", F32, "N"), out("O", F32, "N")
-    f = func(
-        "nested",
-        [A, Out],
-        "N",
-        loop("t", 0, 1, pfor("i", 0, "N", store(Out, ("i",), load(A, "i")))),
-    )
-    assert cpu_parallel.parallel_loops(f) == []
+    inner = pfor("i", 0, "N", store(Out, ("i",), load(A, "i")))
+    f = func("nested", [A, Out], "N", loop("t", 0, 2, inner))
+    assert [lp.var for lp in cpu_parallel.parallel_loops(f)] == ["i"]
+    local = func("local", [A, Out], "N", L.Local("x", F32, c(0.0, F32), inner))
+    assert cpu_parallel.parallel_loops(local) == []
+
+
+@pytest.mark.parametrize("pool", POOLS)
+def test_a_parallel_loop_under_a_serial_loop_runs_once_per_iteration(
+    pool: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # O(i) += A(i) for t in 0:3, the i loop on threads each time
+    monkeypatch.setattr(llvm_parallel, "GRAIN", 0)
+    A, Out = buf("A", F32, "N"), out("O", F32, "N")
+    body = store(Out, ("i",), add(load(Out, "i"), load(A, "i")))
+    f = func("repeat", [A, Out], "N", loop("t", 0, 3, pfor("i", 0, "N", body)))
+    a = np.arange(1001, dtype=np.float32)
+    o = np.ones_like(a)
+    compile_function(f)({"A": a, "O": o}, {"N": a.size}, threads=3, pool=pool)
+    np.testing.assert_array_equal(o, 1 + 3 * a)
 
 
 @pytest.mark.parametrize("pool", POOLS)
@@ -169,3 +185,20 @@ def test_a_forked_child_runs_parallel_kernels_on_the_python_pool() -> None:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         pytest.fail("the forked child hung")
+
+
+@pytest.mark.skipif(runtime.default_pool() != "gomp", reason="needs libgomp")
+def test_a_process_with_spinning_gomp_threads_exits_cleanly() -> None:
+    # OMP_WAIT_POLICY=active: libgomp's workers spin in its code after a region; at
+    # exit llvmlite closes the libraries it loaded, which unmapped libgomp under them
+    script = (
+        "import numpy as np, compiler\n"
+        "from compiler.options import Options\n"
+        "k = compiler.define('def f(float(N) A) -> (B) { B(i) = A(i) * 3 }',"
+        " options=Options(threads=2), cache=None)\n"
+        "a = np.ones(1 << 20, np.float32)\n"
+        "assert k.info()['runtime'] == 'gomp' and float(k(a)[0].sum()) == 3 * a.size\n"
+    )
+    env = {**os.environ, "OMP_WAIT_POLICY": "active"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]

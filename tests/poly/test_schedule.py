@@ -92,12 +92,13 @@ def test_model_puts_the_unit_stride_output_variable_below_the_reduction() -> Non
     [
         (128, (("m", 4),), (("m", 4),), (("j", 4), ("i", 2))),
         (256, (("m", 4),), (("m", 4),), (("j", 4), ("i", 2))),
-        (512, (("m", 8),), (("m", 4),), (("j", 4), ("i", 4))),
+        (512, (("m", 8),), (("m", 8),), (("j", 4), ("i", 4))),
     ],
 )
 def test_register_tiles_follow_the_vector_width(bits, conv, matmul, dot) -> None:  # noqa: ANN001
     """8 vector accumulators a tile: 4 rows of 16 lanes (two 256-bit vectors each), 8
-    rows of one 512-bit vector for a convolution, 4 rows of two for matmul (32 lanes);
+    rows of one 512-bit vector for a convolution; 16 for a packed matmul panel with
+    AVX-512's 32 registers: 8 rows of two (32 lanes);
     16 outputs in a dot-product tile with AVX-512's 32 registers, 8 otherwise."""
     opts = Options(vector_bits=bits)
     _, c = _schedule(CONV, opts).nests
@@ -131,10 +132,10 @@ def test_a_dot_tile_also_runs_with_its_loops_swapped() -> None:
     assert (print_expr(nest.larger.first), print_expr(nest.larger.second)) == ("O - 0", "B - 0")
 
 
-def test_a_forced_register_tile_keeps_at_most_128_accumulators() -> None:
-    # 8 rows of 32 lanes would be 256 nested locals: the rows drop to 4
-    _, m = _schedule(MATMUL, Options(block=8, register_tile=32)).nests
-    assert m.jams == (("m", 4),) and m.lanes == 32
+def test_a_forced_register_tile_keeps_at_most_256_accumulators() -> None:
+    # 16 rows of 32 lanes would be 512 nested locals: the rows drop to 8
+    _, m = _schedule(MATMUL, Options(block=16, register_tile=32)).nests
+    assert m.jams == (("m", 8),) and m.lanes == 32
 
 
 @pytest.mark.host_vectors
