@@ -74,10 +74,7 @@ def pack_tiles(
     None when `k` is not tiled."""
     packer = _Packer(m, j, k, width, sizes, rows)
     out = packer.mutate(stmt)
-    if not packer.hoisted:
-        return out
-    shared = _share(out, packer.hoisted)
-    return shared if shared is not None else _hoist(out, packer.hoisted)
+    return _hoist(out, packer.hoisted) if packer.hoisted else out
 
 
 def _share(stmt: L.Stmt, buffers: list[L.Buffer]) -> L.Stmt | None:
@@ -275,10 +272,14 @@ class _Packer(L.Mutator):
 
 
 def _hoist(stmt: L.Stmt, buffers: list[L.Buffer]) -> L.Stmt:
-    """`stmt` with `buffers` allocated once: in the body of each parallel loop (one per
+    """`stmt` with `buffers` allocated once: shared by the threads around a parallel
+    loop's reduction tiles (`_share`), else in the body of each parallel loop (one per
     thread's iteration), or around the whole nest when it runs serially."""
     if isinstance(stmt, L.For) and stmt.kind is L.LoopKind.PARALLEL:
-        return dataclasses.replace(stmt, body=_allocs(stmt.body, buffers))
+        shared = _share(stmt, buffers)
+        return shared or dataclasses.replace(stmt, body=_allocs(stmt.body, buffers))
+    if isinstance(stmt, L.Alloc) and _parallel(stmt.body):  # poly.transpose's copies
+        return dataclasses.replace(stmt, body=_hoist(stmt.body, buffers))
     if isinstance(stmt, L.Block) and any(_parallel(s) for s in stmt.stmts):
         return L.Block(tuple(_hoist(s, buffers) if _uses(s, buffers) else s for s in stmt.stmts))
     return _allocs(stmt, buffers)

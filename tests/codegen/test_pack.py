@@ -146,3 +146,19 @@ def test_matmul_gradient_matches_finite_differences() -> None:
     packed = compiler.pipeline.run(kernel.text, upto="lower", grad=True)
     assert ".pack" in compiler.pipeline.dump(packed)  # B_grad's panel of C_grad
     compiler.gradcheck(kernel, a, b)  # raises GradcheckError on a mismatch
+
+
+def test_a_panel_under_another_alloc_is_still_one_per_thread() -> None:
+    # a transposed copy (poly.transpose) allocated around the parallel row tiles: the
+    # panel that each iteration fills goes inside the parallel loop, not around it
+    from compiler.poly.pack import _hoist
+    from tests.codegen.kit import F32, buf, load, pfor, store
+
+    src, panel, t = buf("B", F32, "N"), buf("B.pack1", F32, 16), buf("B.t0", F32, "N")
+    fill = store(panel, (0,), load(t, 0))
+    copy = pfor("i", 0, "N", store(t, ("i",), load(src, "i")))
+    nest = L.Alloc(t, L.Block((copy, pfor("p", 0, "N", fill))))
+    placed = _hoist(nest, [panel])
+    assert isinstance(placed, L.Alloc) and placed.buffer.name == "B.t0"
+    (rows,) = [s for s in find(placed, L.For) if s.var == "p"]
+    assert isinstance(rows.body, L.Alloc) and rows.body.buffer.name == "B.pack1"
