@@ -40,6 +40,14 @@ panel for each of its 128-row tiles before). Legal: each element still receives 
 contributions in `k_t, k` order, and a panel is complete before any thread reads it
 (the parallel copy loop ends before the row tiles start).
 
+Row panels (`_row_panels`): in the row blocks (step `rows`), a read that uses the block
+variable as `m + c` in one subscript and `k` in another but not the last (`A[k, m + c]`
+of `C(m, n) +=! A(k, m) * B(k, n)`, every weight gradient `W_grad(o, i) +=! Y_grad(n,
+o) * X(n, i)`) lies a row of `X` apart for every `k`: 256 steps, 256 cache lines, at a
+power-of-two row length all in one L1 set. Each thread copies its row tile's values
+once per reduction tile into `X.rows[b, k - k_lo, c]` (block `b`, contiguous along
+`k`), allocated inside its parallel iteration; the single remainder rows read `X`.
+
 Why: without packing each lane vector of `X` read along `k` lies a row of `X` apart
 (4 KiB for a 1024-wide float32 matrix), so the tile's `k` steps map to the same few L1
 sets and miss; packed, the panel is `width` floats per `k`, contiguous, stays in L1
@@ -200,7 +208,8 @@ class _Packer(L.Mutator):
             dataclasses.replace(r, body=reads.mutate(t.body))
             for r, t in zip(group, tiles, strict=True)
         ]
-        packed = dataclasses.replace(tiles[0], body=L.Block(tuple(rows)))
+        packed: L.Stmt = dataclasses.replace(tiles[0], body=L.Block(tuple(rows)))
+        packed = self._row_panels(packed, rows[0], lo, hi, depth)
         rests = []
         for r in group:
             rest = r.body.stmts[1:] if isinstance(r.body, L.Block) else ()
@@ -213,6 +222,59 @@ class _Packer(L.Mutator):
             else:
                 self.hoisted.append(p.buffer)
         return out
+
+    def _row_panels(
+        self, tiles: L.For, blocks: L.For, lo: L.Expr, hi: L.Expr, depth: L.Expr
+    ) -> L.Stmt:
+        """`tiles` with the reads of the row blocks `blocks` that lie a row apart for
+        every `k` (`X[k, m + c]`: `k` not in the last subscript, `m` in one with an
+        offset `c` below the block) read from a row panel `X.rows[b, k - lo, c]` that
+        the thread copies once per tile, before the tiles (module doc)."""
+        if blocks.step <= 1:
+            return tiles
+        found: dict[tuple[str, int, tuple[L.Expr, ...]], list[int]] = {}
+        for load in (n for n in walk(blocks.body) if isinstance(n, L.Load)):
+            at = [p for p, e in enumerate(load.index) if self.m in L.var_names(e)]
+            if len(at) != 1 or at[0] == len(load.index) - 1 and len(load.index) < 2:
+                continue
+            p = at[0]
+            others = load.index[:p] + load.index[p + 1 :]
+            used = L.var_names(*others)
+            offset = _lane_offset(load.index[p], self.m)
+            if offset is None or self.k not in used or used - {self.k} - self.sizes:
+                continue
+            if self.k in L.var_names(load.index[-1]) or self.j in used:
+                continue  # contiguous along k already, or moving with the lanes
+            self.buffers[load.buffer.name] = load.buffer
+            found.setdefault((load.buffer.name, p, others), []).append(offset)
+        body: L.Stmt = tiles
+        count = L.FloorDiv(L.Bin(L.BinOp.SUB, blocks.hi, blocks.lo), const(blocks.step, I64))
+        for (name, p, others), offsets in found.items():
+            base = min(offsets)
+            if base < 0 or max(offsets) >= blocks.step:
+                continue
+            self.count += 1
+            source = self.buffers[name]
+            shape = (count, depth, const(blocks.step, I64))
+            buffer = L.Buffer(f"{name}.rows{self.count}", source.dtype, shape, L.Role.TEMP)
+            block = _fresh(f"{self.m}_block", tiles)
+            lane = _fresh(f"{self.m}_lane", tiles)
+            start = L.Bin(L.BinOp.MUL, L.VarRef(block), const(blocks.step, I64))
+            row = L.Bin(L.BinOp.ADD, L.Bin(L.BinOp.ADD, blocks.lo, start), L.VarRef(lane))
+            value = L.Load(source, (*others[:p], row, *others[p:]))
+            at = (L.VarRef(block), L.Bin(L.BinOp.SUB, L.VarRef(self.k), lo), L.VarRef(lane))
+            copy = L.Store(buffer, at, value)
+            # the source's rows in order: `k` outside when `m` is its last subscript
+            loops = [(self.k, lo, hi), (block, const(0, I64), count)]
+            loops.append((lane, const(0, I64), const(blocks.step, I64)))
+            if p != len(source.shape) - 1:
+                loops = [loops[1], loops[2], loops[0]]
+            fill: L.Stmt = copy
+            for var, a, b in reversed(loops):
+                fill = L.For(var, a, b, 1, fill)
+            which = _RowReads(name, p, others, buffer, self.m, blocks, self.k, lo)
+            body = L.Alloc(buffer, L.Block((fill, which.mutate(body))))
+        return body
 
     def _tile_reads(
         self, body: L.Stmt
@@ -318,6 +380,47 @@ class _Reads(L.Mutator):
             return self.generic_mutate(node)
         at = (self.tile, L.Bin(L.BinOp.SUB, L.VarRef(self.k), self.lo), const(offset - p.base, I64))
         return L.Load(p.buffer, at)
+
+
+class _RowReads(L.Mutator):
+    """In the row blocks `blocks` only: `X[.., m + c, ..]` (the `m` subscript at `p`,
+    the others `others`) becomes `X.rows[(m - lo_m) / step, k - lo, c]`."""
+
+    def __init__(
+        self,
+        name: str,
+        p: int,
+        others: tuple[L.Expr, ...],
+        buffer: L.Buffer,
+        m: str,
+        blocks: L.For,
+        k: str,
+        lo: L.Expr,
+    ) -> None:
+        self.name, self.p, self.others, self.buffer = name, p, others, buffer
+        self.m, self.blocks, self.k, self.lo = m, blocks, k, lo
+        self.inside = False
+
+    def mutate_For(self, node: L.For) -> L.Stmt:
+        if node is not self.blocks:
+            return self.generic_mutate(node)
+        self.inside = True
+        try:
+            return self.generic_mutate(node)
+        finally:
+            self.inside = False
+
+    def mutate_Load(self, node: L.Load) -> L.Expr:
+        index = node.index
+        if not self.inside or node.buffer.name != self.name or len(index) <= self.p:
+            return self.generic_mutate(node)
+        offset = _lane_offset(index[self.p], self.m)
+        if offset is None or index[: self.p] + index[self.p + 1 :] != self.others:
+            return self.generic_mutate(node)
+        step = const(self.blocks.step, I64)
+        block = L.FloorDiv(L.Bin(L.BinOp.SUB, L.VarRef(self.m), self.blocks.lo), step)
+        at = (block, L.Bin(L.BinOp.SUB, L.VarRef(self.k), self.lo), const(offset, I64))
+        return L.Load(self.buffer, at)
 
 
 def _lane_offset(e: L.Expr, j: str) -> int | None:

@@ -117,18 +117,37 @@ def test_the_model_packs_a_matmul_panel() -> None:
 
 @pytest.mark.parametrize("pool", POOLS)
 @pytest.mark.parametrize("size", [(1, 1, 1), (67, 259, 33), (130, 300, 70)])
+@pytest.mark.parametrize("name", ["matmul", "transposed"])
 def test_a_shared_panel_is_copied_before_any_thread_reads_it(
-    pool: str, size: tuple[int, int, int], monkeypatch: pytest.MonkeyPatch
+    pool: str, size: tuple[int, int, int], name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # every parallel loop on threads, however small (the grain rule would keep these
-    # on the caller): several reduction tiles, each copied by the threads, then read
+    # on the caller): several reduction tiles, each copied by the threads, then read;
+    # A(k, m) is read from row panels that each thread copies for its row tile
     monkeypatch.setattr(llvm_parallel, "GRAIN", 0)
     m, k, n = size
     rng = np.random.default_rng(k)
-    a, b, c = rng.standard_normal((m, k)), rng.standard_normal((k, n)), np.full((m, n), np.nan)
-    f = _lowered(MATMUL.replace("float(", "double("), Options(tile=(8, 64)))
+    a, b = _arrays(name, m, k, n, np.float64, rng)
+    c = np.full((m, n), np.nan)
+    f = _lowered(SOURCES[name].replace("float(", "double("), Options(tile=(8, 64)))
     compile_function(f)({"A": a, "B": b, "C": c}, {"M": m, "K": k, "N": n}, threads=3, pool=pool)
-    np.testing.assert_allclose(c, a @ b, rtol=1e-12, atol=1e-12)
+    want = a @ b if name == "matmul" else a.T @ b
+    np.testing.assert_allclose(c, want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_read_a_row_apart_for_every_k_is_packed_in_row_panels() -> None:
+    # C(m, n) +=! A(k, m) * B(k, n): the 8 rows of a block read A(k, m..m+7), one
+    # cache line a row of A apart for every k; a row panel holds them contiguously
+    f = _lowered(SOURCES["transposed"], Options(vector_bits=512))
+    (rows,) = [a for a in find(f.body, L.Alloc) if a.buffer.name.startswith("A.rows")]
+    assert rows.buffer.shape[1:] == (L.Const(256, L.DType.INT64), L.Const(8, L.DType.INT64))
+    unrolled = [u for u in find(f.body, L.For) if u.kind is L.LoopKind.UNROLL]
+    loads = {frozenset(x.buffer.name for x in find(u, L.Load)) for u in unrolled}
+    assert loads == {frozenset({rows.buffer.name, "B.pack1"}), frozenset({"A", "B.pack1"})}
+    # (the row blocks read the panel; the remainder rows, single, read A itself)
+    # matmul's A(m, k) is contiguous along k: no row panel
+    allocs = find(_lowered(MATMUL, Options()).body, L.Alloc)
+    assert not [a for a in allocs if ".rows" in a.buffer.name]
 
 
 def test_no_packing_without_a_strided_panel_or_a_register_tile() -> None:
