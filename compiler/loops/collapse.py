@@ -20,6 +20,7 @@ a matrix.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 
 from compiler import loops as L
 from compiler.loops.ir import walk
@@ -27,10 +28,26 @@ from compiler.loops.ir import walk
 
 def collapse(f: L.Function) -> L.Function:
     """`f` with its whole-plane loop pairs collapsed (module doc)."""
-    return _Collapse().mutate(f)
+    buffers = [*f.buffers, *(n.buffer for n in _statements(f.body) if isinstance(n, L.Alloc))]
+    planes = {b.shape[-2:] for b in buffers if len(b.shape) >= 2}
+    return _Collapse(planes).mutate(f)
+
+
+def _statements(s: L.Stmt) -> Iterator[L.Stmt]:
+    """`s` and the statements below it (not their expressions: most of the tree)."""
+    stack = [s]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(c for c in L.children(n) if isinstance(c, L.Stmt))
 
 
 class _Collapse(L.Mutator):
+    def __init__(self, planes: set[tuple[L.Expr, ...]]) -> None:
+        # the last two dimensions of every buffer: a pair of loops over anything else
+        # collapses nothing (tested first, as walking the body for each pair was slow)
+        self.planes = planes
+
     def generic_mutate(self, node: L.Node) -> L.Node:
         # loops are statements: expressions stay as they are (most of the tree's nodes)
         return node if isinstance(node, L.Expr) else super().generic_mutate(node)
@@ -41,6 +58,8 @@ class _Collapse(L.Mutator):
             node = dataclasses.replace(node, body=body)
         inner = node.body
         if not (_plain(node) and isinstance(inner, L.For) and _plain(inner)):
+            return node
+        if (node.hi, inner.hi) not in self.planes:
             return node
         h, w = node.var, inner.var
         accesses = _accesses(inner.body, h, w)
