@@ -85,14 +85,17 @@ class PolyStmt:
         return self.index_vars + self.reduction_vars
 
 
-def domain_of(stmt: Stmt, space: StmtSpace, name: str) -> isl.Set:
-    """The iteration domain of `stmt`: its where ranges and filters, sizes >= 1."""
+def domain_of(stmt: Stmt, space: StmtSpace, name: str, *, coalesce: bool = True) -> isl.Set:
+    """The iteration domain of `stmt`: its where ranges and filters, sizes >= 1;
+    coalesced (fewer disjuncts, simpler bounds to print) unless asked not to: a caller
+    that only tests emptiness skips it (a gather piece's `min`/`max` bounds make
+    disjuncts that took isl 140 ms to coalesce)."""
     lets = lets_of(stmt)
     domain = space.context
     for clause in stmt.where:
         if isinstance(clause, RangeConstraint):
             domain = domain & condition_of(clause.expr, clause.lo, clause.hi, space, lets)
-    return domain.coalesce().set_tuple_name(name)
+    return (domain.coalesce() if coalesce else domain).set_tuple_name(name)
 
 
 def _relation(

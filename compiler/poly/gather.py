@@ -289,7 +289,7 @@ def _never_in_bounds(stmt: Stmt, ranged: RangedDef) -> bool:
         if isinstance(c, RangeConstraint) and isinstance(c.expr, Var)
     )
     space = StmtSpace(names, ranged.checked.size_params)
-    domain = domain_of(stmt, space, "S")
+    domain = domain_of(stmt, space, "S", coalesce=False)  # emptiness tests only
     if domain.is_empty():
         return False
     bad = domain - reads_in_bounds(ranged, stmt, space, domain)
