@@ -138,16 +138,24 @@ def _scoped(scope: _Scope, var: str, dtype: DType, body: Stmt, *, mutable: bool)
     scope.mutable.discard(var)
 
 
-def _access(b: Buffer, index: tuple[Expr, ...], scope: _Scope) -> Buffer:
+def _access(
+    b: Buffer, index: tuple[Expr, ...], scope: _Scope, kinds: list[DType] | None = None
+) -> Buffer:
+    """Check an access of `b`; `kinds`: the dtypes of `index`, when already checked."""
     declared = scope.buffers.get(b.name)
     if declared is None:
         _fail(f"buffer {b.name} is not a parameter or an enclosing Alloc")
-    elif declared != b:
+    elif declared is not b and declared != b:
         _fail(f"buffer {b.name} differs from its declaration")
     if len(index) != len(b.shape):
         _fail(f"{b.name} has {len(b.shape)} dimensions but is indexed with {len(index)}")
-    for i in index:
-        _expect(i, _I64, scope, f"index of {b.name}")
+    if kinds is None:
+        for i in index:
+            _expect(i, _I64, scope, f"index of {b.name}")
+    else:
+        for i, kind in zip(index, kinds, strict=True):
+            if kind is not _I64:
+                _fail(f"index of {b.name} should be int64, found {kind.value}: {print_expr(i)}")
     return b
 
 
@@ -189,7 +197,7 @@ def _dtype(e: Expr, scope: _Scope) -> DType:
         if scope.vars[e.name] is not e.dtype:
             _fail(f"{e.name} is {scope.vars[e.name].value}, read as {e.dtype.value}")
     elif isinstance(e, Load):
-        _access(e.buffer, e.index, scope)
+        _access(e.buffer, e.index, scope, kids)  # (its indices were checked: `kids`)
     elif isinstance(e, Bin):
         _same(kids, text)
         if e.op.is_logical != (kids[0] is DType.BOOL) and not e.op.is_compare:
