@@ -152,6 +152,10 @@ A, OUT = buf("A", F32, "N"), out("O", F32, "N")
         (store(buf("Z", F32, 1, role=Role.OUT), (0,), c(0.0, F32)), "Z is not a parameter"),
         (loop("i", 0, "N", store(OUT, ("i",), c(300, DType.INT8))), "does not fit"),
         (loop("i", 0, v("x", F32), store(OUT, ("i",), c(0.0, F32))), "x is read but not bound"),
+        (  # a load's index (checked once, as a child of the load)
+            loop("i", 0, "N", store(OUT, ("i",), Load(A, (c(1.0, F32),)))),
+            "index of A should be int64, found float32",
+        ),
     ],
 )
 def test_verify_rejects(body: object, message: str) -> None:
