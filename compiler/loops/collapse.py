@@ -62,8 +62,12 @@ class _Collapse(L.Mutator):
         if (node.hi, inner.hi) not in self.planes:
             return node
         h, w = node.var, inner.var
-        accesses = _accesses(inner.body, h, w)
-        if not accesses or not all(_whole_plane(a, h, w, node.hi, inner.hi) for a in accesses):
+        found = False
+        for a in _accesses(inner.body, h, w):  # (lazily: the first other access ends it)
+            if not _whole_plane(a, h, w, node.hi, inner.hi):
+                return node
+            found = True
+        if not found:
             return node
         if _uses_elsewhere(inner.body, h, w):
             return node
@@ -84,13 +88,13 @@ def _plain(loop: L.For) -> bool:
     )
 
 
-def _accesses(body: L.Stmt, h: str, w: str) -> list[L.Load | L.Store]:
-    return [
+def _accesses(body: L.Stmt, h: str, w: str) -> Iterator[L.Load | L.Store]:
+    return (
         n
         for n in walk(body)
         if isinstance(n, (L.Load, L.Store))
         and any(_mentions(i, h) or _mentions(i, w) for i in n.index)
-    ]
+    )
 
 
 def _whole_plane(a: L.Load | L.Store, h: str, w: str, hi_h: L.Expr, hi_w: L.Expr) -> bool:
