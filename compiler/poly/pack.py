@@ -235,7 +235,7 @@ class _Packer(L.Mutator):
         found: dict[tuple[str, int, tuple[L.Expr, ...]], list[int]] = {}
         for load in (n for n in walk(blocks.body) if isinstance(n, L.Load)):
             at = [p for p, e in enumerate(load.index) if self.m in L.var_names(e)]
-            if len(at) != 1 or at[0] == len(load.index) - 1 and len(load.index) < 2:
+            if len(at) != 1:
                 continue
             p = at[0]
             others = load.index[:p] + load.index[p + 1 :]
@@ -247,33 +247,39 @@ class _Packer(L.Mutator):
                 continue  # contiguous along k already, or moving with the lanes
             self.buffers[load.buffer.name] = load.buffer
             found.setdefault((load.buffer.name, p, others), []).append(offset)
-        body: L.Stmt = tiles
         count = L.FloorDiv(L.Bin(L.BinOp.SUB, blocks.hi, blocks.lo), const(blocks.step, I64))
+        block = _fresh(f"{self.m}_block", tiles)
+        lane = _fresh(f"{self.m}_lane", tiles)
+        panels: dict[tuple[str, int, tuple[L.Expr, ...]], L.Buffer] = {}
+        fills: list[L.Stmt] = []
         for (name, p, others), offsets in found.items():
-            base = min(offsets)
-            if base < 0 or max(offsets) >= blocks.step:
+            if min(offsets) < 0 or max(offsets) >= blocks.step:
                 continue
             self.count += 1
             source = self.buffers[name]
             shape = (count, depth, const(blocks.step, I64))
             buffer = L.Buffer(f"{name}.rows{self.count}", source.dtype, shape, L.Role.TEMP)
-            block = _fresh(f"{self.m}_block", tiles)
-            lane = _fresh(f"{self.m}_lane", tiles)
+            panels[(name, p, others)] = buffer
             start = L.Bin(L.BinOp.MUL, L.VarRef(block), const(blocks.step, I64))
             row = L.Bin(L.BinOp.ADD, L.Bin(L.BinOp.ADD, blocks.lo, start), L.VarRef(lane))
             value = L.Load(source, (*others[:p], row, *others[p:]))
             at = (L.VarRef(block), L.Bin(L.BinOp.SUB, L.VarRef(self.k), lo), L.VarRef(lane))
-            copy = L.Store(buffer, at, value)
             # the source's rows in order: `k` outside when `m` is its last subscript
             loops = [(self.k, lo, hi), (block, const(0, I64), count)]
             loops.append((lane, const(0, I64), const(blocks.step, I64)))
             if p != len(source.shape) - 1:
                 loops = [loops[1], loops[2], loops[0]]
-            fill: L.Stmt = copy
+            fill: L.Stmt = L.Store(buffer, at, value)
             for var, a, b in reversed(loops):
                 fill = L.For(var, a, b, 1, fill)
-            which = _RowReads(name, p, others, buffer, self.m, blocks, self.k, lo)
-            body = L.Alloc(buffer, L.Block((fill, which.mutate(body))))
+            fills.append(fill)
+        if not panels:
+            return tiles
+        body: L.Stmt = L.Block(
+            (*fills, _RowReads(panels, self.m, blocks, self.k, lo).mutate(tiles))
+        )
+        for buffer in reversed(panels.values()):
+            body = L.Alloc(buffer, body)
         return body
 
     def _tile_reads(
@@ -384,21 +390,19 @@ class _Reads(L.Mutator):
 
 class _RowReads(L.Mutator):
     """In the row blocks `blocks` only: `X[.., m + c, ..]` (the `m` subscript at `p`,
-    the others `others`) becomes `X.rows[(m - lo_m) / step, k - lo, c]`."""
+    the others `others`, a key of `panels`) becomes `X.rows[(m - lo_m) / step, k - lo, c]`."""
 
     def __init__(
         self,
-        name: str,
-        p: int,
-        others: tuple[L.Expr, ...],
-        buffer: L.Buffer,
+        panels: dict[tuple[str, int, tuple[L.Expr, ...]], L.Buffer],
         m: str,
         blocks: L.For,
         k: str,
         lo: L.Expr,
     ) -> None:
-        self.name, self.p, self.others, self.buffer = name, p, others, buffer
+        self.panels = panels
         self.m, self.blocks, self.k, self.lo = m, blocks, k, lo
+        self.positions = {p for _, p, _ in panels}
         self.inside = False
 
     def mutate_For(self, node: L.For) -> L.Stmt:
@@ -411,16 +415,17 @@ class _RowReads(L.Mutator):
             self.inside = False
 
     def mutate_Load(self, node: L.Load) -> L.Expr:
-        index = node.index
-        if not self.inside or node.buffer.name != self.name or len(index) <= self.p:
-            return self.generic_mutate(node)
-        offset = _lane_offset(index[self.p], self.m)
-        if offset is None or index[: self.p] + index[self.p + 1 :] != self.others:
-            return self.generic_mutate(node)
-        step = const(self.blocks.step, I64)
-        block = L.FloorDiv(L.Bin(L.BinOp.SUB, L.VarRef(self.m), self.blocks.lo), step)
-        at = (block, L.Bin(L.BinOp.SUB, L.VarRef(self.k), self.lo), const(offset, I64))
-        return L.Load(self.buffer, at)
+        if self.inside:
+            index = node.index
+            for p in self.positions:
+                offset = _lane_offset(index[p], self.m) if p < len(index) else None
+                buffer = self.panels.get((node.buffer.name, p, index[:p] + index[p + 1 :]))
+                if offset is not None and buffer is not None:
+                    step = const(self.blocks.step, I64)
+                    block = L.FloorDiv(L.Bin(L.BinOp.SUB, L.VarRef(self.m), self.blocks.lo), step)
+                    at = (block, L.Bin(L.BinOp.SUB, L.VarRef(self.k), self.lo), const(offset, I64))
+                    return L.Load(buffer, at)
+        return self.generic_mutate(node)
 
 
 def _lane_offset(e: L.Expr, j: str) -> int | None:

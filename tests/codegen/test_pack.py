@@ -150,6 +150,23 @@ def test_a_read_a_row_apart_for_every_k_is_packed_in_row_panels() -> None:
     assert not [a for a in allocs if ".rows" in a.buffer.name]
 
 
+def test_two_reads_a_row_apart_each_get_a_row_panel() -> None:
+    # A(k, m) and D(k, m): one mutator rewrites both (each once left its copy unread)
+    src = (
+        "def f(float(K, M) A, float(K, M) D, float(K, N) B) -> (C) "
+        "{ C(m, n) +=! A(k, m) * D(k, m) * B(k, n) }"
+    )
+    f = _lowered(src, Options(vector_bits=512))
+    panels = {a.buffer.name for a in find(f.body, L.Alloc) if ".rows" in a.buffer.name}
+    assert {p.split(".")[0] for p in panels} == {"A", "D"}
+    unrolled = [u for u in find(f.body, L.For) if u.kind is L.LoopKind.UNROLL]
+    assert any(panels <= {x.buffer.name for x in find(u, L.Load)} for u in unrolled)
+    rng = np.random.default_rng(1)
+    a, d, b = (rng.standard_normal(s).astype(np.float32) for s in ((37, 19), (37, 19), (37, 33)))
+    got = compiler.define(src, options=Options(threads=2), cache=False)(a, d, b)
+    np.testing.assert_allclose(np.asarray(got).reshape(19, 33), (a * d).T @ b, rtol=1e-4, atol=1e-4)
+
+
 def test_no_packing_without_a_strided_panel_or_a_register_tile() -> None:
     # the same contraction in memory form (register_tile=1) has nothing to pack
     assert not find(_lowered(MATMUL, Options(register_tile=1)).body, L.Alloc)
