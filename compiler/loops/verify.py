@@ -108,7 +108,7 @@ def _stmt(s: Stmt, scope: _Scope) -> None:
         if s.otherwise is not None:
             _stmt(s.otherwise, scope)
     elif isinstance(s, Store):
-        buffer = _access(s.buffer, s.index, scope)
+        buffer = _access(s.buffer, s.index, [_dtype(i, scope) for i in s.index], scope)
         _expect(s.value, buffer.dtype, scope, f"value stored to {buffer.name}")
     elif isinstance(s, Assign):
         if s.var not in scope.mutable:
@@ -138,10 +138,8 @@ def _scoped(scope: _Scope, var: str, dtype: DType, body: Stmt, *, mutable: bool)
     scope.mutable.discard(var)
 
 
-def _access(
-    b: Buffer, index: tuple[Expr, ...], scope: _Scope, kinds: list[DType] | None = None
-) -> Buffer:
-    """Check an access of `b`; `kinds`: the dtypes of `index`, when already checked."""
+def _access(b: Buffer, index: tuple[Expr, ...], kinds: list[DType], scope: _Scope) -> Buffer:
+    """Check an access of `b` whose (checked) subscripts `index` have dtypes `kinds`."""
     declared = scope.buffers.get(b.name)
     if declared is None:
         _fail(f"buffer {b.name} is not a parameter or an enclosing Alloc")
@@ -149,13 +147,9 @@ def _access(
         _fail(f"buffer {b.name} differs from its declaration")
     if len(index) != len(b.shape):
         _fail(f"{b.name} has {len(b.shape)} dimensions but is indexed with {len(index)}")
-    if kinds is None:
-        for i in index:
-            _expect(i, _I64, scope, f"index of {b.name}")
-    else:
-        for i, kind in zip(index, kinds, strict=True):
-            if kind is not _I64:
-                _fail(f"index of {b.name} should be int64, found {kind.value}: {print_expr(i)}")
+    for i, kind in zip(index, kinds, strict=True):
+        if kind is not _I64:
+            _fail(f"index of {b.name} should be int64, found {kind.value}: {print_expr(i)}")
     return b
 
 
@@ -197,7 +191,7 @@ def _dtype(e: Expr, scope: _Scope) -> DType:
         if scope.vars[e.name] is not e.dtype:
             _fail(f"{e.name} is {scope.vars[e.name].value}, read as {e.dtype.value}")
     elif isinstance(e, Load):
-        _access(e.buffer, e.index, scope, kids)  # (its indices were checked: `kids`)
+        _access(e.buffer, e.index, kids, scope)
     elif isinstance(e, Bin):
         _same(kids, text)
         if e.op.is_logical != (kids[0] is DType.BOOL) and not e.op.is_compare:
