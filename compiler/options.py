@@ -27,7 +27,9 @@ CPU schedule fields (the native targets read them; `poly.schedule` applies them,
   may be tiled (a later one's entry is ignored: it would reorder each element's sum).
   `()` tiles nothing; None lets the model choose (`compiler/poly/tiling.py`). The tile
   loops run above the point loops, the first output loop's outermost (parallel);
-  sizes need not divide the extents (partial tiles get `min` bounds).
+  sizes need not divide the extents (partial tiles get `min` bounds). A dot-product
+  nest (a register sum per output: `Y(b, o) +=! X(b, i) * W(o, i)`) takes the entries
+  of its output loops (not of its reduction loop).
 - `register_tile`: register tiling of a statement in memory form: the innermost loop
   moves above the reduction loops in steps of this many lanes, the tile of outputs
   (block x lanes) accumulates in registers for the whole reduction

@@ -192,7 +192,12 @@ def tile_band_of(nest: Nest) -> TileBand | None:
         nest.domain.get_dim_name(isl.dim_type.param, k)
         for k in range(nest.domain.dim(isl.dim_type.param))
     }
-    return tile_band(nest.domain, nest.bands, nest.tiles, taken, hoist=bool(nest.outer))
+    # a dot tile (a register sum, no innermost band): its column tiles outermost, the
+    # rows that stream through each block the parallel loop (poly.tiling)
+    dot = nest.accumulate and not nest.innermost
+    return tile_band(
+        nest.domain, nest.bands, nest.tiles, taken, hoist=bool(nest.outer), tiles_first=dot
+    )
 
 
 def _band(domain: isl.Set, names: tuple[str, ...]) -> isl.MultiUnionPwAff:

@@ -35,6 +35,18 @@ panel: 1.36x with 64 rows a tile, 1.16x with 128); shared, 64 and 128 rows ran w
 noise of each other (matmul 512^3, 1 thread, CPU time: 2.19 and 2.25 ms).
 Convolutions (several reduction loops) are not tiled.
 
+A one-loop dot tile (`cpu_model._dot_tile`: a register sum per output, `Y(b, o) +=!
+X(b, i) * W(o, i)`, matmul's `A_grad`) has its inner jammed output loop tiled by
+`DOT_COLUMNS` (128) and the tile loop run *outside* the other, which stays the
+parallel loop (`tile_band(tiles_first=True)`): `for o_t: parallel for b: for o in
+block: sum over i`. The block's 128 rows of `W` stay in L2 while every row of `X` meets
+them; untiled, each block of 4 rows of `X` streamed all of `W` (at 1024^3, 4 MiB from
+L3 for every 4 rows). The reduction loop is not tiled: each output's sum stays in its
+register. Measured, 2 threads, same process, medians, float32 `A B^T` against NumPy:
+1024^3 28.8 -> 21.2 ms (NumPy 12.1); 512^3 within noise (2.53 / 2.41 ms), where `B`
+fits in L2 anyway. With its loops swapped (`poly.schedule.SwapCheck`) the same
+positions are tiled: the blocks are of the other loop.
+
 A column reduction (one output variable `j`, unit stride in the reads, reduced over
 one loop that is not: `b_grad(j) +=! C_grad(i) * exp(A(i, j))`, a bias or layer-norm
 weight gradient) has no output loop to stay outside in memory form. Its innermost loop
@@ -81,6 +93,7 @@ ROWS = 1024  # a column reduction's block of its first reduction loop (poly.cols
 REDUCTION = 128  # the reduction loop's tile
 PACKED_OUTER = 128  # OUTER for packed register tiles: rows per copy of a panel
 PACKED_REDUCTION = 256  # REDUCTION for packed register tiles: a 16-lane panel is 16 KiB
+DOT_COLUMNS = 128  # a dot tile's block of its inner jammed output loop (the rows it streams)
 
 
 @dataclass(frozen=True)
@@ -96,6 +109,8 @@ class TileBand:
 
 def choose_tiles(facts: StmtFacts, order: LoopOrder, options: Options) -> tuple[int, ...]:
     """One tile size per loop of `order` (module doc); `()` when nothing is tiled."""
+    if order.register and order.swap is not None and options.innermost is not None:
+        return _dot_tiles(order, options)
     if not order.innermost or order.register:
         return ()
     loops = order.outer + order.inner + order.innermost
@@ -108,6 +123,20 @@ def choose_tiles(facts: StmtFacts, order: LoopOrder, options: Options) -> tuple[
     first_reduction = len(order.outer)
     for k in range(first_reduction + 1, first_reduction + len(order.inner)):
         sizes[k] = 1  # a later reduction loop's tile would reorder each element's sum
+    return tuple(sizes) if any(s > 1 for s in sizes) else ()
+
+
+def _dot_tiles(order: LoopOrder, options: Options) -> tuple[int, ...]:
+    """A one-loop dot tile's cache tiles: `DOT_COLUMNS` for the inner of its two jammed
+    output loops (`Options.tile` gives the output loops' sizes; the reduction loop is
+    never tiled: each output's sum stays in its register). Module doc."""
+    loops = order.outer + order.inner
+    if options.tile is not None:
+        sizes = [*options.tile[: len(loops)], *[1] * max(0, len(loops) - len(options.tile))]
+    else:
+        inner = max(order.swap or (), key=order.outer.index, default=None)
+        sizes = [DOT_COLUMNS if v == inner else 1 for v in loops]
+    sizes[len(order.outer) :] = [1] * len(order.inner)
     return tuple(sizes) if any(s > 1 for s in sizes) else ()
 
 
@@ -145,10 +174,13 @@ def tile_band(
     tiles: tuple[int, ...],
     taken: set[str],
     hoist: bool = True,
+    tiles_first: bool = False,
 ) -> TileBand:
     """The tile band of `domain` for `tiles` (one per loop of `loops`, module doc).
     `hoist=False` (no output loop above the reduction: a column reduction) keeps an
-    untiled first loop out of the band, so the band starts at the innermost's tiles."""
+    untiled first loop out of the band, so the band starts at the innermost's tiles.
+    `tiles_first` (a dot tile): an untiled first loop moves into the band after the
+    tile loops, and stays the parallel one."""
     space = domain.get_space()
     identity = isl.MultiAff.identity(space.map_from_set())
     affs: list[isl.Aff] = []
@@ -167,6 +199,8 @@ def tile_band(
         affs.append(aff)
     if not hoist and len(affs) > 1:  # a column reduction: its strips are the parallel loop
         affs, names = [affs[-1], *affs[:-1]], [names[-1], *names[:-1]]
+    if tiles_first and hoisted is not None and len(affs) > 1:
+        affs, names = [*affs[1:], affs[0]], [*names[1:], names[0]]
     target = isl.Space.set_alloc(space.get_ctx(), 0, len(affs)).align_params(space)
     aff_list = isl.AffList.alloc(space.get_ctx(), len(affs))
     for a in affs:
@@ -174,7 +208,8 @@ def tile_band(
     band = isl.MultiAff.from_aff_list(space.map_from_domain_and_range(target), aff_list)
     band_map = isl.Map.from_multi_aff(band).intersect_domain(domain)
     schedule = isl.MultiUnionPwAff.from_union_map(isl.UnionMap.from_map(band_map))
-    return TileBand(schedule, tuple(names), hoisted, names[0])
+    parallel = hoisted if tiles_first and hoisted is not None else names[0]
+    return TileBand(schedule, tuple(names), hoisted, parallel)
 
 
 def _fresh(base: str, taken: set[str]) -> str:

@@ -103,9 +103,14 @@ def test_the_model_packs_a_matmul_panel() -> None:
     k_t = alloc.body
     assert isinstance(k_t, L.For) and (k_t.var, k_t.kind) == ("k_t", L.LoopKind.SERIAL)
     assert isinstance(k_t.body, L.Block)
-    copy, rows = k_t.body.stmts
+    copy, rows, rest = k_t.body.stmts
     assert isinstance(copy, L.For) and copy.kind is L.LoopKind.PARALLEL
-    assert isinstance(rows, L.For) and (rows.var, rows.kind) == ("m_t", L.LoopKind.PARALLEL)
+    # the threads split the (row tile, panel column) pairs; the remainder columns
+    # (`N % 16`) run in a second parallel loop over the row tiles
+    assert isinstance(rows, L.For) and (rows.var, rows.kind) == ("pair", L.LoopKind.PARALLEL)
+    assert isinstance(rest, L.For) and (rest.var, rest.kind) == ("m_t", L.LoopKind.PARALLEL)
+    lets = [s.var for s in find(rows, L.Let)][:2]
+    assert lets == ["m_t", "n"]
     # the tiles' lanes read the panel, never B: B is read by the copy and the remainder
     for lanes in find(f.body, L.For):
         if lanes.kind is L.LoopKind.UNROLL:

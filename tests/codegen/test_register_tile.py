@@ -119,8 +119,11 @@ def test_the_model_register_tiles_convolutions_and_packed_matmul_only() -> None:
         "def mm(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }", Options()
     )
     # a one-loop contraction is register-tiled only with its panel packed (poly.pack)
-    assert any(lp.var == "n" and lp.step == 16 for lp in _find(mm.body, L.For))
-    assert [a.buffer.name for a in _find(mm.body, L.Alloc)] == ["B.pack1"]
+    # (the full tiles' `n` is bound per (row tile, column) pair, `poly.pack._spread`;
+    # the remainder columns keep their loop)
+    (pack,) = _find(mm.body, L.Alloc)
+    assert pack.buffer.name == "B.pack1" and pack.buffer.shape[-1] == L.Const(16, L.DType.INT64)
+    assert [lt.var for lt in _find(mm.body, L.Let)][:2] == ["m_t", "n"]
     # no read along n moves with k (B(m, n) is fixed over the sum): nothing to pack,
     # no register tile
     row = _lowered(
@@ -164,6 +167,45 @@ def test_dot_product_tiles_match_the_reference(b: int, o: int, i: int, seed: int
     x = rng.standard_normal((b, i)).astype(np.float32)
     w = rng.standard_normal((o, i)).astype(np.float32)
     _check(LINEAR, [x, w], Options(threads=2))
+
+
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    b=st.sampled_from([1, 4, 5, 13, 67]),
+    o=st.sampled_from([1, 3, 9, 131]),
+    i=st.sampled_from([1, 17, 259, 2053]),
+    tile=st.sampled_from([None, (1, 5), (3, 5), (8, 1), (1, 128)]),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**16),
+)
+def test_cache_tiled_dot_tiles_match_the_reference(
+    b: int, o: int, i: int, tile: tuple[int, int] | None, dtype: type, seed: int
+) -> None:
+    # blocks of the columns (`o`) that do not divide them, the rows' jam remainder, and
+    # the swapped alternative (131 x 2053 floats streamed: `o` outside) with its tiles
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((b, i)).astype(dtype)
+    w = rng.standard_normal((o, i)).astype(dtype)
+    text = LINEAR if dtype == np.float32 else LINEAR.replace("float(", "double(")
+    _check(text, [x, w], Options(threads=2, tile=tile))
+
+
+def test_a_dot_tile_streams_rows_through_blocks_of_columns() -> None:
+    from compiler.loops.printer import print_expr
+    from compiler.poly.tiling import DOT_COLUMNS
+
+    f = _lowered(LINEAR, Options())
+    loops = [lp for lp in _find(f.body, L.For) if lp.var in ("o_t", "b_t")]
+    # both orders (`poly.schedule.SwapCheck` picks one at run time): the blocks of the
+    # inner jammed loop run serially, the rows inside them are the parallel loop
+    assert sorted(lp.var for lp in loops) == ["b_t", "o_t"]
+    for block in loops:
+        assert block.kind is L.LoopKind.SERIAL
+        inner = _find(block.body, L.For)
+        rows = "o" if block.var == "b_t" else "b"
+        assert inner[0].kind is L.LoopKind.PARALLEL and inner[0].var == rows
+        first = f"{DOT_COLUMNS} * {block.var}"
+        assert any(lp.var == block.var[0] and print_expr(lp.lo) == first for lp in inner)
 
 
 def test_attention_scores_are_dot_tiled_and_correct() -> None:
