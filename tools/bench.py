@@ -406,11 +406,7 @@ def format_table(rows: Sequence[Row], threads: int) -> str:
         f"{'kernel':36} {'kind':7} {'tcc ms':>9} {'numpy ms':>9} {'torch ms':>9} "
         f"{'tcc/np':>7} {'tcc/torch':>9} {'compile ms':>10} {'max err':>8}"
     )
-    policy = (
-        os.environ.get("OMP_WAIT_POLICY", "default")
-        + " spin="
-        + os.environ.get("GOMP_SPINCOUNT", "-")
-    )
+    policy = os.environ.get("OMP_WAIT_POLICY", "default")
     lines = [f"threads={threads}; OMP_WAIT_POLICY={policy}; medians of interleaved blocks", head]
     ratios: dict[tuple[str, str], list[float]] = {}
     for r in rows:
@@ -456,7 +452,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=("passive", "active"),
         help="OMP_WAIT_POLICY of the libgomp torch and tcc share",
     )
-    parser.add_argument("--spin", type=int, default=None)
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
     if args.threads < 1 or args.repeat < 1 or args.block < 1:
@@ -465,13 +460,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ[var] = str(args.threads)
     # torch and tcc share one libgomp (same soname): one wait policy for both
     os.environ["OMP_WAIT_POLICY"] = args.wait_policy
-    if args.spin is not None:
-        del os.environ["OMP_WAIT_POLICY"]
-        os.environ["GOMP_SPINCOUNT"] = str(args.spin)
     # NumPy's OpenBLAS spins its idle threads for about 0.1 s after each call (measured:
     # 60 ms of CPU in a 0.2 s sleep after a 512^3 matmul), which the next system's whole
     # block paid for; with the passive policy its threads sleep at once, as the others do
-    if args.wait_policy == "passive" or args.spin is not None:
+    if args.wait_policy == "passive":
         os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
     torch = None
     if not args.no_torch:

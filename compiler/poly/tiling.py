@@ -37,14 +37,17 @@ Convolutions (several reduction loops) are not tiled.
 
 A one-loop dot tile (`cpu_model._dot_tile`: a register sum per output, `Y(b, o) +=!
 X(b, i) * W(o, i)`, matmul's `A_grad`) has its inner jammed output loop tiled by
-`DOT_COLUMNS` (128) and the tile loop run *outside* the other, which stays the
+`DOT_COLUMNS` (256) and the tile loop run *outside* the other, which stays the
 parallel loop (`tile_band(tiles_first=True)`): `for o_t: parallel for b: for o in
-block: sum over i`. The block's 128 rows of `W` stay in L2 while every row of `X` meets
+block: sum over i`. The block's rows of `W` stay in L2 while every row of `X` meets
 them; untiled, each block of 4 rows of `X` streamed all of `W` (at 1024^3, 4 MiB from
 L3 for every 4 rows). The reduction loop is not tiled: each output's sum stays in its
-register. Measured, 2 threads, same process, medians, float32 `A B^T` against NumPy:
-1024^3 28.8 -> 21.2 ms (NumPy 12.1); 512^3 within noise (2.53 / 2.41 ms), where `B`
-fits in L2 anyway. With its loops swapped (`poly.schedule.SwapCheck`) the same
+register. Measured, 2 threads, same process, medians of blocks, float32 `A B^T`
+(M x K x N) untiled / blocks of 128 / blocks of 256, NumPy: 1024^3 23.5 / 14.8 / 15.8
+ms, 10.9 (another run, untiled / 256: 24.0 / 19.6); 512^3 within noise (2.12 / 2.20,
+`B` fits in L2 anyway); but 64x256x1024 0.35 / 0.45 / 0.39 ms (NumPy 0.28): each
+block is a parallel region, and small blocks of rows pay for waking the threads, hence
+256 (4 regions for 1024 columns). With its loops swapped (`poly.schedule.SwapCheck`) the same
 positions are tiled: the blocks are of the other loop.
 
 A column reduction (one output variable `j`, unit stride in the reads, reduced over
@@ -93,7 +96,7 @@ ROWS = 1024  # a column reduction's block of its first reduction loop (poly.cols
 REDUCTION = 128  # the reduction loop's tile
 PACKED_OUTER = 128  # OUTER for packed register tiles: rows per copy of a panel
 PACKED_REDUCTION = 256  # REDUCTION for packed register tiles: a 16-lane panel is 16 KiB
-DOT_COLUMNS = 128  # a dot tile's block of its inner jammed output loop (the rows it streams)
+DOT_COLUMNS = 256  # a dot tile's block of its inner jammed output loop (the rows it streams)
 
 
 @dataclass(frozen=True)
