@@ -46,6 +46,7 @@ from compiler.names import NameSupply
 from compiler.options import Options
 from compiler.poly.aliasing import ALIAS_BYTES
 from compiler.poly.colsum import block_column_sums
+from compiler.poly.cpu_model import PANEL_ROWS
 from compiler.poly.jam import unroll_and_jam
 from compiler.poly.lower_expr import (
     I64,
@@ -101,6 +102,11 @@ def lower_schedule(sched: Schedule) -> Lowered:
 def _lower_nest(sched: Schedule, nest: Nest, state: _State) -> L.Stmt:
     """One nest's loops; with an alternative, both under the run-time alias test."""
     body = _NestLowering(sched, nest, state).run()
+    if nest.alternative is not None and nest.rows is not None:
+        dot = _lower_nest(sched, nest.alternative, state)  # with its own swap
+        few = L.Bin(L.BinOp.LT, bound_to_loops(nest.rows.rows), const(PANEL_ROWS, I64))
+        small = L.Bin(L.BinOp.LT, bound_to_loops(nest.rows.streamed), const(STREAMED, I64))
+        return L.If(L.Bin(L.BinOp.OR, few, small), dot, body)
     if nest.alternative is not None and nest.larger is not None:
         swapped = _NestLowering(sched, nest.alternative, state).run()
         check = nest.larger
@@ -342,7 +348,10 @@ class _NestLowering:
         if not (self.nest.unproven or self.nest.write_checks):
             if self.nest.lanes > 1 and self.nest.innermost:
                 zero = self.target.name if self.facts.stmt.op is AssignOp.PLUS_INIT else None
-                body = transpose_reads(body, self.nest.innermost[0], zero)
+                panels = None
+                if len(self.nest.inner) == 1:  # packed (poly.pack): transposed panels
+                    panels = self.state.sizes | {self.nest.inner[0]}
+                body = transpose_reads(body, self.nest.innermost[0], zero, panels)
             for var, factor in self.nest.jams:
                 body = unroll_and_jam(body, var, factor)
             if self.nest.lanes > 1 and self.nest.innermost:

@@ -46,6 +46,19 @@ noise). Legal: each element still receives its
 contributions in `k_t, k` order, and a panel is complete before any thread reads it
 (the parallel copy loop ends before the row tiles start).
 
+Transposed panels: a read that uses `j` as `j + c` in another subscript than the last,
+and only `k` besides (`B[n + c, k]` of `C(m, n) +=! A(m, k) * B(n, k)`: every linear
+layer's forward, matmul's `A_grad`; `cpu_model.transposed_panels` picks this order), is
+packed the same way, its copy run `for tile / for lane / for k` so that it reads each
+row of `B` in order and writes the panel's lanes transposed (`poly.transpose` leaves
+such reads to this pass instead of copying all of `B` first). Measured, 1 thread, same
+process, medians, float32 `A B^T` (M x K x N), dot tile / transposed panels / NumPy:
+512^3 3.37 / 2.05 / 1.86 ms; 1024^3 27.9 / 17.5 / 14.8; 128x512x256 0.50 / 0.41 /
+0.40; but 64x256x1024 0.65 / 0.85 / 0.63, 32x512x512 0.21 / 0.35 / 0.31: with few rows
+each copied element is read too few times, so the dot tile runs below 128 rows or
+for a `B` under 2^18 elements (`schedule.RowsCheck`; with 2 threads, 128x512x256 ran
+0.29 ms as a dot tile and 0.33 in panels, whose copies add parallel regions).
+
 Row panels (`_row_panels`): in the row blocks (step `rows`), a read that uses the block
 variable as `m + c` in one subscript and `k` in another but not the last (`A[k, m + c]`
 of `C(m, n) +=! A(k, m) * B(k, n)`, every weight gradient `W_grad(o, i) +=! Y_grad(n,
@@ -158,7 +171,8 @@ def _used(s: L.Stmt) -> set[str]:
 @dataclasses.dataclass(frozen=True)
 class _Panel:
     source: L.Buffer
-    row: tuple[L.Expr, ...]  # the subscripts before the last, with `k` free
+    position: int  # the subscript `j + c` (the last, or another: a transposed panel)
+    row: tuple[L.Expr, ...]  # the other subscripts, with `k` free
     base: int  # the smallest lane offset `c0` of the reads
     buffer: L.Buffer
 
@@ -203,7 +217,7 @@ class _Packer(L.Mutator):
         if len(bounds) != 1 or L.var_names(*next(iter(bounds))) & {self.m}:
             return None
         spans = set()
-        found: dict[tuple[str, tuple[L.Expr, ...]], list[int]] = {}
+        found: dict[tuple[str, int, tuple[L.Expr, ...]], list[int]] = {}
         for t in tiles:
             reads = self._tile_reads(t.body)
             if reads is None:
@@ -220,7 +234,7 @@ class _Packer(L.Mutator):
         if self.rows is not None:
             depth = const(self.rows, I64)
         panels: list[_Panel] = []
-        for (name, row), offsets in found.items():
+        for (name, position, row), offsets in found.items():
             base = min(offsets)
             if max(offsets) - base >= self.width:
                 continue
@@ -228,7 +242,7 @@ class _Packer(L.Mutator):
             self.count += 1
             shape = (count, depth, const(self.width, I64))
             buffer = L.Buffer(f"{name}.pack{self.count}", source.dtype, shape, L.Role.TEMP)
-            panels.append(_Panel(source, row, base, buffer))
+            panels.append(_Panel(source, position, row, base, buffer))
         if not panels:
             return None
         lane = _fresh(f"{self.j}_lane", tiles[0])
@@ -316,7 +330,7 @@ class _Packer(L.Mutator):
 
     def _tile_reads(
         self, body: L.Stmt
-    ) -> tuple[tuple[L.Expr, L.Expr], dict[tuple[str, tuple[L.Expr, ...]], list[int]]] | None:
+    ) -> tuple[tuple[L.Expr, L.Expr], dict[tuple[str, int, tuple[L.Expr, ...]], list[int]]] | None:
         """The `k` loop's bounds and the packable reads of a tile's body (its locals
         around `Block(for k {assigns}, stores)`), or None when it has another shape."""
         inner: set[str] = set()
@@ -335,20 +349,22 @@ class _Packer(L.Mutator):
             return None
         if L.var_names(loop.lo, loop.hi) & {self.m, self.j}:
             return None
-        reads: dict[tuple[str, tuple[L.Expr, ...]], list[int]] = {}
+        reads: dict[tuple[str, int, tuple[L.Expr, ...]], list[int]] = {}
         for s in updates:
             for load in _loads(s.value):  # type: ignore[attr-defined]
-                if not load.index:
+                at = [p for p, e in enumerate(load.index) if self.j in L.var_names(e)]
+                if len(at) != 1:
                     continue
-                row, last = load.index[:-1], load.index[-1]
+                p = at[0]
+                row = load.index[:p] + load.index[p + 1 :]
                 used = L.var_names(*row)
                 if self.k not in used or used & {self.m, self.j} or used & inner:
                     continue
-                offset = _lane_offset(last, self.j)
+                offset = _lane_offset(load.index[p], self.j)
                 if offset is None:
                     continue
                 self.buffers[load.buffer.name] = load.buffer
-                reads.setdefault((load.buffer.name, row), []).append(offset)
+                reads.setdefault((load.buffer.name, p, row), []).append(offset)
         return (loop.lo, loop.hi), reads
 
     def _copy(
@@ -362,13 +378,23 @@ class _Packer(L.Mutator):
         lane: str,
     ) -> L.Stmt:
         """`for k / for tile / for lane: X.pack[tile, k - lo, lane] = X[r, j + c0 + lane]`
-        with `j` the tile's first column: each row of `X` is read in order."""
+        with `j` the tile's first column: each row of `X` is read in order. A transposed
+        panel (`X[j + c0 + lane, r]`) is copied `for tile / for lane / for k`, so its
+        reads are in order too."""
         first = L.Bin(L.BinOp.MUL, L.VarRef(tile), const(self.width, I64))
         column = L.Bin(L.BinOp.ADD, L.Bin(L.BinOp.ADD, tile_lo, first), const(p.base, I64))
-        value = L.Load(p.source, (*p.row, L.Bin(L.BinOp.ADD, column, L.VarRef(lane))))
+        index = (*p.row[: p.position], L.Bin(L.BinOp.ADD, column, L.VarRef(lane)))
+        value = L.Load(p.source, (*index, *p.row[p.position :]))
         at = (L.VarRef(tile), L.Bin(L.BinOp.SUB, L.VarRef(self.k), lo), L.VarRef(lane))
-        lanes = L.For(lane, const(0, I64), const(self.width, I64), 1, L.Store(p.buffer, at, value))
-        return L.For(self.k, lo, hi, 1, L.For(tile, const(0, I64), count, 1, lanes))
+        store = L.Store(p.buffer, at, value)
+        width = const(self.width, I64)
+        loops = [(self.k, lo, hi), (tile, const(0, I64), count), (lane, const(0, I64), width)]
+        if p.position != len(p.source.shape) - 1:
+            loops = [loops[1], loops[2], loops[0]]
+        out: L.Stmt = store
+        for var, a, b in reversed(loops):
+            out = L.For(var, a, b, 1, out)
+        return out
 
 
 def _hoist(stmt: L.Stmt, buffers: list[L.Buffer]) -> L.Stmt:
@@ -408,16 +434,19 @@ class _Reads(L.Mutator):
     """Packed reads `X[r, j + c]` become `X.pack[tile, k - lo, c - c0]`."""
 
     def __init__(self, panels: list[_Panel], j: str, k: str, lo: L.Expr, tile: L.Expr) -> None:
-        self.panels = {(p.source.name, p.row): p for p in panels}
+        self.panels = {(p.source.name, p.position, p.row): p for p in panels}
         self.j, self.k, self.lo, self.tile = j, k, lo, tile
 
     def mutate_Load(self, node: L.Load) -> L.Expr:
-        p = self.panels.get((node.buffer.name, node.index[:-1])) if node.index else None
-        offset = None if p is None else _lane_offset(node.index[-1], self.j)
+        index = node.index
+        at = [q for q, e in enumerate(index) if self.j in L.var_names(e)]
+        key = (node.buffer.name, at[0], index[: at[0]] + index[at[0] + 1 :]) if at else None
+        p = self.panels.get(key) if key is not None and len(at) == 1 else None
+        offset = None if p is None else _lane_offset(index[p.position], self.j)
         if p is None or offset is None:
             return self.generic_mutate(node)
-        at = (self.tile, L.Bin(L.BinOp.SUB, L.VarRef(self.k), self.lo), const(offset - p.base, I64))
-        return L.Load(p.buffer, at)
+        step = L.Bin(L.BinOp.SUB, L.VarRef(self.k), self.lo)
+        return L.Load(p.buffer, (self.tile, step, const(offset - p.base, I64)))
 
 
 class _RowReads(L.Mutator):

@@ -88,6 +88,20 @@ STREAMED = 1 << 18  # elements (1 MiB of float32): more does not stay in L2 besi
 
 
 @dataclass(frozen=True)
+class RowsCheck:
+    """When a statement in transposed panels (`cpu_model.transposed_panels`) runs as
+    its dot tile instead: its rows (the extent of the row-blocked loop) are fewer than
+    `cpu_model.PANEL_ROWS`, or the panels' source (`streamed`: the lanes' extent times
+    the reduction's) has fewer than `STREAMED` elements. Then each copied element is
+    read too few times, or the whole source stays in L2 for the dot tile's rows, and
+    the copy and its extra parallel regions cost more than they save (measured,
+    `cpu_model.transposed_panels`)."""
+
+    rows: Expr
+    streamed: Expr
+
+
+@dataclass(frozen=True)
 class Nest:
     """One loop nest. `outer` and `inner` name the band dimensions (loop variables);
     for an INIT nest, `outer` names the output's dimensions and `inner` is empty."""
@@ -114,6 +128,8 @@ class Nest:
     # or, for a dot tile, its two jammed output loops swapped (`LoopOrder.swap`), run
     # instead when `SwapCheck` holds at run time
     larger: SwapCheck | None = None
+    # or, for transposed panels, the dot tile, run instead when `RowsCheck` holds
+    rows: RowsCheck | None = None
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -230,6 +246,8 @@ def _nests_of(
     swapped = _swapped(main, order, facts, params)
     if swapped is not None:
         main = swapped
+    if order.fallback is not None and main.alternative is None:
+        main = _with_fallback(main, order, facts, params, options)
     if not stmt.op.init:
         return [main]
     box = init_domain(poly.index, _init_names(facts, params), extent, params)
@@ -412,6 +430,54 @@ def _swapped(
     alternative = dataclasses.replace(main, outer=outer)
     check = SwapCheck(extents[q], extents[p], streamed)
     return dataclasses.replace(main, alternative=alternative, larger=check)
+
+
+def _with_fallback(
+    main: Nest, order: LoopOrder, facts: StmtFacts, params: tuple[str, ...], options: Options
+) -> Nest:
+    """`main` (transposed panels) with its dot tile as the run-time alternative for
+    few rows (`RowsCheck`); `main` alone when the rows' extent is not an expression
+    of the sizes, or the nest has run-time read or write checks."""
+    dot = order.fallback
+    if dot is None or main.unproven or main.write_checks:
+        return main
+    extents = _extents(facts)
+    wanted = (order.outer[-1], *order.innermost, *order.inner)
+    if any(v not in extents for v in wanted):
+        return main
+    for v in wanted:
+        names = {n.name for n in walk(extents[v]) if isinstance(n, Var)}
+        if not names <= set(params):
+            return main
+        try:
+            bound_to_loops(extents[v])
+        except InternalError:
+            return main
+    streamed = extents[order.innermost[0]]
+    for v in order.inner:
+        streamed = Binary(BinOp.MUL, streamed, extents[v])
+    fallback = dataclasses.replace(
+        main,
+        outer=dot.outer,
+        inner=dot.inner,
+        innermost=dot.innermost,
+        jams=dot.jams,
+        tiles=choose_tiles(facts, dot, options),
+        lanes=dot.lanes,
+        accumulate=facts.stmt.op.is_reduction and dot.register,
+    )
+    fallback = _swapped(fallback, dot, facts, params) or fallback
+    check = RowsCheck(extents[order.outer[-1]], streamed)
+    return dataclasses.replace(main, alternative=fallback, rows=check)
+
+
+def _extents(facts: StmtFacts) -> dict[str, Expr]:
+    """`hi - lo` of each variable's range `v in lo:hi`."""
+    extents = {}
+    for c in facts.stmt.where:
+        if isinstance(c, RangeConstraint) and isinstance(c.expr, Var):
+            extents[c.expr.name] = Binary(BinOp.SUB, c.hi, c.lo)
+    return extents
 
 
 def _same_element(poly: PolyStmt, facts: StmtFacts, read: Access, params: tuple[str, ...]) -> bool:

@@ -36,10 +36,15 @@ from compiler.names import NameSupply
 from compiler.poly.lower_expr import I64, const
 
 
-def transpose_reads(stmt: L.Stmt, j: str, zero: str | None = None) -> L.Stmt:
+def transpose_reads(
+    stmt: L.Stmt, j: str, zero: str | None = None, panels: frozenset[str] | None = None
+) -> L.Stmt:
     """`stmt` reading transposed copies of its reads strided along `j` (module doc).
     `zero`: an output that holds zeros before the nest (a `+=!` statement's, after its
-    init nest): its copy starts as Alloc's zeros instead of being copied in."""
+    init nest): its copy starts as Alloc's zeros instead of being copied in. `panels`
+    (a packed one-loop contraction: its reduction variable and the sizes): a read
+    whose other subscripts name nothing else is left to `poly.pack`, which copies it
+    transposed one panel at a time (`cpu_model.transposed_panels`)."""
     found: dict[str, set[int]] = {}  # buffer -> the subscripts that use `j`
     buffers: dict[str, L.Buffer] = {}
     inner: set[str] = set()  # allocated inside the nest
@@ -66,6 +71,8 @@ def transpose_reads(stmt: L.Stmt, j: str, zero: str | None = None) -> L.Stmt:
             continue
         (p,) = positions
         if p < 0 or p == len(source.shape) - 1:
+            continue
+        if panels is not None and name not in written and _panel_only(stmt, name, p, panels):
             continue
         shape = (*source.shape[:p], *source.shape[p + 1 :], source.shape[p])
         copies[name] = (L.Buffer(f"{name}.t{p}", source.dtype, shape, L.Role.TEMP), p)
@@ -121,6 +128,16 @@ def _copy(source: L.Buffer, t: L.Buffer, p: int, taken: set[str], into: bool) ->
         kind = L.LoopKind.PARALLEL if depth == 0 else L.LoopKind.SERIAL
         body = L.For(names[k], const(0, I64), source.shape[k], 1, body, kind)
     return body
+
+
+def _panel_only(stmt: L.Stmt, name: str, p: int, allowed: frozenset[str]) -> bool:
+    """Every access of `name` names only `allowed` variables outside its subscript `p`."""
+    for node in walk(stmt):
+        if isinstance(node, (L.Load, L.Store)) and node.buffer.name == name:
+            rest = node.index[:p] + node.index[p + 1 :]
+            if L.var_names(*rest) - allowed:
+                return False
+    return True
 
 
 __all__ = ["transpose_reads"]

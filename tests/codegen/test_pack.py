@@ -78,6 +78,68 @@ def test_packed_contractions_match_the_reference(
     _check(text, arrays, options)
 
 
+TRANSPOSED = {
+    "abt": ("def abt(float(M, K) A, float(N, K) B) -> (C) { C(m, n) +=! A(m, k) * B(n, k) }"),
+    "grad": (  # matmul's A_grad: lanes along k, B(k, n) read transposed, summed over n
+        "def ag(float(M, N) G, float(K, N) B) -> (C) { C(m, k) +=! G(m, n) * B(k, n) }"
+    ),
+    "offset": (
+        "def abo(float(M, K) A, float(N, K) B) -> (C) "
+        "{ C(m, n) +=! A(m, k) * B(n + 1, k) * 0.5 where n in 0:N - 1 }"
+    ),
+    "accumulate": "def aba(float(M, K) A, float(N, K) B) -> (C) { C(m, n) += A(m, k) * B(n, k) }",
+}
+
+
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.sampled_from(sorted(TRANSPOSED)),
+    m=st.sampled_from([1, 3, 8, 13, 67, 130]),
+    k=st.sampled_from([1, 2, 31, 259]),
+    n=st.sampled_from([1, 15, 32, 33, 47, 97]),
+    tile=st.sampled_from([None, (8, 5), (3, 2)]),
+    panels=st.booleans(),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**16),
+)
+def test_transposed_panels_match_the_reference(
+    name: str, m: int, k: int, n: int, tile: tuple[int, int] | None, panels: bool,
+    dtype: type, seed: int,
+) -> None:  # fmt: skip
+    # `panels`: the run-time test takes the panels for any rows (else the model's:
+    # the dot tile below PANEL_ROWS rows or a small source, as at most of these sizes)
+    from compiler.poly import astgen
+
+    rng = np.random.default_rng(seed)
+    text = (
+        TRANSPOSED[name] if dtype == np.float32 else TRANSPOSED[name].replace("float(", "double(")
+    )
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((n + (name == "offset"), k)).astype(dtype)
+    arrays = [a, b]  # for "grad": G(M, N) is (m, k) and B(K, N) is (n, k)
+    out = rng.standard_normal((m, n)).astype(dtype) if name == "accumulate" else None
+    with pytest.MonkeyPatch.context() as patch:
+        if panels:
+            patch.setattr(astgen, "PANEL_ROWS", 1)
+            patch.setattr(astgen, "STREAMED", 1)
+        _check(text, arrays, Options(threads=2, tile=tile), out=out)
+
+
+def test_a_b_transposed_copies_its_panels_transposed() -> None:
+    f = _lowered(TRANSPOSED["abt"], Options(vector_bits=512))
+    (alloc,) = find(f.body, L.Alloc)  # no full transposed copy of B, only its panels
+    assert alloc.buffer.name == "B.pack1"
+    (copy,) = [s for s in find(f.body, L.Store) if s.buffer.name == alloc.buffer.name]
+    (load,) = find(copy, L.Load)
+    assert load.buffer.name == "B" and L.print_expr(load.index[-1]) == "k"
+    # the copy reads each row of B in order: `k` is its innermost loop
+    loops = [lp for lp in find(f.body, L.For) if copy in find(lp, L.Store)]
+    assert loops[-1].var == "k"
+    # the dot tile runs instead below PANEL_ROWS rows or for a small B (`RowsCheck`)
+    conditions = [L.print_expr(s.cond) for s in find(f.body, L.If)]
+    assert "M - 0 < 128 || (N - 0) * (K - 0) < 262144" in conditions
+
+
 @pytest.mark.parametrize("size", [(1, 1, 1), (5, 7, 17), (67, 259, 33)])
 def test_accumulating_matmul_adds_to_the_given_output(size: tuple[int, int, int]) -> None:
     m, k, n = size
@@ -175,9 +237,15 @@ def test_two_reads_a_row_apart_each_get_a_row_panel() -> None:
 def test_no_packing_without_a_strided_panel_or_a_register_tile() -> None:
     # the same contraction in memory form (register_tile=1) has nothing to pack
     assert not find(_lowered(MATMUL, Options(register_tile=1)).body, L.Alloc)
-    # B(n, k): n is not in the last subscript, so the model takes the dot-product form
+    # B(n, k) with a forced block: the dot-product form (transposed panels are the
+    # model's own choice); and a batched one: B's rows also name the batch variable
     dot = "def d(float(M, K) A, float(N, K) B) -> (C) { C(m, n) +=! A(m, k) * B(n, k) }"
-    assert not find(_lowered(dot, Options()).body, L.Alloc)
+    assert not find(_lowered(dot, Options(block=2)).body, L.Alloc)
+    batched = (
+        "def bd(float(P, M, K) A, float(P, N, K) B) -> (C) "
+        "{ C(p, m, n) +=! A(p, m, k) * B(p, n, k) }"
+    )
+    assert not find(_lowered(batched, Options()).body, L.Alloc)
 
 
 def test_matmul_gradient_matches_finite_differences() -> None:

@@ -106,8 +106,13 @@ def test_register_tiles_follow_the_vector_width(bits, conv, matmul, dot) -> None
     _, m = _schedule(MATMUL, opts).nests
     assert m.jams == matmul and m.lanes == (32 if bits == 512 else 16)
     dot_src = "def f(float(I, E) A, float(J, E) B) -> (S) { S(i, j) +=! A(i, e) * B(j, e) }"
-    (d,) = _schedule(dot_src, opts).nests
-    assert d.jams == dot and d.lanes == 1
+    # (the model's own order is transposed panels: poly.pack copies B(j, e) per panel;
+    # the dot tile is its run-time alternative for few rows)
+    _, panels = _schedule(dot_src, opts).nests
+    assert panels.jams == (("i", matmul[0][1]),) and panels.lanes == m.lanes
+    assert panels.rows is not None
+    d = panels.alternative
+    assert d is not None and d.jams == dot and d.lanes == 1
     # a weight gradient: lanes along m (poly.transpose), as many rows of c as a conv
     wgrad = (
         "def f(float(N, C, H, W) I, float(N, M, HO, WO) G) -> (WG) "
@@ -123,7 +128,11 @@ def test_a_dot_tile_also_runs_with_its_loops_swapped() -> None:
     from compiler.poly.schedule import SwapCheck
 
     src = "def lin(float(B, I) X, float(O, I) W) -> (Y) { Y(b, o) +=! X(b, i) * W(o, i) }"
-    (nest,) = _schedule(src).nests
+    # the dot tile of transposed panels (its alternative for few rows), as here without
+    # them: `Options(block=...)` keeps the model from packing
+    _, panels = _schedule(src).nests
+    assert panels.alternative is not None and panels.alternative.alternative is not None
+    (nest,) = _schedule(src, Options(block=1)).nests
     assert nest.outer == ("b", "o") and nest.alternative is not None
     assert nest.alternative.outer == ("o", "b") and nest.alternative.jams == nest.jams
     assert isinstance(nest.larger, SwapCheck)
