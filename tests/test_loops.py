@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -26,6 +28,7 @@ from compiler.loops import (
     Mutator,
     Role,
     Select,
+    StmtMutator,
     VarRef,
     Visitor,
     print_expr,
@@ -119,6 +122,26 @@ def test_mutator_keeps_unchanged_subtrees_identical() -> None:
     assert "for (kk = 0; kk < K; kk += 1)" in print_function(g)
     # the store C[i, j] = acc under the reduction did not change: the same object
     assert g.body.body.body.body.stmts[1] is f.body.body.body.body.stmts[1]
+
+
+def test_a_statement_mutator_leaves_expressions_alone() -> None:
+    f = matmul(F32)
+    seen: list[str] = []
+
+    class Serial(StmtMutator):
+        def mutate_VarRef(self, node: VarRef) -> VarRef:  # never reached
+            seen.append(node.name)
+            return VarRef("x")
+
+        def mutate_For(self, node: For) -> For:
+            node = self.generic_mutate(node)
+            return For(node.var, node.lo, node.hi, node.step, node.body)
+
+    g = Serial().mutate(f.body)
+    assert not seen and g is not f.body
+    assert "parallel" not in print_function(dataclasses.replace(f, body=g))
+    # the loop bounds are the very same expression objects
+    assert g.hi is f.body.hi and g.body.hi is f.body.body.hi
 
 
 def test_visitor_reaches_every_load() -> None:

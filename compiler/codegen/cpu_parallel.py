@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from compiler.loops import For, Function, Local, LoopKind, Mutator
+from compiler.loops import For, Function, Local, LoopKind, StmtMutator
 
 
 def run(f: Function) -> Function:
@@ -32,7 +32,7 @@ def parallel_loops(f: Function) -> list[For]:
     """The loops that `run(f)` leaves parallel, in program order."""
     found: list[For] = []
 
-    class _Find(Mutator):
+    class _Find(StmtMutator):
         def mutate_For(self, loop: For) -> For:
             if loop.kind is LoopKind.PARALLEL:
                 found.append(loop)
@@ -42,7 +42,7 @@ def parallel_loops(f: Function) -> list[For]:
     return found
 
 
-class _Outermost(Mutator):
+class _Outermost(StmtMutator):
     def __init__(self) -> None:
         self.depth = 0  # enclosing parallel loops and Locals
 

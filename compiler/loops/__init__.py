@@ -34,6 +34,7 @@ from compiler.loops.ir import (
     Role,
     Select,
     Stmt,
+    StmtMutator,
     Store,
     Unary,
     UnaryOp,
@@ -49,7 +50,7 @@ from compiler.loops.verify import verify
 __all__ = [
     "MATH_ARITY", "Alloc", "Assign", "Bin", "BinOp", "Block", "Buffer", "Call", "Cast",
     "Const", "DType", "Expr", "FloorDiv", "For", "Function", "If", "Let", "Load", "Local",
-    "LoopKind", "Max", "Min", "Mod", "Mutator", "Node", "Role", "Select", "Stmt", "Store",
+    "LoopKind", "Max", "Min", "Mod", "Mutator", "Node", "Role", "Select", "Stmt", "StmtMutator", "Store",
     "Unary", "UnaryOp", "VarRef", "Visitor", "check_arguments", "children", "var_names", "walk",
     "eval_expr", "eval_size_expr", "print_expr", "print_function", "print_stmt",
     "run_function", "verify",

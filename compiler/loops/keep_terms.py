@@ -45,6 +45,7 @@ from compiler.loops.ir import (
     Mutator,
     Node,
     Stmt,
+    StmtMutator,
     Store,
     VarRef,
     children,
@@ -57,7 +58,7 @@ def keep_terms(f: Function) -> Function:
     return f if body is f.body else dataclasses.replace(f, body=body)
 
 
-class _Keeper(Mutator):
+class _Keeper(StmtMutator):
     def mutate_Block(self, node: Block) -> Stmt:
         node = self.generic_mutate(node)
         items = list(node.stmts)
