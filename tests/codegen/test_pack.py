@@ -88,6 +88,7 @@ TRANSPOSED = {
         "{ C(m, n) +=! A(m, k) * B(n + 1, k) * 0.5 where n in 0:N - 1 }"
     ),
     "accumulate": "def aba(float(M, K) A, float(N, K) B) -> (C) { C(m, n) += A(m, k) * B(n, k) }",
+    "max": "def abm(float(M, K) A, float(N, K) B) -> (C) { C(m, n) max=! A(m, k) * B(n, k) }",
 }
 
 
