@@ -130,8 +130,8 @@ class LoopOrder:
     # a dot tile's two jammed output loops (outer first): the nest also runs with them
     # swapped, chosen at run time by their extents (`poly.schedule`, `Nest.larger`)
     swap: tuple[str, str] | None = None
-    # transposed panels (`transposed_panels`): the dot tile that runs instead when the
-    # rows (`outer[-1]`) are fewer than `PANEL_ROWS` (`poly.schedule`, `Nest.rows`)
+    # transposed panels (`transposed_panels`): the dot tile that runs instead for few
+    # rows (`outer[-1]`) or a small source (`poly.schedule.RowsCheck`, `Nest.rows`)
     fallback: LoopOrder | None = None
 
 

@@ -352,11 +352,10 @@ class _Packer(L.Mutator):
         reads: dict[tuple[str, int, tuple[L.Expr, ...]], list[int]] = {}
         for s in updates:
             for load in _loads(s.value):  # type: ignore[attr-defined]
-                at = [p for p, e in enumerate(load.index) if self.j in L.var_names(e)]
-                if len(at) != 1:
+                key = _lane_key(load, self.j)
+                if key is None:
                     continue
-                p = at[0]
-                row = load.index[:p] + load.index[p + 1 :]
+                _, p, row = key
                 used = L.var_names(*row)
                 if self.k not in used or used & {self.m, self.j} or used & inner:
                     continue
@@ -364,7 +363,7 @@ class _Packer(L.Mutator):
                 if offset is None:
                     continue
                 self.buffers[load.buffer.name] = load.buffer
-                reads.setdefault((load.buffer.name, p, row), []).append(offset)
+                reads.setdefault(key, []).append(offset)
         return (loop.lo, loop.hi), reads
 
     def _copy(
@@ -438,11 +437,9 @@ class _Reads(L.Mutator):
         self.j, self.k, self.lo, self.tile = j, k, lo, tile
 
     def mutate_Load(self, node: L.Load) -> L.Expr:
-        index = node.index
-        at = [q for q, e in enumerate(index) if self.j in L.var_names(e)]
-        key = (node.buffer.name, at[0], index[: at[0]] + index[at[0] + 1 :]) if at else None
-        p = self.panels.get(key) if key is not None and len(at) == 1 else None
-        offset = None if p is None else _lane_offset(index[p.position], self.j)
+        key = _lane_key(node, self.j)
+        p = self.panels.get(key) if key is not None else None
+        offset = None if p is None else _lane_offset(node.index[p.position], self.j)
         if p is None or offset is None:
             return self.generic_mutate(node)
         step = L.Bin(L.BinOp.SUB, L.VarRef(self.k), self.lo)
@@ -487,6 +484,16 @@ class _RowReads(L.Mutator):
                     at = (block, L.Bin(L.BinOp.SUB, L.VarRef(self.k), self.lo), const(offset, I64))
                     return L.Load(buffer, at)
         return self.generic_mutate(node)
+
+
+def _lane_key(load: L.Load, j: str) -> tuple[str, int, tuple[L.Expr, ...]] | None:
+    """`(buffer, position, other subscripts)` of a read that uses `j` in exactly one
+    subscript (at `position`), None otherwise: how panels are keyed."""
+    at = [p for p, e in enumerate(load.index) if j in L.var_names(e)]
+    if len(at) != 1:
+        return None
+    p = at[0]
+    return load.buffer.name, p, load.index[:p] + load.index[p + 1 :]
 
 
 def _lane_offset(e: L.Expr, j: str) -> int | None:

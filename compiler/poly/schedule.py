@@ -406,22 +406,8 @@ def _swapped(
     if order.swap is None or main.alternative is not None or main.unproven or main.write_checks:
         return None
     p, q = order.swap
-    extents = {}
-    for c in facts.stmt.where:
-        if isinstance(c, RangeConstraint) and isinstance(c.expr, Var):
-            extents[c.expr.name] = Binary(BinOp.SUB, c.hi, c.lo)
-    wanted = (p, q, *facts.reduction_vars)
-    if any(v not in extents for v in wanted):
-        return None
-    sizes = set(params)
-    for v in wanted:  # not a range that depends on another loop (a second derivative's)
-        names = {n.name for n in walk(extents[v]) if isinstance(n, Var)}
-        if not names <= sizes:
-            return None
-    try:
-        for v in wanted:
-            bound_to_loops(extents[v])
-    except InternalError:
+    extents = _size_extents(facts, params, (p, q, *facts.reduction_vars))
+    if extents is None:
         return None
     streamed = extents[q]
     for v in facts.reduction_vars:
@@ -441,18 +427,9 @@ def _with_fallback(
     dot = order.fallback
     if dot is None or main.unproven or main.write_checks:
         return main
-    extents = _extents(facts)
-    wanted = (order.outer[-1], *order.innermost, *order.inner)
-    if any(v not in extents for v in wanted):
+    extents = _size_extents(facts, params, (order.outer[-1], *order.innermost, *order.inner))
+    if extents is None:
         return main
-    for v in wanted:
-        names = {n.name for n in walk(extents[v]) if isinstance(n, Var)}
-        if not names <= set(params):
-            return main
-        try:
-            bound_to_loops(extents[v])
-        except InternalError:
-            return main
     streamed = extents[order.innermost[0]]
     for v in order.inner:
         streamed = Binary(BinOp.MUL, streamed, extents[v])
@@ -471,12 +448,26 @@ def _with_fallback(
     return dataclasses.replace(main, alternative=fallback, rows=check)
 
 
-def _extents(facts: StmtFacts) -> dict[str, Expr]:
-    """`hi - lo` of each variable's range `v in lo:hi`."""
+def _size_extents(
+    facts: StmtFacts, params: tuple[str, ...], wanted: tuple[str, ...]
+) -> dict[str, Expr] | None:
+    """`hi - lo` of the ranges `v in lo:hi` of the variables `wanted`, or None when one
+    has no such range or its extent is not an expression of the sizes alone (a range
+    that depends on another loop: a second derivative's), so no run-time test on the
+    sizes can use it."""
     extents = {}
     for c in facts.stmt.where:
         if isinstance(c, RangeConstraint) and isinstance(c.expr, Var):
             extents[c.expr.name] = Binary(BinOp.SUB, c.hi, c.lo)
+    if any(v not in extents for v in wanted):
+        return None
+    for v in wanted:
+        if not {n.name for n in walk(extents[v]) if isinstance(n, Var)} <= set(params):
+            return None
+        try:
+            bound_to_loops(extents[v])
+        except InternalError:
+            return None
     return extents
 
 

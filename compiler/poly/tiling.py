@@ -120,7 +120,7 @@ def choose_tiles(facts: StmtFacts, order: LoopOrder, options: Options) -> tuple[
     if not order.outer:  # a column reduction: strips of the innermost, blocks of rows
         return _column_tiles(loops, options)
     if options.tile is not None:
-        sizes = [*options.tile[: len(loops)], *[1] * max(0, len(loops) - len(options.tile))]
+        sizes = _given(options.tile, len(loops))
     else:
         sizes = _model(facts, order)
     first_reduction = len(order.outer)
@@ -129,13 +129,18 @@ def choose_tiles(facts: StmtFacts, order: LoopOrder, options: Options) -> tuple[
     return tuple(sizes) if any(s > 1 for s in sizes) else ()
 
 
+def _given(tile: tuple[int, ...], count: int) -> list[int]:
+    """`Options.tile` as one size per loop of `count`: missing entries untiled (1)."""
+    return [*tile[:count], *[1] * max(0, count - len(tile))]
+
+
 def _dot_tiles(order: LoopOrder, options: Options) -> tuple[int, ...]:
     """A one-loop dot tile's cache tiles: `DOT_COLUMNS` for the inner of its two jammed
     output loops (`Options.tile` gives the output loops' sizes; the reduction loop is
     never tiled: each output's sum stays in its register). Module doc."""
     loops = order.outer + order.inner
     if options.tile is not None:
-        sizes = [*options.tile[: len(loops)], *[1] * max(0, len(loops) - len(options.tile))]
+        sizes = _given(options.tile, len(loops))
     else:
         inner = max(order.swap or (), key=order.outer.index, default=None)
         sizes = [DOT_COLUMNS if v == inner else 1 for v in loops]
@@ -153,7 +158,7 @@ def _column_tiles(loops: tuple[str, ...], options: Options) -> tuple[int, ...]:
         return ()
     rows, columns = ROWS, COLUMNS
     if options.tile is not None:
-        given = [*options.tile[: len(loops)], *[1] * max(0, len(loops) - len(options.tile))]
+        given = _given(options.tile, len(loops))
         rows, columns = given[0], given[-1]
     if columns <= 1:
         return ()  # without strips the innermost loop would be the only one, serial
