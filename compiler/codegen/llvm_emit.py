@@ -20,9 +20,11 @@ from typing import Any
 
 from llvmlite import ir
 
+from compiler.codegen.llvm_lanes import Lanes, chain_of, emit_chain
 from compiler.codegen.llvm_math import MathEmitter, intrinsic
 from compiler.codegen.llvm_parallel import emit_parallel
 from compiler.codegen.llvm_sums import REDUCTION_FLAGS, SUM_BLOCK, blocked_sum, sum_terms
+from compiler.codegen.llvm_types import CONTRACT_FLAGS, DIVIDE_FLAGS, I8, cast, ir_type, memory_type
 from compiler.diagnostics import InternalError
 from compiler.loops import (
     Alloc,
@@ -57,15 +59,9 @@ from compiler.loops import (
 )
 
 _LOOP_KINDS = frozenset({LoopKind.SERIAL, LoopKind.PARALLEL, LoopKind.VECTOR, LoopKind.UNROLL})
-I1, I8, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
+I64 = ir.IntType(64)
 ALIGN = 64  # bytes: the start of an Alloc's buffer (a cache line, a 512-bit vector)
 PTR = ir.PointerType()
-CONTRACT_FLAGS = ("contract",)  # every float add, sub, mul: FMA allowed, nothing else
-# A float division may become a multiplication by the divisor's reciprocal (`arcp`):
-# LLVM then computes a divisor that the loop does not change (`P * V / l(i)` inside
-# `j` and `e`) once, before the loop, and multiplies (at most 1 ulp more than the
-# division rounded once; special values as the division: x/0 = x*inf, x/inf = x*0).
-DIVIDE_FLAGS = ("arcp",)
 _CONTRACTABLE = frozenset({BinOp.ADD, BinOp.SUB, BinOp.MUL})
 _ICMP = {
     BinOp.EQ: "==",
@@ -80,20 +76,6 @@ _ICMP = {
 def symbol(f: Function) -> str:
     """The LLVM name of `f`: prefixed, so a kernel named `exp` cannot shadow libm's."""
     return f"tcc.{f.name}"
-
-
-def ir_type(dtype: DType) -> ir.Type:
-    """The register type of a dtype (booleans are i1)."""
-    if dtype is DType.BOOL:
-        return I1
-    if dtype.is_int:
-        return ir.IntType(dtype.bits)
-    return {DType.FLOAT16: ir.HalfType(), DType.FLOAT32: ir.FloatType()}.get(dtype, ir.DoubleType())
-
-
-def memory_type(dtype: DType) -> ir.Type:
-    """The in-memory type of a dtype (booleans are one byte, as in NumPy)."""
-    return I8 if dtype is DType.BOOL else ir_type(dtype)
 
 
 class _BufferRef:
@@ -175,6 +157,7 @@ class FunctionEmitter:
         self.buffers: dict[str, _BufferRef] = {}
         self.threads: ir.Value = ir.Constant(I64, 1)  # the entry's thread count argument
         self.launch: ir.Value | None = None  # its launcher argument (None: run serially)
+        self.lanes = Lanes(self)  # register tiles' accumulators as vectors (llvm_lanes)
 
     def fork(self, fn: ir.Function) -> FunctionEmitter:
         """An emitter for another function `fn` of the same module."""
@@ -280,8 +263,12 @@ class FunctionEmitter:
         method(s)
 
     def _stmt_Block(self, s: Block) -> None:
-        for child in s.stmts:
-            self.stmt(child)
+        i, stmts = 0, s.stmts
+        while i < len(stmts):
+            covered = self.lanes.run(stmts, i) if self.lanes.of else 0
+            if not covered:
+                self.stmt(stmts[i])
+            i += covered or 1
 
     def _stmt_For(self, s: For) -> None:
         if s.kind not in _LOOP_KINDS:
@@ -330,6 +317,19 @@ class FunctionEmitter:
             self.stmt(s.body)
 
     def _stmt_Local(self, s: Local) -> None:
+        if s.dtype.is_float and isinstance(s.body, Local):
+            chain, body = chain_of(s)
+            groups = self.lanes.plan(chain, body)
+            if groups:
+                emit_chain(self, chain, body, groups)
+                return
+        self.declare_local(s)
+        self.stmt(s.body)
+        del self.slots[s.var]
+        self.compensation.pop(s.var, None)
+
+    def declare_local(self, s: Local) -> None:
+        """The slot of `s` (and of its compensation, for a float), set to its init."""
         with self.builder.goto_block(self.entry):
             self.builder.position_at_start(self.entry)
             slot = self.builder.alloca(ir_type(s.dtype), name=s.var)
@@ -341,14 +341,15 @@ class FunctionEmitter:
                 comp = self.builder.alloca(ir_type(s.dtype), name=f"{s.var}.comp")
             self.builder.store(ir.Constant(ir_type(s.dtype), 0.0), comp)
             self.compensation[s.var] = comp
-        self.stmt(s.body)
-        del self.slots[s.var]
-        self.compensation.pop(s.var, None)
 
     def _stmt_Assign(self, s: Assign) -> None:
         slot, dtype = self.slots[s.var]
         value = self._reduction(s) if dtype.is_float else None
-        self.builder.store(value if value is not None else self.expr(s.value), slot)
+        value = value if value is not None else self.expr(s.value)
+        if s.var in self.lanes.of:
+            self.lanes.write(s.var, value)  # one lane of a vector group
+        else:
+            self.builder.store(value, slot)
 
     def _reduction(self, s: Assign) -> ir.Value | None:
         """`acc = acc op x` (or `x op acc`) with fast-math flags; None if not that shape."""
@@ -442,6 +443,8 @@ class FunctionEmitter:
         return ir.Constant(ir_type(e.dtype), value)
 
     def _expr_VarRef(self, e: VarRef) -> ir.Value:
+        if e.name in self.lanes.of:
+            return self.lanes.read(e.name)
         if e.name in self.slots:
             slot, dtype = self.slots[e.name]
             return self.builder.load(slot, typ=ir_type(dtype))
@@ -557,29 +560,6 @@ class FunctionEmitter:
 
     def _expr_Cast(self, e: Cast) -> ir.Value:
         return cast(self.builder, self.expr(e.x), e.x.dtype, e.dtype)
-
-
-def cast(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:
-    """Convert `x` from `src` to `dst` with C semantics (bool: nonzero is true)."""
-    to = ir_type(dst)
-    if src is dst:
-        return x
-    if dst is DType.BOOL:
-        if src.is_float:
-            return b.fcmp_unordered("!=", x, ir.Constant(x.type, 0.0))
-        return b.icmp_unsigned("!=", x, ir.Constant(x.type, 0))
-    if src.is_float and dst.is_float:
-        return b.fpext(x, to) if dst.bits > src.bits else b.fptrunc(x, to)
-    if src.is_float:
-        return b.fptosi(x, to) if dst.is_signed else b.fptoui(x, to)
-    signed = src.is_signed and src is not DType.BOOL
-    if dst.is_float:
-        return b.sitofp(x, to) if signed else b.uitofp(x, to)
-    if dst.bits == src.bits:
-        return x
-    if dst.bits < src.bits:
-        return b.trunc(x, to)
-    return b.sext(x, to) if signed else b.zext(x, to)
 
 
 def _reads_memory(e: Expr) -> bool:

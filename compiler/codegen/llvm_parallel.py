@@ -151,6 +151,10 @@ def _work_function(em: Any, loop: For, captured: _Captures) -> ir.Function:
     fn = ir.Function(em.module, ir.FunctionType(VOID, [*captured.types, I64, I64]), name=name)
     fn.linkage = "internal"
     fn.attributes = copy.copy(em.fn.attributes)
+    # Called from the caller's serial path and from the thunk: inlined into both, the
+    # loop was optimised and compiled twice (a conv2d gradient's LLVM time 0.60 ->
+    # 0.47 s kept out of line; the call costs nothing beside the loop).
+    fn.attributes.add("noinline")
     for arg, _ in zip(fn.args, captured.buffers, strict=False):
         arg.add_attribute("noalias")
     sub = em.fork(fn)

@@ -74,36 +74,53 @@ def blocked_sum(
     (lanes: the vectoriser's partial sums, 32-64 for float32; 1 if it does not
     vectorise), against (n / lanes) * eps * sum(|x|) for one running sum."""
     b = em.builder
-    partials = []
+    # one partial per scalar accumulator, one vector partial per group of lanes
+    # (`codegen.llvm_lanes`: every update of a group is a run of its lanes)
+    units: list[tuple[str, ir.Value, ir.Value, ir.Type]] = []  # (acc, slot, comp, type)
     for acc, _ in sums:
-        ty = em.slots[acc][0].allocated_type
+        group = em.lanes.of.get(acc)
+        if group is not None and group[1] != 0:
+            continue
+        slot, comp = em.slots[acc][0], em.compensation[acc]
+        units.append((acc, slot, comp, slot.allocated_type))
+    partials = []
+    for acc, _, _, ty in units:
         with b.goto_block(em.entry):
             b.position_at_start(em.entry)
-            partials.append((b.alloca(ty, name=f"{acc}.partial"), ty))
+            partials.append(b.alloca(ty, name=f"{acc}.partial"))
     span = ir.Constant(I64, SUM_BLOCK * step)
 
     def block() -> None:
         start = em.values[f"{var}.block"]
         end = b.add(start, span)
         end = b.select(b.icmp_signed("<", end, hi), end, hi)
-        for partial, ty in partials:
-            b.store(ir.Constant(ty, 0.0), partial)
+        for partial, (_, _, _, ty) in zip(partials, units, strict=True):
+            b.store(ir.Constant(ty, None), partial)
 
-        by_acc = {acc: p for (acc, _), p in zip(sums, partials, strict=True)}
+        by_acc = {u[0]: (p, u[3]) for u, p in zip(units, partials, strict=True)}
 
         def add() -> None:  # the body, each sum update redirected to its partial
-            for a in body:
+            i = 0
+            while i < len(body):
+                a = body[i]
                 term = _sum_update(em, a)
                 if term is None:
                     em.stmt(a)
+                    i += 1
+                    continue
+                group = em.lanes.of.get(a.var)  # type: ignore[union-attr]
+                if group is not None:
+                    g = group[0]
+                    em.lanes.sum_update(g, body[i : i + g.width], by_acc[g.names[0]][0])
+                    i += g.width
                     continue
                 partial, ty = by_acc[a.var]  # type: ignore[union-attr]
                 value = b.fadd(b.load(partial, typ=ty), em.expr(term), flags=REDUCTION_FLAGS)
                 b.store(value, partial)
+                i += 1
 
         em._loop(var, start, end, step, add)
-        for (partial, ty), (acc, _) in zip(partials, sums, strict=True):
-            slot, comp_slot = em.slots[acc][0], em.compensation[acc]
+        for partial, (_, slot, comp_slot, ty) in zip(partials, units, strict=True):
             total, comp = b.load(slot, typ=ty), b.load(comp_slot, typ=ty)
             y = b.fsub(b.load(partial, typ=ty), comp)
             t = b.fadd(total, y)

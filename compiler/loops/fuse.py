@@ -63,7 +63,7 @@ from compiler.loops.ir import (
 def fuse(f: Function) -> Function:
     """`f` with adjacent compatible loops fused (see the module doc)."""
     facts = _Facts()
-    names = _Names(set(facts.names(f)))
+    names = _Names(_bound_names(f))
     body = _Fuser(names, facts).stmt(f.body)
     return f if body is f.body else dataclasses.replace(f, body=body)
 
@@ -320,6 +320,26 @@ def _rename_unit(u: _Unit, renames: dict[str, str]) -> _Unit:
 
 
 # ------------------------------------------------------------------ helpers
+
+
+def _bound_names(f: Function) -> set[str]:
+    """The names `f` binds (loops, lets, locals) and its sizes: every name a fresh one
+    must avoid (a read names one of them), found without walking the expressions."""
+    taken = set(f.size_params)
+    stack: list[Stmt] = [f.body]
+    while stack:
+        s = stack.pop()
+        if isinstance(s, Block):
+            stack.extend(s.stmts)
+        elif isinstance(s, If):
+            stack.append(s.then)
+            if s.otherwise is not None:
+                stack.append(s.otherwise)
+        elif isinstance(s, (For, Let, Local, Alloc)):
+            if not isinstance(s, Alloc):
+                taken.add(s.var)
+            stack.append(s.body)
+    return taken
 
 
 def _flat(s: Stmt) -> tuple[Stmt, ...]:

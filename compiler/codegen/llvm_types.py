@@ -1,0 +1,56 @@
+"""LLVM types of the loop IR's dtypes, C conversions between them, and the fast-math
+flags of float arithmetic (`codegen.llvm_emit`, `codegen.llvm_lanes`)."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from compiler.loops import DType
+
+I1, I8 = ir.IntType(1), ir.IntType(8)
+CONTRACT_FLAGS = ("contract",)  # every float add, sub, mul: FMA allowed, nothing else
+# A float division may become a multiplication by the divisor's reciprocal (`arcp`):
+# LLVM then computes a divisor that the loop does not change (`P * V / l(i)` inside
+# `j` and `e`) once, before the loop, and multiplies (at most 1 ulp more than the
+# division rounded once; special values as the division: x/0 = x*inf, x/inf = x*0).
+DIVIDE_FLAGS = ("arcp",)
+
+
+def ir_type(dtype: DType) -> ir.Type:
+    """The register type of a dtype (booleans are i1)."""
+    if dtype is DType.BOOL:
+        return I1
+    if dtype.is_int:
+        return ir.IntType(dtype.bits)
+    return {DType.FLOAT16: ir.HalfType(), DType.FLOAT32: ir.FloatType()}.get(dtype, ir.DoubleType())
+
+
+def memory_type(dtype: DType) -> ir.Type:
+    """The in-memory type of a dtype (booleans are one byte, as in NumPy)."""
+    return I8 if dtype is DType.BOOL else ir_type(dtype)
+
+
+def cast(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:
+    """Convert `x` from `src` to `dst` with C semantics (bool: nonzero is true)."""
+    to = ir_type(dst)
+    if src is dst:
+        return x
+    if dst is DType.BOOL:
+        if src.is_float:
+            return b.fcmp_unordered("!=", x, ir.Constant(x.type, 0.0))
+        return b.icmp_unsigned("!=", x, ir.Constant(x.type, 0))
+    if src.is_float and dst.is_float:
+        return b.fpext(x, to) if dst.bits > src.bits else b.fptrunc(x, to)
+    if src.is_float:
+        return b.fptosi(x, to) if dst.is_signed else b.fptoui(x, to)
+    signed = src.is_signed and src is not DType.BOOL
+    if dst.is_float:
+        return b.sitofp(x, to) if signed else b.uitofp(x, to)
+    if dst.bits == src.bits:
+        return x
+    if dst.bits < src.bits:
+        return b.trunc(x, to)
+    return b.sext(x, to) if signed else b.zext(x, to)
+
+
+__all__ = ["CONTRACT_FLAGS", "DIVIDE_FLAGS", "I1", "I8", "cast", "ir_type", "memory_type"]
