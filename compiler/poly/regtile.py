@@ -100,11 +100,14 @@ class _Tiler(L.Mutator):
         self.count += 1
         names = {t: f"acc{self.count}_{k}" for k, t in enumerate(found.targets)}
         lanes = range(self.width)
-        body: L.Stmt = _Lanes(self.j, self.width, names).mutate(node)
+        # the lanes are offsets from `base`: `j` itself, or, for an `op!` nest, the
+        # clamped start of its tile (a Let below), named in the lanes as they are built
+        base = self.j if self.identity is None else _fresh(f"{self.j}_tile", node)
+        body: L.Stmt = _Lanes(self.j, self.width, names, base).mutate(node)
         stores = [
             L.Store(
                 t.buffer,
-                _at(t.index, self.j, lane),
+                _at(t.index, self.j, lane, base),
                 L.VarRef(_lane(names[t], lane), t.buffer.dtype),
             )
             for t in found.targets
@@ -113,7 +116,7 @@ class _Tiler(L.Mutator):
         body = L.Block((body, *stores))
         for t in reversed(found.targets):
             for lane in reversed(lanes):
-                init: L.Expr = L.Load(t.buffer, _at(t.index, self.j, lane))
+                init: L.Expr = L.Load(t.buffer, _at(t.index, self.j, lane, base))
                 if self.identity is not None:
                     init = L.Const(self.identity.value, t.buffer.dtype)
                 body = L.Local(_lane(names[t], lane), t.buffer.dtype, init, body)
@@ -130,9 +133,8 @@ class _Tiler(L.Mutator):
             L.Bin(L.BinOp.ADD, extent, const(self.width - 1, I64)), const(self.width, I64)
         )
         end = L.Bin(L.BinOp.ADD, lo, L.Bin(L.BinOp.MUL, tiles, const(self.width, I64)))
-        start = _fresh(f"{self.j}_tile", node)
         clamped = L.Min(L.VarRef(self.j), L.Bin(L.BinOp.SUB, hi, const(self.width, I64)))
-        tile = L.Let(start, clamped, _Rename(self.j, start).mutate(body))
+        tile = L.Let(base, clamped, body)
         return L.If(short, node, L.For(self.j, lo, end, self.width, tile))
 
 
@@ -212,13 +214,14 @@ class _Inner:
         return True
 
 
-class _Lanes(L.Mutator):
+class _Lanes(L.StmtMutator):
     """Each `j` loop becomes its body for every lane, accumulating into the locals."""
 
-    def __init__(self, j: str, width: int, names: dict[_Target, str]) -> None:
+    def __init__(self, j: str, width: int, names: dict[_Target, str], base: str) -> None:
         self.j = j
         self.width = width
         self.names = names
+        self.base = base  # lane `l` reads `base + l` where the loop read `j`
 
     def mutate_For(self, node: L.For) -> L.Stmt:
         if node.var != self.j:
@@ -236,11 +239,11 @@ class _Lanes(L.Mutator):
             for lane in range(self.width):
                 acc = L.VarRef(_lane(name, lane), st.buffer.dtype)
                 value = _Replace(st.buffer.name, acc).mutate(st.value)
-                out.append(L.Assign(acc.name, _shift(value, self.j, lane)))
+                out.append(L.Assign(acc.name, _shift(value, self.j, lane, self.base)))
         return L.Block(tuple(out))
 
 
-class _Restrict(L.Mutator):
+class _Restrict(L.StmtMutator):
     """Every `j` loop starts at `lo` (the remainder after the full tiles)."""
 
     def __init__(self, j: str, lo: L.Expr) -> None:
@@ -251,17 +254,6 @@ class _Restrict(L.Mutator):
         if node.var == self.j:
             return dataclasses.replace(node, lo=self.lo)
         return self.generic_mutate(node)
-
-
-class _Rename(L.Mutator):
-    """Reads of variable `old` read `new` instead (no binder of `old` is inside)."""
-
-    def __init__(self, old: str, new: str) -> None:
-        self.old = old
-        self.new = new
-
-    def mutate_VarRef(self, node: L.VarRef) -> L.Expr:
-        return dataclasses.replace(node, name=self.new) if node.name == self.old else node
 
 
 def _fresh(base: str, node: L.Node) -> str:
@@ -288,14 +280,15 @@ def _lane(name: str, lane: int) -> str:
     return f"{name}_{lane}"
 
 
-def _at(index: tuple[L.Expr, ...], j: str, lane: int) -> tuple[L.Expr, ...]:
-    return tuple(_shift(e, j, lane) for e in index)
+def _at(index: tuple[L.Expr, ...], j: str, lane: int, base: str) -> tuple[L.Expr, ...]:
+    return tuple(_shift(e, j, lane, base) for e in index)
 
 
-def _shift(e: L.Expr, var: str, offset: int) -> L.Expr:
+def _shift(e: L.Expr, var: str, offset: int, base: str) -> L.Expr:
+    """`e` with `var` read as `base + offset`."""
     if offset == 0:
-        return e
-    return _Shift(var, L.Bin(L.BinOp.ADD, L.VarRef(var), const(offset, I64))).mutate(e)
+        return e if base == var else _Shift(var, L.VarRef(base)).mutate(e)
+    return _Shift(var, L.Bin(L.BinOp.ADD, L.VarRef(base), const(offset, I64))).mutate(e)
 
 
 class _Shift(L.Mutator):
