@@ -414,6 +414,16 @@ def walk(node: Node) -> Iterator[Node]:
         stack.extend(reversed(list(children(n))))
 
 
+def walk_stmts(node: Node) -> Iterator[Node]:
+    """`node` and every statement below it, in pre-order, without descending into
+    expressions (most of a register-tiled tree's nodes)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed([c for c in children(n) if isinstance(c, Stmt)]))
+
+
 def var_names(*exprs: Node) -> set[str]:
     """The names of the variables read anywhere in `exprs`."""
     return {n.name for e in exprs for n in walk(e) if isinstance(n, VarRef)}

@@ -83,7 +83,7 @@ from __future__ import annotations
 import dataclasses
 
 from compiler import loops as L
-from compiler.loops.ir import walk
+from compiler.loops.ir import walk, walk_stmts
 from compiler.poly.lower_expr import I64, const
 
 
@@ -161,7 +161,7 @@ def _flatten(s: L.Stmt) -> list[L.Stmt]:
 
 
 def _stores_to(s: L.Stmt, names: set[str]) -> bool:
-    return any(isinstance(n, L.Store) and n.buffer.name in names for n in walk(s))
+    return any(isinstance(n, L.Store) and n.buffer.name in names for n in walk_stmts(s))
 
 
 def _used(s: L.Stmt) -> set[str]:
@@ -177,7 +177,7 @@ class _Panel:
     buffer: L.Buffer
 
 
-class _Packer(L.Mutator):
+class _Packer(L.StmtMutator):
     def __init__(
         self, m: str, j: str, k: str, width: int, sizes: frozenset[str], rows: int | None
     ) -> None:
@@ -279,7 +279,9 @@ class _Packer(L.Mutator):
         if blocks.step <= 1:
             return tiles
         found: dict[tuple[str, int, tuple[L.Expr, ...]], list[int]] = {}
-        for load in (n for n in walk(blocks.body) if isinstance(n, L.Load)):
+        # each distinct read once, in order (a tile repeats its reads across lanes)
+        loads = dict.fromkeys(n for n in walk(blocks.body) if isinstance(n, L.Load))
+        for load in loads:
             at = [p for p, e in enumerate(load.index) if self.m in L.var_names(e)]
             if len(at) != 1:
                 continue
@@ -350,20 +352,20 @@ class _Packer(L.Mutator):
         if L.var_names(loop.lo, loop.hi) & {self.m, self.j}:
             return None
         reads: dict[tuple[str, int, tuple[L.Expr, ...]], list[int]] = {}
-        for s in updates:
-            for load in _loads(s.value):  # type: ignore[attr-defined]
-                key = _lane_key(load, self.j)
-                if key is None:
-                    continue
-                _, p, row = key
-                used = L.var_names(*row)
-                if self.k not in used or used & {self.m, self.j} or used & inner:
-                    continue
-                offset = _lane_offset(load.index[p], self.j)
-                if offset is None:
-                    continue
-                self.buffers[load.buffer.name] = load.buffer
-                reads.setdefault(key, []).append(offset)
+        loads = dict.fromkeys(x for s in updates for x in _loads(s.value))  # type: ignore[attr-defined]
+        for load in loads:
+            key = _lane_key(load, self.j)
+            if key is None:
+                continue
+            _, p, row = key
+            used = L.var_names(*row)
+            if self.k not in used or used & {self.m, self.j} or used & inner:
+                continue
+            offset = _lane_offset(load.index[p], self.j)
+            if offset is None:
+                continue
+            self.buffers[load.buffer.name] = load.buffer
+            reads.setdefault(key, []).append(offset)
         return (loop.lo, loop.hi), reads
 
     def _copy(
@@ -417,7 +419,7 @@ def _allocs(stmt: L.Stmt, buffers: list[L.Buffer]) -> L.Stmt:
 
 
 def _parallel(s: L.Stmt) -> bool:
-    return any(isinstance(n, L.For) and n.kind is L.LoopKind.PARALLEL for n in walk(s))
+    return any(isinstance(n, L.For) and n.kind is L.LoopKind.PARALLEL for n in walk_stmts(s))
 
 
 def _uses(s: L.Stmt, buffers: list[L.Buffer]) -> bool:
@@ -524,7 +526,7 @@ def _loads(e: L.Expr) -> list[L.Load]:
 
 
 def _fresh(base: str, scope: L.Stmt) -> str:
-    taken = {n.var for n in walk(scope) if isinstance(n, (L.For, L.Let, L.Local))}
+    taken = {n.var for n in walk_stmts(scope) if isinstance(n, (L.For, L.Let, L.Local))}
     name, k = base, 0
     while name in taken:
         k += 1
