@@ -249,7 +249,12 @@ def _i32(k: int) -> ir.Constant:
 
 def _size(node: Node) -> int:
     """The loop-IR nodes of `node`, buffers' shapes not counted."""
-    return 1 + sum(_size(c) for c in children(node) if not isinstance(c, Buffer))
+    count, stack = 0, [node]
+    while stack:
+        n = stack.pop()
+        count += 1
+        stack.extend(c for c in children(n) if not isinstance(c, Buffer))
+    return count
 
 
 def _names(e: Expr) -> set[str]:

@@ -47,7 +47,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from compiler.diagnostics import InternalError, OptionsError, did_you_mean
-from compiler.loops import For, Function, LoopKind, Node, Visitor
+from compiler.loops import For, Function, LoopKind, Node
+from compiler.loops.ir import walk_stmts
 
 LoopPass = Callable[[Function], Function]
 
@@ -152,15 +153,7 @@ def prepare(target: Target, f: Function, options: Any) -> Function:
 
 def loops_of(node: Node) -> list[For]:
     """Every For in `node`, outermost first."""
-    found: list[For] = []
-
-    class _Loops(Visitor):
-        def visit_For(self, loop: For) -> None:
-            found.append(loop)
-            self.generic_visit(loop)
-
-    _Loops().visit(node)
-    return found
+    return [n for n in walk_stmts(node) if isinstance(n, For)]
 
 
 __all__ = [
