@@ -130,7 +130,7 @@ class Lanes:
             b.position_at_start(em.entry)
             g.slot = b.alloca(ty, name=f"{g.names[0]}.lanes")
             g.comp = b.alloca(ty, name=f"{g.names[0]}.lanes.comp")
-        b.store(self.vector(inits, {}), g.slot)
+        b.store(self.vector(inits), g.slot)
         b.store(ir.Constant(ty, None), g.comp)
         for k, n in enumerate(g.names):
             self.of[n] = (g, k)
@@ -176,7 +176,7 @@ class Lanes:
         b = self.em.builder
         terms = [_other(a) for a in part]
         ty = g.vector_type(_scalar_type(g.dtype))
-        value = b.fadd(b.load(partial, typ=ty), self.vector(terms, {}), flags=REDUCTION_FLAGS)
+        value = b.fadd(b.load(partial, typ=ty), self.vector(terms), flags=REDUCTION_FLAGS)
         b.store(value, partial)
 
     def _assign(self, g: Group, part: tuple[Assign, ...]) -> None:
@@ -184,9 +184,9 @@ class Lanes:
         ty = g.vector_type(_scalar_type(g.dtype))
         shape = _reduction_shape(part)
         if shape is None:
-            value = self.vector([a.value for a in part], {})
+            value = self.vector([a.value for a in part])
         else:
-            acc, x = b.load(g.slot, typ=ty), self.vector([_other(a) for a in part], {})
+            acc, x = b.load(g.slot, typ=ty), self.vector([_other(a) for a in part])
             if shape is BinOp.ADD:
                 value = b.fadd(acc, x, flags=REDUCTION_FLAGS)
             elif shape is BinOp.MUL:
@@ -213,12 +213,12 @@ class Lanes:
             if any(x.buffer.name == first.buffer.name and x.index != s.index for x in _loads(v)):
                 return False
         em, b = self.em, self.em.builder
-        vec = self.vector(values, {})
+        vec = self.vector(values)
         ptr, _ = em._address(first.buffer.name, first.index)
         b.store(vec, ptr, align=first.buffer.dtype.bits // 8)
         return True
 
-    def vector(self, exprs: list[Expr], memo: dict[int, ir.Value]) -> ir.Value:
+    def vector(self, exprs: list[Expr]) -> ir.Value:
         """The lane-isomorphic `exprs` as one vector (checked by `_isomorphic`)."""
         em, b = self.em, self.em.builder
         w = len(exprs)
@@ -235,15 +235,15 @@ class Lanes:
             ptr, ty = em._address(e0.buffer.name, e0.index)
             return b.load(ptr, typ=ir.VectorType(ty, w), align=e0.buffer.dtype.bits // 8)
         if isinstance(e0, Unary):
-            return b.fneg(self.vector([e.x for e in exprs], memo))  # type: ignore[attr-defined]
+            return b.fneg(self.vector([e.x for e in exprs]))  # type: ignore[attr-defined]
         if isinstance(e0, (Min, Max)):
-            x = self.vector([e.a for e in exprs], memo)  # type: ignore[attr-defined]
-            y = self.vector([e.b for e in exprs], memo)  # type: ignore[attr-defined]
+            x = self.vector([e.a for e in exprs])  # type: ignore[attr-defined]
+            y = self.vector([e.b for e in exprs])  # type: ignore[attr-defined]
             name = "llvm.minimum" if isinstance(e0, Min) else "llvm.maximum"
             return b.call(_vector_intrinsic(em.module, name, x.type), [x, y])
         assert isinstance(e0, Bin)
-        x = self.vector([e.a for e in exprs], memo)  # type: ignore[attr-defined]
-        y = self.vector([e.b for e in exprs], memo)  # type: ignore[attr-defined]
+        x = self.vector([e.a for e in exprs])  # type: ignore[attr-defined]
+        y = self.vector([e.b for e in exprs])  # type: ignore[attr-defined]
         if e0.op is BinOp.DIV:
             return b.fdiv(x, y, flags=DIVIDE_FLAGS)
         ops: dict[BinOp, Callable[..., ir.Value]] = {
