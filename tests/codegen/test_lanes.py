@@ -10,6 +10,8 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import compiler
 from compiler import pipeline
@@ -218,3 +220,22 @@ def test_stores_that_read_an_earlier_lane_stay_in_order() -> None:
     want, got = kit.run_both(f, arrays, {})
     np.testing.assert_array_equal(got["Y"], want["Y"])
     np.testing.assert_array_equal(got["Y"], [1, 2, 4, 7, 11])
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    m=st.sampled_from([1, 2, 7, 9, 17, 129]),
+    k=st.sampled_from([1, 3, 16, 31, 257]),
+    n=st.sampled_from([1, 5, 15, 16, 17, 33, 47, 64]),
+    text=st.sampled_from([MATMUL, MATMUL_T, MAXPLUS]),
+    seed=st.integers(0, 2**16),
+)
+def test_random_shapes_are_bitwise_the_scalar_emission(
+    m: int, k: int, n: int, text: str, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if text is MATMUL_T else (k, n)).astype(np.float32)
+    with pytest.MonkeyPatch.context() as patch:
+        with_lanes, without = _both(patch, text, [a, b], Options(threads=2))
+    _same_bits(with_lanes, without)
