@@ -37,7 +37,7 @@ import islpy as isl
 from compiler.diagnostics import InternalError
 from compiler.frontend.ast import Binary, BinOp, Const, Expr, ScalarType, Var
 from compiler.frontend.visit import Mutator
-from compiler.poly.isl_bridge import StmtSpace, aff_to_expr, condition_of, pwaff_to_expr
+from compiler.poly.isl_bridge import StmtSpace, aff_to_expr, condition_of, plus, pwaff_to_expr
 
 _SET = isl.dim_type.set
 _PARAM = isl.dim_type.param
@@ -215,7 +215,7 @@ def _range_of(
     where = line.params() & context
     order = _expr_params(names, params, k)
     lo = _to_expr(line.dim_min(0), order, where)
-    hi = _to_expr(line.dim_max(0) + 1, order, where)
+    hi = _to_expr(plus(line.dim_max(0), 1), order, where)
     return Range(Var(names[k]), lo, hi)
 
 

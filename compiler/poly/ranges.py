@@ -81,6 +81,7 @@ from compiler.poly.isl_bridge import (
     involves,
     only_dim,
     params_space,
+    plus,
     pwaff_to_expr,
     set_to_expr,
 )
@@ -364,7 +365,7 @@ class _StmtInference:
                 self._var_span(v),
                 self._reads_hint(v, constraints),
             )
-        first, end = line.dim_min(0), line.dim_max(0) + 1
+        first, end = line.dim_min(0), plus(line.dim_max(0), 1)
         simple = interval_of(line.gist_params(live), self.state.params)
         if simple is not None:
             lo, hi = simple
