@@ -35,6 +35,7 @@ from llvmlite import ir
 from compiler.codegen.llvm_sums import REDUCTION_FLAGS
 from compiler.codegen.llvm_types import CONTRACT_FLAGS, DIVIDE_FLAGS, ir_type
 from compiler.loops import (
+    Alloc,
     Assign,
     Bin,
     BinOp,
@@ -55,7 +56,7 @@ from compiler.loops import (
     UnaryOp,
     VarRef,
 )
-from compiler.loops.ir import children
+from compiler.loops.ir import var_names, walk
 
 REGISTER_BITS = 512  # the widest group: one 512-bit register
 MIN_LANES = 4
@@ -76,8 +77,9 @@ class Group:
     def width(self) -> int:
         return len(self.names)
 
-    def vector_type(self, scalar: ir.Type) -> ir.VectorType:
-        return ir.VectorType(scalar, self.width)
+    @property
+    def type(self) -> ir.VectorType:
+        return ir.VectorType(ir_type(self.dtype), self.width)
 
 
 class Lanes:
@@ -125,7 +127,7 @@ class Lanes:
     def declare(self, g: Group, inits: list[Expr]) -> None:
         """The vector slots of `g`, its lanes set to `inits`."""
         em, b = self.em, self.em.builder
-        ty = g.vector_type(_scalar_type(g.dtype))
+        ty = g.type
         with b.goto_block(em.entry):
             b.position_at_start(em.entry)
             g.slot = b.alloca(ty, name=f"{g.names[0]}.lanes")
@@ -143,14 +145,13 @@ class Lanes:
         """One lane of a group (a scalar read outside the runs)."""
         g, k = self.of[name]
         b = self.em.builder
-        vec = b.load(g.slot, typ=g.vector_type(_scalar_type(g.dtype)))
+        vec = b.load(g.slot, typ=g.type)
         return b.extract_element(vec, ir.Constant(ir.IntType(32), k))
 
     def write(self, name: str, value: ir.Value) -> None:
         g, k = self.of[name]
         b = self.em.builder
-        ty = g.vector_type(_scalar_type(g.dtype))
-        vec = b.insert_element(b.load(g.slot, typ=ty), value, ir.Constant(ir.IntType(32), k))
+        vec = b.insert_element(b.load(g.slot, typ=g.type), value, ir.Constant(ir.IntType(32), k))
         b.store(vec, g.slot)
 
     def run(self, stmts: tuple[Stmt, ...], at: int) -> int:
@@ -165,7 +166,8 @@ class Lanes:
             self._assign(g, part)  # type: ignore[arg-type]
             return g.width
         if isinstance(s, Store) and self.of:
-            for w in (16, 8, 4):
+            # a vector store's lanes are a whole group's (`_isomorphic`)
+            for w in sorted({g.width for g, _ in self.of.values()}, reverse=True):
                 part = stmts[at : at + w]
                 if len(part) == w and self._store(part):  # type: ignore[arg-type]
                     return w
@@ -175,13 +177,12 @@ class Lanes:
         """`partial += terms` of a run of sum updates (`codegen.llvm_sums`)."""
         b = self.em.builder
         terms = [_other(a) for a in part]
-        ty = g.vector_type(_scalar_type(g.dtype))
-        value = b.fadd(b.load(partial, typ=ty), self.vector(terms), flags=REDUCTION_FLAGS)
+        value = b.fadd(b.load(partial, typ=g.type), self.vector(terms), flags=REDUCTION_FLAGS)
         b.store(value, partial)
 
     def _assign(self, g: Group, part: tuple[Assign, ...]) -> None:
         b, em = self.em.builder, self.em
-        ty = g.vector_type(_scalar_type(g.dtype))
+        ty = g.type
         shape = _reduction_shape(part)
         if shape is None:
             value = self.vector([a.value for a in part])
@@ -205,12 +206,13 @@ class Lanes:
         if _contiguous(loads) is None:
             return False
         values = [s.value for s in part]  # type: ignore[union-attr]
-        if not _isomorphic(values, self.of) or not _uses_group(values, self.of):
+        if not _isomorphic(values, self.of) or not any(_mentions(v, set(self.of)) for v in values):
             return False
         # the lanes store in order: a lane may read the stored buffer only at its own
         # element (`C[m, n + l] = C[m, n + l] + acc_l`), never one an earlier lane wrote
         for s, v in zip(part, values, strict=True):
-            if any(x.buffer.name == first.buffer.name and x.index != s.index for x in _loads(v)):
+            loads = (x for x in walk(v) if isinstance(x, Load))
+            if any(x.buffer.name == first.buffer.name and x.index != s.index for x in loads):
                 return False
         em, b = self.em, self.em.builder
         vec = self.vector(values)
@@ -225,12 +227,8 @@ class Lanes:
         e0 = exprs[0]
         if all(e == e0 for e in exprs):
             return self._splat(em.expr(e0), w)
-        if isinstance(e0, VarRef):
-            g, _ = self.of[e0.name]
-            if g.width == w:
-                return b.load(g.slot, typ=g.vector_type(_scalar_type(g.dtype)))
-            parts = [self.read(e.name) for e in exprs]  # type: ignore[attr-defined]
-            return self._pack(parts)
+        if isinstance(e0, VarRef):  # a whole group in lane order (`_isomorphic`)
+            return b.load(self.of[e0.name][0].slot, typ=self.of[e0.name][0].type)
         if isinstance(e0, Load):
             ptr, ty = em._address(e0.buffer.name, e0.index)
             return b.load(ptr, typ=ir.VectorType(ty, w), align=e0.buffer.dtype.bits // 8)
@@ -262,13 +260,6 @@ class Lanes:
             ir.Constant(ty, ir.Undefined),
             ir.Constant(ir.VectorType(ir.IntType(32), w), [0] * w),
         )
-
-    def _pack(self, parts: list[ir.Value]) -> ir.Value:
-        b = self.em.builder
-        vec: ir.Value = ir.Constant(ir.VectorType(parts[0].type, len(parts)), ir.Undefined)
-        for k, p in enumerate(parts):
-            vec = b.insert_element(vec, p, ir.Constant(ir.IntType(32), k))
-        return vec
 
 
 # ------------------------------------------------------------------ lane-isomorphism
@@ -422,42 +413,12 @@ def _check_runs(s: Stmt, lanes: dict[str, tuple[Group, int]], bad: set[int]) -> 
         _check_runs(s.then, lanes, bad)
         if s.otherwise is not None:
             _check_runs(s.otherwise, lanes, bad)
-    elif hasattr(s, "body"):
-        _check_runs(s.body, lanes, bad)  # Alloc
-
-
-def _loads(e: Expr) -> list[Load]:
-    out, stack = [], [e]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, Load):
-            out.append(n)
-        stack.extend(_kids(n))
-    return out
-
-
-def _uses_group(values: list[Expr], of: dict[str, tuple[Group, int]]) -> bool:
-    return any(_mentions(v, set(of)) for v in values)
+    elif isinstance(s, Alloc):
+        _check_runs(s.body, lanes, bad)
 
 
 def _mentions(e: Expr, names: set[str]) -> bool:
-    stack = [e]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, VarRef):
-            if n.name in names:
-                return True
-        elif isinstance(n, Load):
-            stack.extend(n.index)
-        elif isinstance(n, Const):
-            continue
-        else:
-            stack.extend(x for x in _kids(n))
-    return False
-
-
-def _kids(n: Expr) -> list[Expr]:
-    return [c for c in children(n) if isinstance(c, Expr)]
+    return bool(var_names(e) & names)
 
 
 def _vector_intrinsic(module: ir.Module, name: str, ty: ir.VectorType) -> ir.Function:
@@ -466,10 +427,6 @@ def _vector_intrinsic(module: ir.Module, name: str, ty: ir.VectorType) -> ir.Fun
     full = f"{name}.v{ty.count}f{bits}"
     fn = module.globals.get(full)
     return fn if fn is not None else ir.Function(module, ir.FunctionType(ty, [ty, ty]), full)
-
-
-def _scalar_type(dtype: DType) -> ir.Type:
-    return ir_type(dtype)
 
 
 def emit_chain(em: Any, chain: list[Local], body: Stmt, groups: dict[str, Group]) -> None:

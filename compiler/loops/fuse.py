@@ -57,6 +57,7 @@ from compiler.loops.ir import (
     Store,
     VarRef,
     children,
+    walk_stmts,
 )
 
 
@@ -325,21 +326,8 @@ def _rename_unit(u: _Unit, renames: dict[str, str]) -> _Unit:
 def _bound_names(f: Function) -> set[str]:
     """The names `f` binds (loops, lets, locals) and its sizes: every name a fresh one
     must avoid (a read names one of them), found without walking the expressions."""
-    taken = set(f.size_params)
-    stack: list[Stmt] = [f.body]
-    while stack:
-        s = stack.pop()
-        if isinstance(s, Block):
-            stack.extend(s.stmts)
-        elif isinstance(s, If):
-            stack.append(s.then)
-            if s.otherwise is not None:
-                stack.append(s.otherwise)
-        elif isinstance(s, (For, Let, Local, Alloc)):
-            if not isinstance(s, Alloc):
-                taken.add(s.var)
-            stack.append(s.body)
-    return taken
+    bound = (s.var for s in walk_stmts(f.body) if isinstance(s, (For, Let, Local)))
+    return set(f.size_params) | set(bound)
 
 
 def _flat(s: Stmt) -> tuple[Stmt, ...]:
