@@ -52,6 +52,7 @@ from compiler.loops import (
     VarRef,
     Visitor,
     children,
+    var_names,
 )
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
@@ -73,10 +74,11 @@ def emit_parallel(em: Any, loop: For) -> None:
     step = ir.Constant(I64, loop.step)
     trips = b.sdiv(b.add(b.sub(hi, lo), ir.Constant(I64, loop.step - 1)), step)
     trips = b.select(b.icmp_signed(">", trips, ir.Constant(I64, 0)), trips, ir.Constant(I64, 0))
-    captured = _Captures(em)
+    estimate = _Cost(em)
+    cost = estimate.value(loop.body)  # one walk of the body: its cost, names and buffers
+    captured = _Captures(em, estimate.names, estimate.buffers)
     work = _work_function(em, loop, captured)
     thunk = _thunk_function(em, loop, captured, work)
-    cost = _as_value(b, _cost(em, loop.body, set()))
     amount = b.fmul(b.sitofp(trips, F64), cost)
     split = b.and_(
         b.and_(
@@ -106,12 +108,16 @@ class _Callee:
 
 
 class _Captures:
-    """What the loop body may read from the enclosing function: every buffer (pointer
-    and non-constant strides) and every scalar in scope that is not a constant."""
+    """What the loop body reads from the enclosing function: the buffers it names
+    (pointer and non-constant strides) and the scalars in scope it names that are not
+    constants. (Capturing everything in scope made a conv2d gradient's record 35 fields
+    for each of its 7 loops, most of its entry function's instructions.)"""
 
-    def __init__(self, em: Any) -> None:
-        self.buffers = list(em.buffers.items())
-        self.names = [n for n, v in em.values.items() if not isinstance(v, ir.Constant)]
+    def __init__(self, em: Any, names: set[str], buffers: set[str]) -> None:
+        self.buffers = [(n, ref) for n, ref in em.buffers.items() if n in buffers]
+        self.names = [
+            n for n, v in em.values.items() if n in names and not isinstance(v, ir.Constant)
+        ]
         self.constants = {n: v for n, v in em.values.items() if isinstance(v, ir.Constant)}
         values: list[ir.Value] = [ref.ptr for _, ref in self.buffers]
         for _, ref in self.buffers:
@@ -192,69 +198,111 @@ def _thunk_function(em: Any, loop: For, captured: _Captures, work: ir.Function) 
 # ------------------------------------------------------------------ grain size
 
 
-def _cost(em: Any, s: Stmt | None, inner: set[str]) -> ir.Value | float:
-    """Estimated operations of one run of `s` (see the module doc)."""
-    if s is None:
-        return 0.0
-    b = em.builder
-    if isinstance(s, Block):
-        total: ir.Value | float = 0.0
-        for child in s.stmts:
-            total = _add(b, total, _cost(em, child, inner))
+# An estimate is a polynomial in the trip counts known before the loop: {monomial:
+# coefficient}, a monomial the sorted indices of its trip counts in `_Cost.trips`. It
+# is folded here and emitted once: built as LLVM additions of constants (which LLVM may
+# not reassociate in doubles), a conv2d gradient's estimates were 630 `fadd`s.
+_Poly = dict[tuple[int, ...], float]
+
+
+class _Cost:
+    def __init__(self, em: Any) -> None:
+        self.em = em
+        self.trips: list[ir.Value] = []
+        self._known: dict[tuple[Expr, Expr, int], int | float] = {}
+        self.names: set[str] = set()  # the variables and buffers the walked code names
+        self.buffers: set[str] = set()
+
+    def value(self, body: Stmt) -> ir.Value:
+        """The estimated operations of one run of `body`, as a double."""
+        b = self.em.builder
+        products: dict[tuple[int, ...], ir.Value] = {}
+        total: ir.Value = ir.Constant(F64, 0.0)
+        for monomial, coefficient in sorted(self.of(body, frozenset()).items()):
+            if not monomial:
+                total = b.fadd(total, ir.Constant(F64, coefficient))
+                continue
+            product = self.trips[monomial[0]]
+            for k in range(1, len(monomial)):
+                found = products.get(monomial[: k + 1])
+                if found is None:
+                    found = products[monomial[: k + 1]] = b.fmul(product, self.trips[monomial[k]])
+                product = found
+            total = b.fadd(total, b.fmul(product, ir.Constant(F64, coefficient)))
         return total
-    if isinstance(s, For):
-        body = _cost(em, s.body, inner | {s.var})
-        return _mul(b, _trips(em, s, inner), _add(b, body, 1.0))
-    if isinstance(s, If):
-        branches = _add(b, _cost(em, s.then, inner), _cost(em, s.otherwise, inner))
-        return _add(b, branches, float(_size(s.cond)))
-    if isinstance(s, (Let, Local)):
-        value = s.value if isinstance(s, Let) else s.init
-        return _add(b, _cost(em, s.body, inner), float(_size(value)))
-    if isinstance(s, Alloc):
-        return _cost(em, s.body, inner)
-    return float(_size(s))
+
+    def of(self, s: Stmt | None, inner: frozenset[str]) -> _Poly:
+        if s is None:
+            return {}
+        if isinstance(s, Block):
+            total: _Poly = {}
+            for child in s.stmts:
+                _add(total, self.of(child, inner))
+            return total
+        if isinstance(s, For):
+            self._size(s.lo), self._size(s.hi)
+            body = self.of(s.body, inner | {s.var})
+            _add(body, {(): 1.0})
+            trips = self._trips(s, inner)
+            if isinstance(trips, float):
+                return {m: c * trips for m, c in body.items()}
+            return {tuple(sorted((*m, trips))): c for m, c in body.items()}
+        if isinstance(s, If):
+            branches = self.of(s.then, inner)
+            _add(branches, self.of(s.otherwise, inner))
+            return _add(branches, {(): float(self._size(s.cond))})
+        if isinstance(s, (Let, Local)):
+            value = s.value if isinstance(s, Let) else s.init
+            return _add(self.of(s.body, inner), {(): float(self._size(value))})
+        if isinstance(s, Alloc):
+            self._size(s.buffer)
+            return self.of(s.body, inner)
+        return {(): float(self._size(s))}
+
+    def _size(self, node: Node) -> int:
+        """The loop-IR nodes of `node`, buffers' shapes not counted (the names they
+        read are recorded all the same)."""
+        count, stack = 0, [node]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, VarRef):
+                self.names.add(n.name)
+            elif isinstance(n, Buffer):
+                if n.name not in self.buffers:
+                    self.buffers.add(n.name)
+                    self.names.update(var_names(*n.shape))
+                continue
+            count += 1
+            stack.extend(children(n))
+        return count
+
+    def _trips(self, s: For, inner: frozenset[str]) -> int | float:
+        """The index of `s`'s trip count in `self.trips`, or UNKNOWN_TRIPS."""
+        em = self.em
+        names = _names(s.lo) | _names(s.hi)
+        if names & inner or not names <= set(em.values) or _reads(s.lo) or _reads(s.hi):
+            return UNKNOWN_TRIPS
+        key = (s.lo, s.hi, s.step)
+        found = self._known.get(key)
+        if found is None:
+            b = em.builder
+            span = b.sitofp(b.sub(em.expr(s.hi), em.expr(s.lo)), F64)
+            trips = b.fdiv(span, ir.Constant(F64, float(s.step)))
+            zero = ir.Constant(F64, 0.0)
+            self.trips.append(b.select(b.fcmp_ordered(">", trips, zero), trips, zero))
+            found = self._known[key] = len(self.trips) - 1
+        return found
 
 
-def _trips(em: Any, s: For, inner: set[str]) -> ir.Value | float:
-    names = _names(s.lo) | _names(s.hi)
-    if names & inner or not names <= set(em.values) or _reads(s.lo) or _reads(s.hi):
-        return UNKNOWN_TRIPS
-    b = em.builder
-    lo, hi = em.expr(s.lo), em.expr(s.hi)
-    span = b.sitofp(b.sub(hi, lo), F64)
-    trips = b.fdiv(span, ir.Constant(F64, float(s.step)))
-    return b.select(b.fcmp_ordered(">", trips, ir.Constant(F64, 0.0)), trips, ir.Constant(F64, 0.0))
-
-
-def _add(b: ir.IRBuilder, x: ir.Value | float, y: ir.Value | float) -> ir.Value | float:
-    if isinstance(x, float) and isinstance(y, float):
-        return x + y
-    return b.fadd(_as_value(b, x), _as_value(b, y))
-
-
-def _mul(b: ir.IRBuilder, x: ir.Value | float, y: ir.Value | float) -> ir.Value | float:
-    if isinstance(x, float) and isinstance(y, float):
-        return x * y
-    return b.fmul(_as_value(b, x), _as_value(b, y))
-
-
-def _as_value(b: ir.IRBuilder, x: ir.Value | float) -> ir.Value:
-    return ir.Constant(F64, x) if isinstance(x, float) else x
+def _add(total: _Poly, more: _Poly) -> _Poly:
+    """`total += more`, in place."""
+    for monomial, coefficient in more.items():
+        total[monomial] = total.get(monomial, 0.0) + coefficient
+    return total
 
 
 def _i32(k: int) -> ir.Constant:
     return ir.Constant(I32, k)
-
-
-def _size(node: Node) -> int:
-    """The loop-IR nodes of `node`, buffers' shapes not counted."""
-    count, stack = 0, [node]
-    while stack:
-        n = stack.pop()
-        count += 1
-        stack.extend(c for c in children(n) if not isinstance(c, Buffer))
-    return count
 
 
 def _names(e: Expr) -> set[str]:
