@@ -383,6 +383,12 @@ class Function(Node):
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+# Field annotations that never hold a node: skipped when looking for children.
+_SCALAR_FIELDS = frozenset(
+    {"str", "int", "bool", "float", "bool | int | float", "DType", "LoopKind", "Role"}
+    | {"BinOp", "UnaryOp", "tuple[str, ...]"}
+)
 
 
 def field_names(node: Node) -> tuple[str, ...]:
@@ -395,14 +401,38 @@ def field_names(node: Node) -> tuple[str, ...]:
     return names
 
 
+def child_fields(node: Node) -> tuple[str, ...]:
+    """The fields of `node` that may hold nodes (a node, None or a tuple), in order: its
+    other fields (names, dtypes, operators) are not looked at by walks and mutators."""
+    cls = type(node)
+    names = _CHILD_FIELDS.get(cls)
+    if names is None:
+        fields = dataclasses.fields(cls)
+        names = tuple(f.name for f in fields if str(f.type) not in _SCALAR_FIELDS)
+        _CHILD_FIELDS[cls] = names
+    return names
+
+
 def children(node: Node) -> Iterator[Node]:
     """The direct child nodes of `node`, in field order."""
-    for name in field_names(node):
+    for name in child_fields(node):
         value = getattr(node, name)
         if isinstance(value, Node):
             yield value
         elif isinstance(value, tuple):
             yield from (v for v in value if isinstance(v, Node))
+
+
+def _children_reversed(node: Node) -> list[Node]:
+    """The direct child nodes of `node`, last first (what a pre-order stack pushes)."""
+    out: list[Node] = []
+    for name in reversed(child_fields(node)):
+        value = getattr(node, name)
+        if isinstance(value, Node):
+            out.append(value)
+        elif isinstance(value, tuple):
+            out.extend(v for v in reversed(value) if isinstance(v, Node))
+    return out
 
 
 def walk(node: Node) -> Iterator[Node]:
@@ -411,7 +441,7 @@ def walk(node: Node) -> Iterator[Node]:
     while stack:
         n = stack.pop()
         yield n
-        stack.extend(reversed(list(children(n))))
+        stack.extend(_children_reversed(n))
 
 
 def walk_stmts(node: Node) -> Iterator[Node]:
@@ -429,12 +459,23 @@ def var_names(*exprs: Node) -> set[str]:
     return {n.name for e in exprs for n in walk(e) if isinstance(n, VarRef)}
 
 
+# (Visitor or Mutator class, node class) -> its `visit_<Class>` / `mutate_<Class>`
+# method, or None: looked up once (a failed getattr raises and catches an
+# AttributeError, once per node of every walk).
+_VISIT_METHODS: dict[tuple[type, type], Any] = {}
+_MUTATE_METHODS: dict[tuple[type, type], Any] = {}
+
+
 class Visitor:
     """Walks a tree; `visit_<Class>` methods override, `generic_visit` descends."""
 
     def visit(self, node: Node) -> Any:
-        method = getattr(self, f"visit_{type(node).__name__}", None)
-        return method(node) if method is not None else self.generic_visit(node)
+        key = (type(self), type(node))
+        try:
+            method = _VISIT_METHODS[key]
+        except KeyError:
+            method = _VISIT_METHODS[key] = getattr(key[0], f"visit_{key[1].__name__}", None)
+        return method(self, node) if method is not None else self.generic_visit(node)
 
     def generic_visit(self, node: Node) -> None:
         for child in children(node):
@@ -445,22 +486,25 @@ class Mutator:
     """Rebuilds a tree bottom-up; returns the very same object when nothing changed."""
 
     def mutate(self, node: Any) -> Any:
-        method = getattr(self, f"mutate_{type(node).__name__}", None)
-        return method(node) if method is not None else self.generic_mutate(node)
+        key = (type(self), type(node))
+        try:
+            method = _MUTATE_METHODS[key]
+        except KeyError:
+            method = _MUTATE_METHODS[key] = getattr(key[0], f"mutate_{key[1].__name__}", None)
+        return method(self, node) if method is not None else self.generic_mutate(node)
 
     def generic_mutate(self, node: Any) -> Any:
         changes: dict[str, Any] = {}
-        for name in field_names(node):
+        for name in child_fields(node):
             value = getattr(node, name)
             if isinstance(value, Node):
-                new: Any = self.mutate(value)
-            elif isinstance(value, tuple) and any(isinstance(v, Node) for v in value):
+                new = self.mutate(value)
+                if new is not value:
+                    changes[name] = new
+            elif isinstance(value, tuple):
                 items = tuple(self.mutate(v) if isinstance(v, Node) else v for v in value)
-                new = value if all(a is b for a, b in zip(items, value, strict=True)) else items
-            else:
-                continue
-            if new is not value:
-                changes[name] = new
+                if any(a is not b for a, b in zip(items, value, strict=True)):
+                    changes[name] = items
         return dataclasses.replace(node, **changes) if changes else node
 
 
