@@ -20,10 +20,17 @@ from typing import Any
 
 from llvmlite import ir
 
+from compiler.codegen.llvm_dots import dot_plan, emit_dots
 from compiler.codegen.llvm_lanes import Lanes, chain_of, emit_chain
 from compiler.codegen.llvm_math import MathEmitter, intrinsic
 from compiler.codegen.llvm_parallel import emit_parallel
-from compiler.codegen.llvm_sums import REDUCTION_FLAGS, SUM_BLOCK, blocked_sum, sum_terms
+from compiler.codegen.llvm_sums import (
+    REDUCTION_FLAGS,
+    SUM_BLOCK,
+    blocked_sum,
+    flat_body,
+    sum_terms,
+)
 from compiler.codegen.llvm_types import CONTRACT_FLAGS, DIVIDE_FLAGS, I8, cast, ir_type, memory_type
 from compiler.diagnostics import InternalError
 from compiler.loops import (
@@ -288,10 +295,13 @@ class FunctionEmitter:
         span = ir.Constant(I64, SUM_BLOCK * s.step)
         with b.if_else(b.icmp_signed(">", b.sub(hi, lo), span)) as (long, short):
             with long:
-                body = s.body.stmts if isinstance(s.body, Block) else (s.body,)
-                blocked_sum(self, s.var, lo, hi, s.step, sums, body)
+                blocked_sum(self, s.var, lo, hi, s.step, sums, flat_body(s))
             with short:
-                self._loop(s.var, lo, hi, s.step, lambda: self.stmt(s.body))
+                plan = dot_plan(self, s, sums)
+                if plan is not None:  # a dot-product tile (codegen.llvm_dots)
+                    emit_dots(self, s, lo, hi, sums, plan)
+                else:
+                    self._loop(s.var, lo, hi, s.step, lambda: self.stmt(s.body))
 
     def _stmt_If(self, s: If) -> None:
         cond = self.expr(s.cond)

@@ -31,7 +31,7 @@ def sum_terms(em: Any, s: For) -> list[tuple[str, Expr]]:
     dot-product tile, or statements fused by `loops.fuse`), when no other statement
     of the body and no term mentions those accumulators; [] otherwise (or when
     there is no such update). The other statements run as they are, in order."""
-    body = s.body.stmts if isinstance(s.body, Block) else (s.body,)
+    body = flat_body(s)
     found: list[tuple[str, Expr]] = []
     others: list[Stmt] = []
     for a in body:
@@ -46,6 +46,20 @@ def sum_terms(em: Any, s: For) -> list[tuple[str, Expr]]:
     if any(_mentions(o, a) for o in others for a in accs):
         return []
     return found
+
+
+def flat_body(s: For) -> tuple[Stmt, ...]:
+    """The statements of `s`'s body, nested Blocks flattened (an unroll-and-jam nests
+    one Block per jammed row)."""
+    out: list[Stmt] = []
+    stack: list[Stmt] = [s.body]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Block):
+            stack.extend(reversed(x.stmts))
+        else:
+            out.append(x)
+    return tuple(out)
 
 
 def _sum_update(em: Any, a: Stmt) -> Expr | None:
@@ -148,4 +162,4 @@ def _mentions(e: Expr | Stmt, var: str) -> bool:
     return bool(found)
 
 
-__all__ = ["REDUCTION_FLAGS", "SUM_BLOCK", "blocked_sum", "sum_terms"]
+__all__ = ["REDUCTION_FLAGS", "SUM_BLOCK", "blocked_sum", "flat_body", "sum_terms"]
