@@ -46,7 +46,7 @@ from compiler.names import NameSupply
 from compiler.options import Options
 from compiler.poly.aliasing import ALIAS_BYTES
 from compiler.poly.colsum import block_column_sums
-from compiler.poly.cpu_model import PANEL_ROWS
+from compiler.poly.cpu_model import PANEL_LANES, PANEL_ROWS
 from compiler.poly.jam import unroll_and_jam
 from compiler.poly.lower_expr import (
     I64,
@@ -105,8 +105,8 @@ def _lower_nest(sched: Schedule, nest: Nest, state: _State) -> L.Stmt:
     if nest.alternative is not None and nest.rows is not None:
         dot = _lower_nest(sched, nest.alternative, state)  # with its own swap
         few = L.Bin(L.BinOp.LT, bound_to_loops(nest.rows.rows), const(PANEL_ROWS, I64))
-        small = L.Bin(L.BinOp.LT, bound_to_loops(nest.rows.streamed), const(STREAMED, I64))
-        return L.If(L.Bin(L.BinOp.OR, few, small), dot, body)
+        narrow = L.Bin(L.BinOp.LT, bound_to_loops(nest.rows.lanes), const(PANEL_LANES, I64))
+        return L.If(L.Bin(L.BinOp.OR, few, narrow), dot, body)
     if nest.alternative is not None and nest.larger is not None:
         swapped = _NestLowering(sched, nest.alternative, state).run()
         check = nest.larger

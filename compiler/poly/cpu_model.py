@@ -81,7 +81,7 @@ Transposed panels (`transposed_panels`): a one-loop dot product whose last outpu
 variable `n` some read uses in another subscript than its last (`C(m, n) +=! A(m, k) *
 B(n, k)`) takes matmul's packed order all the same, `poly.pack` copying `B`'s panels
 transposed; its dot tile stays as the run-time alternative for fewer than
-`PANEL_ROWS` rows or a small `B` (`poly.schedule.RowsCheck`). Compile time: the
+`PANEL_ROWS` rows or `PANEL_LANES` columns (`poly.schedule.RowsCheck`). Compile time: the
 packed nest and the dot tile (with its swapped order) are both built: a linear layer
 `Y(b, o) +=! X(b, i) * W(o, i)` compiled in 2.2 s of CPU time against 0.7 s for the
 dot tile alone (measured, first compile of each, no cache).
@@ -116,7 +116,8 @@ ACCUMULATORS = 8  # vector accumulators of a register tile: FMA latency x FMA un
 PACKED_ACCUMULATORS = 16  # the same for a packed panel's tile with 32 vector registers
 MAX_BLOCK = 8  # the most rows the model gives a register tile
 MAX_TILE_ELEMENTS = 256  # block x lanes of one register tile (its scalar locals)
-PANEL_ROWS = 128  # transposed panels pay from this many rows (`transposed_panels`)
+PANEL_ROWS = 256  # transposed panels pay from this many rows (`transposed_panels`)
+PANEL_LANES = 64  # ... and this many columns (`poly.schedule.RowsCheck`)
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ class LoopOrder:
     # swapped, chosen at run time by their extents (`poly.schedule`, `Nest.larger`)
     swap: tuple[str, str] | None = None
     # transposed panels (`transposed_panels`): the dot tile that runs instead for few
-    # rows (`outer[-1]`) or a small source (`poly.schedule.RowsCheck`, `Nest.rows`)
+    # rows (`outer[-1]`) or few columns (`poly.schedule.RowsCheck`, `Nest.rows`)
     fallback: LoopOrder | None = None
 
 

@@ -91,14 +91,18 @@ STREAMED = 1 << 18  # elements (1 MiB of float32): more does not stay in L2 besi
 class RowsCheck:
     """When a statement in transposed panels (`cpu_model.transposed_panels`) runs as
     its dot tile instead: its rows (the extent of the row-blocked loop) are fewer than
-    `cpu_model.PANEL_ROWS`, or the panels' source (`streamed`: the lanes' extent times
-    the reduction's) has fewer than `STREAMED` elements. Then each copied element is
-    read too few times, or the whole source stays in L2 for the dot tile's rows, and
-    the copy and its extra parallel regions cost more than they save (measured,
-    `cpu_model.transposed_panels`)."""
+    `cpu_model.PANEL_ROWS`, or its lanes (the extent of the panels' columns) fewer than
+    `cpu_model.PANEL_LANES`. With few rows each copied element is read too few times
+    for the copy and its extra parallel regions to pay; with few lanes most columns
+    fall outside the 32-lane tiles. Measured, 2 threads, float32 `A B^T` (M x N x K),
+    dot tile / panels, ms: 512x512x64 0.39 / 0.30, 512x512x256 0.96 / 0.72,
+    256x256x64 0.16 / 0.13, 1024x64x64 0.16 / 0.12; but 128x1024x1024 2.23 / 2.45,
+    160x256x256 0.25 / 0.33, 1024x16x64 0.06 / 0.45, 512x40x100 0.09 / 0.23. (The rule
+    before, rows under 128 or a source of fewer than 2^18 elements, took the dot tile
+    for 512x512x256 and the panels for 128x1024x1024.)"""
 
     rows: Expr
-    streamed: Expr
+    lanes: Expr
 
 
 @dataclass(frozen=True)
@@ -430,9 +434,6 @@ def _with_fallback(
     extents = _size_extents(facts, params, (order.outer[-1], *order.innermost, *order.inner))
     if extents is None:
         return main
-    streamed = extents[order.innermost[0]]
-    for v in order.inner:
-        streamed = Binary(BinOp.MUL, streamed, extents[v])
     fallback = dataclasses.replace(
         main,
         outer=dot.outer,
@@ -444,7 +445,7 @@ def _with_fallback(
         accumulate=facts.stmt.op.is_reduction and dot.register,
     )
     fallback = _swapped(fallback, dot, facts, params) or fallback
-    check = RowsCheck(extents[order.outer[-1]], streamed)
+    check = RowsCheck(extents[order.outer[-1]], extents[order.innermost[0]])
     return dataclasses.replace(main, alternative=fallback, rows=check)
 
 

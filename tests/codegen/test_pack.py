@@ -108,7 +108,7 @@ def test_transposed_panels_match_the_reference(
     dtype: type, seed: int,
 ) -> None:  # fmt: skip
     # `panels`: the run-time test takes the panels for any rows (else the model's:
-    # the dot tile below PANEL_ROWS rows or a small source, as at most of these sizes)
+    # the dot tile below PANEL_ROWS rows or PANEL_LANES columns, as at these sizes)
     from compiler.poly import astgen
 
     rng = np.random.default_rng(seed)
@@ -122,7 +122,7 @@ def test_transposed_panels_match_the_reference(
     with pytest.MonkeyPatch.context() as patch:
         if panels:
             patch.setattr(astgen, "PANEL_ROWS", 1)
-            patch.setattr(astgen, "STREAMED", 1)
+            patch.setattr(astgen, "PANEL_LANES", 1)
         _check(text, arrays, Options(threads=2, tile=tile), out=out)
 
 
@@ -136,9 +136,9 @@ def test_a_b_transposed_copies_its_panels_transposed() -> None:
     # the copy reads each row of B in order: `k` is its innermost loop
     loops = [lp for lp in find(f.body, L.For) if copy in find(lp, L.Store)]
     assert loops[-1].var == "k"
-    # the dot tile runs instead below PANEL_ROWS rows or for a small B (`RowsCheck`)
+    # the dot tile runs instead below PANEL_ROWS rows or PANEL_LANES columns (`RowsCheck`)
     conditions = [L.print_expr(s.cond) for s in find(f.body, L.If)]
-    assert "M - 0 < 128 || (N - 0) * (K - 0) < 262144" in conditions
+    assert "M - 0 < 256 || N - 0 < 64" in conditions
 
 
 @pytest.mark.parametrize("size", [(1, 1, 1), (5, 7, 17), (67, 259, 33)])
