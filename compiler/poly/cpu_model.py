@@ -471,11 +471,15 @@ def transposed_panels(
     contiguous along the reduction `k`), so `poly.pack` copies each panel of it
     transposed (`X.pack[tile, k, lane] = B[n0 + lane, k]`) and the tile reads it like
     matmul's `B(k, n)`; `dot` (the dot tile) is the fallback for fewer than
-    `PANEL_ROWS` rows, where a copy of `B` would be read too few times. None when the
-    statement has another shape: every read using `n` must use it in one subscript as
-    `n + c`, those with it elsewhere than last must use only `k` (unit stride, last)
-    besides, and a long row variable `m` must remain whose reads do not use `n`.
-    Measured (module doc of `poly.pack`)."""
+    `PANEL_ROWS` rows or `PANEL_LANES` columns. None when the statement has another
+    shape: every read using `n` must use it in one subscript as `n + c`, those with it
+    elsewhere than last must use `k` (unit stride, last) and otherwise only output
+    variables other than `m` (a batched product's `K(b, j, e)`: the panels are then
+    copied for each batch, in its parallel iteration), and a long row variable `m` must
+    remain whose reads do not use `n`. Measured (module doc of `poly.pack`; batched:
+    2 threads, float32 `S(b, i, j) +=! Q(b, i, e) * K(b, j, e)`, B x T x E, dot tile /
+    panels forced, ms: 8x512x64 4.03 / 2.84, 4x256x32 0.36 / 0.26, 1x256x64 0.21 /
+    0.14, 8x128x64 0.28 / 0.25)."""
     last = facts.stmt.lhs.args[-1]
     (r,) = facts.reduction_vars
     if not (isinstance(last, Var) and last.name in facts.index_vars) or short(facts, last.name):
@@ -483,20 +487,21 @@ def transposed_panels(
     j = last.name
     if _unit_stride_reads(j, reads, space, lets, last=False) is None:
         return None
+    others = tuple(v for v in facts.index_vars if v != j)
+    m = _block_var(others, j, reads, space, lets, facts)
+    if m is None or short(facts, m):
+        return None
+    batch = set(others) - {m}  # a batched product's `K(b, j, e)` (attention's Q K^T)
     for read in reads:
         at = [p for p, a in enumerate(read.args) if mentions(a, j, lets)]
         if not at or at[0] == len(read.args) - 1:
             continue
         rest = [a for p, a in enumerate(read.args) if p != at[0]]
         used = {u for a in rest for u in facts.all_vars if mentions(a, u, lets)}
-        if used != {r} or not mentions(read.args[-1], r, lets):
+        if r not in used or used - {r} - batch or not mentions(read.args[-1], r, lets):
             return None
         if _unit_stride_reads(r, [read], space, lets) is None:
             return None
-    others = tuple(v for v in facts.index_vars if v != j)
-    m = _block_var(others, j, reads, space, lets, facts)
-    if m is None or short(facts, m):
-        return None
     floats = vector_bits(options) // 32
     lanes = max(LANES, 2 * floats)
     vectors = PACKED_ACCUMULATORS if floats >= 16 else ACCUMULATORS

@@ -112,14 +112,21 @@ def run_both(
 
 
 def reference_and_llvm(
-    text: str, arrays: list[np.ndarray], options: object, out: np.ndarray | None = None
+    text: str,
+    arrays: list[np.ndarray],
+    options: object,
+    out: np.ndarray | None = None,
+    cache: object = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The first output of def `text` on `arrays` from the reference evaluator and from
-    the LLVM target with `options` (each given its own copy of `out` when not None)."""
+    the LLVM target with `options` (each given its own copy of `out` when not None),
+    compiled through `cache` (None: the process's memory cache; a test that patches
+    the lowering's constants passes a CompileCache of its own, whose entries the
+    unpatched compiles never share)."""
     import compiler
 
     want = compiler.define(text, target="interp")
-    got = compiler.define(text, target="llvm", options=options, cache=None)  # type: ignore[arg-type]
+    got = compiler.define(text, target="llvm", options=options, cache=cache)  # type: ignore[arg-type]
     if out is None:
         (e,), (g,) = want(*arrays), got(*arrays)
     else:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import compiler
 from compiler import loops as L
 from compiler.codegen import compile_function, llvm_parallel, runtime
+from compiler.codegen.cache import CompileCache
 from compiler.frontend.check import check_def
 from compiler.frontend.parser import parse
 from compiler.options import Options
@@ -49,8 +50,19 @@ def _arrays(name: str, m: int, k: int, n: int, dtype: type, rng: np.random.Gener
     return [rng.standard_normal(s).astype(dtype) for s in shapes]
 
 
-def _check(text: str, arrays: list[np.ndarray], options: Options, out: np.ndarray | None = None):
-    e, g = reference_and_llvm(text, arrays, options, out)
+# compiles with the run-time test patched to always take the panels (its constants are
+# not part of the compile cache's key: an entry of the unpatched lowering would be reused)
+_PANELS = CompileCache(None)
+
+
+def _check(
+    text: str,
+    arrays: list[np.ndarray],
+    options: Options,
+    out: np.ndarray | None = None,
+    cache: object = None,
+) -> None:
+    e, g = reference_and_llvm(text, arrays, options, out, cache)
     tol = 1e-12 if g.dtype == np.float64 else 2e-5
     scale = max(1.0, float(np.abs(e).max(initial=0)))
     np.testing.assert_allclose(g, e, rtol=tol, atol=tol * scale * np.sqrt(arrays[0].shape[-1]))
@@ -123,7 +135,7 @@ def test_transposed_panels_match_the_reference(
         if panels:
             patch.setattr(astgen, "PANEL_ROWS", 1)
             patch.setattr(astgen, "PANEL_LANES", 1)
-        _check(text, arrays, Options(threads=2, tile=tile), out=out)
+        _check(text, arrays, Options(threads=2, tile=tile), out, _PANELS if panels else None)
 
 
 def test_a_b_transposed_copies_its_panels_transposed() -> None:
@@ -239,14 +251,9 @@ def test_no_packing_without_a_strided_panel_or_a_register_tile() -> None:
     # the same contraction in memory form (register_tile=1) has nothing to pack
     assert not find(_lowered(MATMUL, Options(register_tile=1)).body, L.Alloc)
     # B(n, k) with a forced block: the dot-product form (transposed panels are the
-    # model's own choice); and a batched one: B's rows also name the batch variable
+    # model's own choice; a batched one takes them: test_batched_products_...)
     dot = "def d(float(M, K) A, float(N, K) B) -> (C) { C(m, n) +=! A(m, k) * B(n, k) }"
     assert not find(_lowered(dot, Options(block=2)).body, L.Alloc)
-    batched = (
-        "def bd(float(P, M, K) A, float(P, N, K) B) -> (C) "
-        "{ C(p, m, n) +=! A(p, m, k) * B(p, n, k) }"
-    )
-    assert not find(_lowered(batched, Options()).body, L.Alloc)
 
 
 def test_matmul_gradient_matches_finite_differences() -> None:
@@ -272,3 +279,43 @@ def test_a_panel_under_another_alloc_is_still_one_per_thread() -> None:
     assert isinstance(placed, L.Alloc) and placed.buffer.name == "B.t0"
     (rows,) = [s for s in find(placed, L.For) if s.var == "p"]
     assert isinstance(rows.body, L.Alloc) and rows.body.buffer.name == "B.pack1"
+
+
+BATCHED = (
+    "def qkt(float(B, T, E) Q, float(B, T, E) K) -> (S) {\n"
+    "    S(b, i, j) +=! Q(b, i, e) * K(b, j, e)\n}"
+)
+
+
+def test_batched_products_take_transposed_panels_per_batch() -> None:
+    """Attention's `Q K^T`: the panels of `K` are copied inside the parallel batch loop
+    (each thread's own), with the dot tile as the run-time alternative."""
+    f = _lowered(BATCHED, Options(vector_bits=512))
+    conditions = [L.print_expr(s.cond) for s in find(f.body, L.If)]
+    assert "T - 0 < 256 || T - 0 < 64" in conditions
+    packs = [a for a in find(f.body, L.Alloc) if ".pack" in a.buffer.name]
+    assert packs
+    parallel = [lp for lp in find(f.body, L.For) if lp.kind is L.LoopKind.PARALLEL]
+    assert any(packs[0] in find(lp, L.Alloc) and lp.var == "b" for lp in parallel)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    b=st.integers(1, 3),
+    t=st.sampled_from([1, 5, 31, 32, 33, 70]),
+    e=st.sampled_from([1, 3, 16, 67, 300]),
+    panels=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_batched_transposed_panels_match_the_reference(
+    b: int, t: int, e: int, panels: bool, seed: int
+) -> None:
+    from compiler.poly import astgen
+
+    rng = np.random.default_rng(seed)
+    arrays = [rng.standard_normal((b, t, e)).astype(np.float32) for _ in range(2)]
+    with pytest.MonkeyPatch.context() as patch:
+        if panels:
+            patch.setattr(astgen, "PANEL_ROWS", 1)
+            patch.setattr(astgen, "PANEL_LANES", 1)
+        _check(BATCHED, arrays, Options(threads=2), None, _PANELS if panels else None)
