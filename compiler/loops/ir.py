@@ -459,22 +459,28 @@ def var_names(*exprs: Node) -> set[str]:
     return {n.name for e in exprs for n in walk(e) if isinstance(n, VarRef)}
 
 
-# (Visitor or Mutator class, node class) -> its `visit_<Class>` / `mutate_<Class>`
-# method, or None: looked up once (a failed getattr raises and catches an
-# AttributeError, once per node of every walk).
-_VISIT_METHODS: dict[tuple[type, type], Any] = {}
-_MUTATE_METHODS: dict[tuple[type, type], Any] = {}
+# (Visitor or Mutator class, prefix, node class) -> its `visit_<Class>` /
+# `mutate_<Class>` method, or None: looked up once per class (a failed getattr raises
+# and catches an AttributeError, once per node of every walk). A method assigned to
+# a class after its first walk is not seen.
+_METHODS: dict[tuple[type, str, type], Any] = {}
+
+
+def _method(walker: type, prefix: str, node: Node) -> Any:
+    """`walker`'s method `<prefix><class of node>` (unbound), or None."""
+    key = (walker, prefix, type(node))
+    try:
+        return _METHODS[key]
+    except KeyError:
+        found = _METHODS[key] = getattr(walker, f"{prefix}{type(node).__name__}", None)
+        return found
 
 
 class Visitor:
     """Walks a tree; `visit_<Class>` methods override, `generic_visit` descends."""
 
     def visit(self, node: Node) -> Any:
-        key = (type(self), type(node))
-        try:
-            method = _VISIT_METHODS[key]
-        except KeyError:
-            method = _VISIT_METHODS[key] = getattr(key[0], f"visit_{key[1].__name__}", None)
+        method = _method(type(self), "visit_", node)
         return method(self, node) if method is not None else self.generic_visit(node)
 
     def generic_visit(self, node: Node) -> None:
@@ -486,11 +492,7 @@ class Mutator:
     """Rebuilds a tree bottom-up; returns the very same object when nothing changed."""
 
     def mutate(self, node: Any) -> Any:
-        key = (type(self), type(node))
-        try:
-            method = _MUTATE_METHODS[key]
-        except KeyError:
-            method = _MUTATE_METHODS[key] = getattr(key[0], f"mutate_{key[1].__name__}", None)
+        method = _method(type(self), "mutate_", node)
         return method(self, node) if method is not None else self.generic_mutate(node)
 
     def generic_mutate(self, node: Any) -> Any:
