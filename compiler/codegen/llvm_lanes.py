@@ -56,7 +56,7 @@ from compiler.loops import (
     UnaryOp,
     VarRef,
 )
-from compiler.loops.ir import var_names, walk
+from compiler.loops.ir import Node, children, walk
 
 REGISTER_BITS = 512  # the widest group: one 512-bit register
 MIN_LANES = 4
@@ -418,7 +418,20 @@ def _check_runs(s: Stmt, lanes: dict[str, tuple[Group, int]], bad: set[int]) -> 
 
 
 def _mentions(e: Expr, names: set[str]) -> bool:
-    return bool(var_names(e) & names)
+    """Whether `e` reads a variable of `names` (Locals: the sizes in buffers' shapes are
+    not looked at, and the walk stops at the first one found; it ran for every term of
+    every run, a fifth of the LLVM module build of a gradient)."""
+    stack: list[Node] = [e]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, VarRef):
+            if n.name in names:
+                return True
+        elif isinstance(n, Load):
+            stack.extend(n.index)
+        else:
+            stack.extend(children(n))
+    return False
 
 
 def _vector_intrinsic(module: ir.Module, name: str, ty: ir.VectorType) -> ir.Function:
