@@ -240,7 +240,8 @@ class _Cost:
                 _add(total, self.of(child, inner))
             return total
         if isinstance(s, For):
-            self._size(s.lo), self._size(s.hi)
+            self._size(s.lo)  # for the names its bounds read
+            self._size(s.hi)
             body = self.of(s.body, inner | {s.var})
             _add(body, {(): 1.0})
             trips = self._trips(s, inner)
