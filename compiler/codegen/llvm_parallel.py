@@ -50,9 +50,9 @@ from compiler.loops import (
     Node,
     Stmt,
     VarRef,
-    Visitor,
     children,
     var_names,
+    walk,
 )
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
@@ -280,8 +280,9 @@ class _Cost:
     def _trips(self, s: For, inner: frozenset[str]) -> int | float:
         """The index of `s`'s trip count in `self.trips`, or UNKNOWN_TRIPS."""
         em = self.em
-        names = _names(s.lo) | _names(s.hi)
-        if names & inner or not names <= set(em.values) or _reads(s.lo) or _reads(s.hi):
+        names = var_names(s.lo, s.hi)
+        reads = any(isinstance(n, Load) for bound in (s.lo, s.hi) for n in walk(bound))
+        if names & inner or not names <= set(em.values) or reads:
             return UNKNOWN_TRIPS
         key = (s.lo, s.hi, s.step)
         found = self._known.get(key)
@@ -304,28 +305,6 @@ def _add(total: _Poly, more: _Poly) -> _Poly:
 
 def _i32(k: int) -> ir.Constant:
     return ir.Constant(I32, k)
-
-
-def _names(e: Expr) -> set[str]:
-    found: set[str] = set()
-
-    class _Names(Visitor):
-        def visit_VarRef(self, node: VarRef) -> None:
-            found.add(node.name)
-
-    _Names().visit(e)
-    return found
-
-
-def _reads(e: Expr) -> bool:
-    found: list[Load] = []
-
-    class _Loads(Visitor):
-        def visit_Load(self, node: Load) -> None:
-            found.append(node)
-
-    _Loads().visit(e)
-    return bool(found)
 
 
 # ------------------------------------------------------------------ the launcher
