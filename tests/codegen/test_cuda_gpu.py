@@ -190,3 +190,24 @@ def test_cuda_layer_device_rules() -> None:
         tct.define(CONV, "conv")(i.cuda(), w.cuda())
     with pytest.raises(TCError, match="forward-mode AD"):
         torch.func.jvp(lambda a: layer(a, w.cuda())[0], (i.cuda(),), (torch.ones_like(i.cuda()),))
+
+
+def test_cupy_arrays_in_device_arrays_out_and_vjp() -> None:
+    """The `__cuda_array_interface__` path a pycuda or Numba user takes: CuPy arrays in,
+    DeviceArrays out (wrapped by cupy.asarray without a copy), vjp on the device."""
+    cupy = pytest.importorskip("cupy")
+    from compiler.codegen.cuda_driver import DeviceArray
+
+    src = (Path(__file__).resolve().parents[2] / "examples" / "matmul.tc").read_text()
+    rng = np.random.default_rng(3)
+    A, B = rng.standard_normal((23, 17)), rng.standard_normal((17, 29))
+    k = define(re.sub(r"\bfloat\b", "double", src), target="cuda")
+    (C,) = k(cupy.asarray(A), cupy.asarray(B))
+    assert isinstance(C, DeviceArray) and C.shape == (23, 29)
+    C_cp = cupy.asarray(C)
+    assert C_cp.data.ptr == C.ptr  # wrapped, not copied
+    np.testing.assert_allclose(cupy.asnumpy(C_cp), A @ B, rtol=1e-12, atol=1e-12)
+    dC = rng.standard_normal((23, 29))
+    dA, dB = k.vjp(cupy.asarray(A), cupy.asarray(B), grad_outputs=(cupy.asarray(dC),))
+    np.testing.assert_allclose(dA.get(), dC @ B.T, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(dB.get(), A.T @ dC, rtol=1e-12, atol=1e-12)
