@@ -1,6 +1,7 @@
 """GPU benchmarks: tcc's target="cuda" against PyTorch CUDA, in the same process.
 
     python -m tools.bench_cuda [--repeat R] [--json FILE]
+    python -m tools.bench_cuda --sweep [--json FILE]   tcc under thread-tile variants
 
 Cases: conv2d N8 C16 32^2 M16 3x3 forward and forward+backward, matmul 4096^3, and the
 fused sum_j exp(A(i, j)) * b(j) at 4096^2. Inputs are torch CUDA tensors, so tcc runs
@@ -45,7 +46,11 @@ def _grad_args(k: Any, inputs: tuple[Any, ...], outputs: tuple[Any, ...], seeds:
     return [by_name[t.name] for t in k.grad._inputs]
 
 
-def cases(torch: Any) -> list[tuple[str, Callable[[], Any], Callable[[], Any], Callable]]:
+def cases(
+    torch: Any, options: Any = None
+) -> list[tuple[str, Callable[[], Any], Callable[[], Any], Callable]]:
+    """(name, tcc call, torch call, pick the results to compare) of each case; `options`:
+    the CudaOptions of tcc's kernels (None: the defaults)."""
     import compiler
 
     F = torch.nn.functional
@@ -56,7 +61,7 @@ def cases(torch: Any) -> list[tuple[str, Callable[[], Any], Callable[[], Any], C
         return torch.randn(*shape, device=dev, generator=g)
 
     found = []
-    conv = compiler.define(CONV, target="cuda")
+    conv = compiler.define(CONV, target="cuda", options=options)
     x, W, B = randn(8, 16, 32, 32), randn(16, 16, 3, 3), randn(16)
     dO = randn(8, 16, 30, 30)
     found.append(("conv2d N8 C16 32^2 M16 3x3 fwd", lambda: conv(x, W, B)[0],
@@ -74,20 +79,48 @@ def cases(torch: Any) -> list[tuple[str, Callable[[], Any], Callable[[], Any], C
 
     found.append(("conv2d N8 C16 32^2 M16 3x3 fwd+bwd", tcc_fb, torch_fb,
                   lambda a, b: (a[0], b[0])))  # fmt: skip
-    mm = compiler.define(MATMUL, target="cuda")
+    mm = compiler.define(MATMUL, target="cuda", options=options)
     A, Bm = randn(4096, 4096), randn(4096, 4096)
     found.append(("matmul 4096^3", lambda: mm(A, Bm)[0], lambda: A @ Bm,
                   lambda a, b: (a, b)))  # fmt: skip
-    es = compiler.define(EXPSUM, target="cuda")
+    es = compiler.define(EXPSUM, target="cuda", options=options)
     Ae, be = randn(4096, 4096) * 0.1, randn(4096)
     found.append(("sum_j exp(A(i,j))*b(j) 4096^2", lambda: es(Ae, be)[0],
                   lambda: torch.exp(Ae) @ be, lambda a, b: (a, b)))  # fmt: skip
     return found
 
 
+SWEEP = [{"thread_tile": (1, 1)}] + [
+    {"thread_tile": t, "tile_threads": 1, "block": b}
+    for t in [(2, 2), (4, 2), (2, 4), (4, 4), (8, 2), (8, 4), (4, 8), (8, 1), (4, 1)]
+    for b in (128, 256)
+]
+
+
+def sweep(torch: Any, repeat: int) -> list[dict]:
+    """Every case's tcc median under each `SWEEP` variant of CudaOptions (tiles forced
+    on with `tile_threads=1`), after torch's median once."""
+    from compiler.codegen.cuda_options import CudaOptions
+
+    rows: list[dict] = []
+    for k, variant in enumerate(SWEEP):
+        for name, tcc_fn, torch_fn, pick in cases(torch, CudaOptions(**variant)):
+            got, want = pick(tcc_fn(), torch_fn())
+            torch.testing.assert_close(got, want, rtol=2e-3, atol=2e-3)
+            systems = {"tcc": tcc_fn} if k else {"torch": torch_fn, "tcc": tcc_fn}
+            for system, fn in systems.items():
+                for _ in range(2):
+                    fn()
+                ms = statistics.median(_time(fn, torch) for _ in range(repeat))
+                rows.append({"case": name, "system": system, "options": str(variant), "ms": ms})
+                print(f"{system:5s} {str(variant):58s} {name:36s} {ms:9.3f} ms", flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--sweep", action="store_true", help="tcc under thread-tile variants")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
     import torch
@@ -95,6 +128,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, TF32 off")
+    if args.sweep:
+        rows = sweep(torch, min(args.repeat, 7))
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as fh:
+                json.dump(rows, fh, indent=1)
+        return 0
     rows = []
     for name, tcc_fn, torch_fn, pick in cases(torch):
         got, want = pick(tcc_fn(), torch_fn())

@@ -43,7 +43,8 @@ def _atomics(program: Any) -> list[str]:
     """The gather pass on the GPU: a gradient kernel may use atomicAdd only for a
     data-dependent scatter; any other is a compiler bug."""
     notes = []
-    for kernel, stmt in zip(program.gpu.kernels, program.statements, strict=True):
+    for kernel in program.gpu.kernels:
+        stmt = program.statements[kernel.phase]
         if kernel.mode != "atomic":
             continue
         if stmt not in program.scatters:

@@ -159,7 +159,8 @@ def launch_text(kernel: GpuKernel, expr: Callable[[Expr], str]) -> str:
     """`kernel<<<grid, block>>>` with the grid as C expressions of the sizes."""
     grid = ", ".join(str(DEFAULT_BLOCKS) if g is None else expr(g) for g in kernel.grid)
     what = {"parallel": "parallel band", "atomic": "atomicAdd scatter", "serial": "one thread"}
-    return f"{kernel.name}<<<dim3({grid}), {kernel.block}>>>  ({what[kernel.mode]})"
+    when = "" if kernel.when is None else f", only where {expr(kernel.when)} > 0"
+    return f"{kernel.name}<<<dim3({grid}), {kernel.block}>>>  ({what[kernel.mode]}{when})"
 
 
 class _Writer:

@@ -19,6 +19,10 @@ The mapping (the model default; `CudaOptions` sets block and grid sizes):
   any further ones stay serial loops in every thread;
 - the loops below the band (reductions) stay inside the thread, accumulating in a
   register (`Local`);
+- a band over a reduction also gets *thread tiles* (`codegen.cuda_tile`): kernels in
+  which a thread computes `CudaOptions.thread_tile` outputs, run instead of the
+  one-output kernel when the band is large (each kernel's `when`, decided by the host
+  from the sizes); all of a phase's kernels carry its index (`GpuKernel.phase`);
 - a phase with no parallel band whose only writes are `T[i] = T[i] + v` (v not reading
   T; a data-dependent scatter) runs its whole root chain in parallel with
   `AtomicAdd(T, i, v)` when T is float32/float64 and `CudaOptions.atomics`; any other
@@ -39,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from compiler.codegen.cuda_options import CudaOptions
+from compiler.codegen.cuda_tile import thread_tile
 from compiler.diagnostics import InternalError
 from compiler.loops import (
     Alloc,
@@ -118,6 +123,8 @@ class GpuKernel:
     grid: tuple[Expr | None, Expr | None, Expr | None]  # blocks in x, y, z (None: DEFAULT_BLOCKS)
     dims: tuple[tuple[str, str], ...]  # GPU_BLOCK loop variable -> "y" | "z"
     temps: tuple[Buffer, ...]  # allocated by the host, zero-filled
+    phase: int = 0  # the phase of the Function it runs (several kernels may share one)
+    when: Expr | None = None  # runs only where this int64 size expression is > 0
 
 
 @dataclass(frozen=True)
@@ -139,15 +146,16 @@ def map_to_gpu(
     buffer, whose writes do not count as a phase's writes."""
     taken = _names(f)
     kernels = tuple(
-        _map_phase(f"{f.name}_k{p}", phase, f, options, error, set(taken))
+        dataclasses.replace(k, phase=p)
         for p, phase in enumerate(phases)
+        for k in _map_phase(f"{f.name}_k{p}", phase, f, options, error, set(taken))
     )
     return GpuProgram(f.name, f.buffers, f.size_params, kernels)
 
 
 def _map_phase(
     name: str, phase: Stmt, f: Function, options: CudaOptions, error: str | None, taken: set[str]
-) -> GpuKernel:
+) -> list[GpuKernel]:
     temps: list[Buffer] = []
     while isinstance(phase, Alloc):
         temps.append(phase.buffer)
@@ -164,10 +172,24 @@ def _map_phase(
     phase = _Serial().mutate(phase)
     if not depth:
         one = Const(1, I64)
-        return GpuKernel(name, phase, "serial", 1, (one, one, one), (), tuple(temps))
+        return [GpuKernel(name, phase, "serial", 1, (one, one, one), (), tuple(temps))]
     band = _chain(phase, lambda loop: True)[:depth]
-    body, grid, dims = _map_band(band, set(f.size_params), options, taken)
-    return GpuKernel(name, body, mode, options.block, grid, dims, tuple(temps))
+    sizes = set(f.size_params)
+    body, grid, dims = _map_band(band, sizes, options, taken)
+    plain = GpuKernel(name, body, mode, options.block, grid, dims, tuple(temps))
+    tiled = None
+    if mode == "parallel" and not temps:
+        tiled = thread_tile(band, *options.thread_tile, options.tile_threads, taken)
+    if tiled is None or _size_only(tiled.enough, sizes) is None:
+        return [plain]
+    kernels = [dataclasses.replace(plain, when=Bin(BinOp.SUB, Const(1, I64), tiled.enough))]
+    for k, (part, part_depth) in enumerate(tiled.phases):
+        band = _chain(part, lambda loop: True)[:part_depth]
+        body, grid, dims = _map_band(band, sizes, options, taken)
+        kernels.append(
+            GpuKernel(f"{name}t{k}", body, mode, options.block, grid, dims, (), 0, tiled.enough)
+        )
+    return kernels
 
 
 def _chain(stmt: Stmt, take: Callable[[For], bool]) -> list[For]:

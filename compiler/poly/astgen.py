@@ -42,12 +42,12 @@ from compiler.diagnostics import InternalError, RangeError
 from compiler.frontend.ast import AssignOp, Let
 from compiler.frontend.checked import RangedDef
 from compiler.frontend.types import stmt_env
+from compiler.loops.jam import unroll_and_jam
 from compiler.names import NameSupply
 from compiler.options import Options
 from compiler.poly.aliasing import ALIAS_BYTES
 from compiler.poly.colsum import block_column_sums
 from compiler.poly.cpu_model import PANEL_LANES, PANEL_ROWS
-from compiler.poly.jam import unroll_and_jam
 from compiler.poly.lower_expr import (
     I64,
     ExprLowering,

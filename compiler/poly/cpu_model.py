@@ -6,7 +6,7 @@ output, and `Options`.
 Ensures:  `choose_order(...) -> LoopOrder`: the outer band (parallel when injective),
 the inner band (reduction variables, in order), an optional innermost band, whether
 the reduction accumulates in a register, and the unroll-and-jam steps
-(`compiler/poly/jam.py` applies them to the lowered loops).
+(`compiler/loops/jam.py` applies them to the lowered loops).
 
 Two shapes of a reduction nest:
 

@@ -27,7 +27,7 @@ then every other variable, sequential: the reduction variables first, then the
 left-hand-side ones by the first subscript that uses them, and last the *inner*
 variable: the variable of the last subscript that is not short (a window), then with
 the largest coefficient (`w` of `2 * w + kw`: its reads are unit stride; `w`, not
-`kw`, of a dilation's `w + 2 * kw`). Jams (`poly.jam`): the last reduction variable,
+`kw`, of a dilation's `w + 2 * kw`). Jams (`loops.jam`): the last reduction variable,
 when it is not short, by `cpu_model.BLOCK` (consecutive contributions to one element
 share its load and store), and, when the inner variable's coefficient is a stride
 2..`MAX_STRIDE`, the last unit-coefficient variable of that subscript (the window

@@ -2,7 +2,7 @@
 
 Requires: the lowered loops of one statement in memory form (`poly.cpu_model`): the
 innermost loop `j` below the reduction loops, accumulating into the output in memory
-(`O[.., j] = O[.., j] + e`), usually after unroll-and-jam (`poly.jam`); the name of the
+(`O[.., j] = O[.., j] + e`), usually after unroll-and-jam (`loops.jam`); the name of the
 first reduction loop. What `cpu_model` checked for memory form makes this legal:
 distinct `j` write distinct elements, and each element's contributions keep their order.
 Ensures:  `register_tile(stmt, j, first_reduction, width)` runs the same instances with

@@ -122,12 +122,17 @@ class CudaProgram:
         return found
 
     def grid(self, kernel: GpuKernel, env: Mapping[str, int]) -> tuple[int, int, int]:
-        """The kernel's blocks in x, y, z for these sizes."""
+        """The kernel's blocks in x, y, z for these sizes; (0, 0, 0) where it has no work
+        (an empty band, or its `when` is not > 0): it is not launched."""
+        if kernel.when is not None and int(eval_expr(kernel.when, dict(env))) <= 0:
+            return 0, 0, 0
         limits = (MAX_GRID_X, MAX_GRID_YZ, MAX_GRID_YZ)
         dims = []
         for g, limit in zip(kernel.grid, limits, strict=True):
             n = DEFAULT_BLOCKS if g is None else int(eval_expr(g, dict(env)))
-            dims.append(max(1, min(limit, n)))
+            if n <= 0:  # the grid of an empty band (grid-stride loops: no work at all)
+                return 0, 0, 0
+            dims.append(min(limit, n))
         return dims[0], dims[1], dims[2]
 
     def run(
@@ -159,6 +164,8 @@ class CudaProgram:
         lib = self._emulation
         size_args = [env[n] for n in self.gpu.size_params]
         for kernel, grid in zip(self.gpu.kernels, self.grids(env), strict=True):
+            if not grid[0]:
+                continue
             temps = self._temps(kernel, env)
             pointers = [arrays[b.name].ctypes.data for b in self.gpu.buffers]
             pointers += [t.ctypes.data for t in temps]
@@ -198,6 +205,8 @@ class CudaProgram:
         appended to `allocated` for the caller to free after synchronising)."""
         size_args = [env[n] for n in self.gpu.size_params]
         for kernel, grid in zip(self.gpu.kernels, self.grids(env), strict=True):
+            if not grid[0]:
+                continue
             temps = []
             for t in kernel.temps:
                 count = int(np.prod([eval_size_expr(d, env) for d in t.shape], dtype=np.int64))

@@ -95,7 +95,8 @@ def test_gradients_use_atomics_only_for_data_dependent_scatters() -> None:
     seen_atomic = 0
     for text in texts:
         program = _program(text)
-        for kernel, stmt in zip(program.gpu.kernels, program.statements, strict=True):
+        for kernel in program.gpu.kernels:
+            stmt = program.statements[kernel.phase]
             if kernel.mode == "atomic":
                 seen_atomic += 1
                 assert stmt in program.scatters, f"atomicAdd for an affine statement {stmt}"
@@ -108,14 +109,24 @@ def test_gradients_use_atomics_only_for_data_dependent_scatters() -> None:
 def test_matmul_maps_n_to_threads_and_accumulates_in_a_register() -> None:
     src = (ROOT / "examples" / "matmul.tc").read_text()
     program = _program(src)
-    (kernel,) = program.gpu.kernels
-    assert kernel.mode == "parallel"
+    plain, *tiled = program.gpu.kernels
+    assert plain.mode == "parallel" and plain.name == "matmul_k0"
     text = program.source
     assert "const float* __restrict__ A" in text and "float* __restrict__ C" in text
     assert "float acc = 0.0f;" in text and "acc = acc + A[m * K + k] * B[k * N + n];" in text
     # n, the innermost band loop (unit stride in C), varies fastest with the thread index
     assert re.search(r"const long long n = tcc_t % tcc_e1;", text)
     assert "long long tcc_t = ((long long)blockIdx.x * blockDim.x + threadIdx.x)" in text
+    # thread tiles (codegen.cuda_tile): tiled, x rest, y rest, for large bands only
+    assert [k.name for k in tiled] == ["matmul_k0t0", "matmul_k0t1", "matmul_k0t2"]
+    assert all(k.phase == 0 and k.when is not None for k in program.gpu.kernels)
+    sizes = {"M": 4096, "K": 4096, "N": 4096}
+    assert [program.grid(k, sizes)[0] > 0 for k in program.gpu.kernels] == [0, 1, 0, 0]
+    small = {"M": 64, "K": 4096, "N": 64}
+    assert [program.grid(k, small)[0] > 0 for k in program.gpu.kernels] == [1, 0, 0, 0]
+    # 8 x 4 outputs a thread: one load of A a row and of B a column per k, 32 FMAs
+    assert "acc_m7_n3 = acc_m7_n3 + A[(m + 7LL) * K + k] * B[k * N + (n + 96LL)];" in text
+    assert "const long long n = n_t * 128LL + n_l;" in text
 
 
 def test_band_with_dependent_bounds_uses_block_y() -> None:
@@ -146,7 +157,8 @@ def test_tcc_compile_emits_cuda_with_launch_comments() -> None:
 
     fwd = tcc("--emit", "cuda")
     assert fwd.returncode == 0, fwd.stderr
-    assert fwd.stdout.count('extern "C" __global__') == 2
+    # the convolution: one thread an output and 3 thread-tile kernels; the bias: one
+    assert fwd.stdout.count('extern "C" __global__') == 5
     assert "// launch: conv2d_k0<<<dim3(" in fwd.stdout
     back = tcc("--grad", "--emit", "cuda")
     assert back.returncode == 0, back.stderr

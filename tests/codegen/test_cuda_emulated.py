@@ -24,6 +24,8 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.tc"
 ODD = {"N": 3, "M": 5, "K": 7, "C": 2, "H": 11, "W": 7, "KH": 3, "KW": 2, "D": 13, "V": 7}
 ONES = dict.fromkeys(ODD, 1) | {"H": 3, "W": 2, "KH": 3, "KW": 2, "D": 1, "V": 1}
 SMALL = CudaOptions(block=32, grid=3)  # grid-stride loops: each thread does several elements
+# thread tiles at any band size (codegen.cuda_tile): 3 x 2 outputs a thread, with rests
+TILED = CudaOptions(block=64, thread_tile=(3, 2), tile_threads=1)
 
 
 def _inputs(kernel, sizes: dict[str, int], ints: tuple[int, int], seed: int = 0) -> list:
@@ -65,17 +67,18 @@ def _variants(src: str) -> list[str]:
 def test_construct_matches_interp(case: str, src: str, ints: tuple[int, int]) -> None:
     for text in _variants(src):
         ref = define(text)
-        for options in (None, SMALL):
+        for options in (None, SMALL, TILED):
             got = define(text, target="cuda-emulated", options=options)
             _compare(ref, got, _inputs(ref, ODD, ints))
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
-def test_example_and_gradient_match_interp(path: Path) -> None:
+@pytest.mark.parametrize("options", [SMALL, TILED], ids=["small", "tiled"])
+def test_example_and_gradient_match_interp(path: Path, options: CudaOptions) -> None:
     src = path.read_text()
     for text in (src, re.sub(r"\bfloat\b", "double", src)):
         ref = define(text)
-        got = define(text, target="cuda-emulated", options=SMALL)
+        got = define(text, target="cuda-emulated", options=options)
         for sizes in (ODD, ONES):
             args = _inputs(ref, sizes, (0, 2))
             _compare(ref, got, args)

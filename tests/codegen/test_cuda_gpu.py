@@ -26,7 +26,7 @@ from tests.codegen.device_cases import (
     device_array_place,
     torch_place,
 )
-from tests.codegen.test_cuda_emulated import ODD, ONES, SMALL, _inputs
+from tests.codegen.test_cuda_emulated import ODD, ONES, SMALL, TILED, _inputs
 
 
 def _gpu() -> bool:
@@ -46,7 +46,7 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.tc"
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
-@pytest.mark.parametrize("options", [None, SMALL], ids=["default", "small"])
+@pytest.mark.parametrize("options", [None, SMALL, TILED], ids=["default", "small", "tiled"])
 def test_example_and_gradient_match_interp_on_the_gpu(
     path: Path, options: CudaOptions | None
 ) -> None:

@@ -14,9 +14,9 @@ from compiler.diagnostics import OptionsError
 from compiler.frontend.check import check_def
 from compiler.frontend.parser import parse
 from compiler.kernel import define
+from compiler.loops.jam import unroll_and_jam
 from compiler.options import Options
 from compiler.poly.astgen import lower
-from compiler.poly.jam import unroll_and_jam
 from compiler.poly.ranges import infer_ranges
 
 PROGRAMS = {

@@ -28,7 +28,8 @@ from __future__ import annotations
 import dataclasses
 
 from compiler import loops as L
-from compiler.poly.lower_expr import I64, const
+
+I64 = L.DType.INT64
 
 
 def unroll_and_jam(stmt: L.Stmt, var: str, factor: int) -> L.Stmt:
@@ -36,6 +37,13 @@ def unroll_and_jam(stmt: L.Stmt, var: str, factor: int) -> L.Stmt:
     if factor <= 1:
         return stmt
     return _Jammer(var, factor).mutate(stmt)
+
+
+def jam_copies(stmt: L.Stmt, var: str, offsets: list[int]) -> L.Stmt:
+    """`stmt` for `var + o`, each `o` of `offsets`, jammed as the main loop's body is
+    (copies pushed down through the loops, blocks, ifs and Locals that allow it). The
+    caller guarantees what the module doc requires of the copies."""
+    return _Jammer(var, len(offsets))._jam(stmt, offsets, [{} for _ in offsets])
 
 
 class _Jammer(L.Mutator):
@@ -47,12 +55,12 @@ class _Jammer(L.Mutator):
         if node.var != self.var:
             return self.generic_mutate(node)
         u, s = self.factor, node.step
-        zero = node.lo == const(0, I64)
+        zero = node.lo == L.Const(0, I64)
         extent = node.hi if zero else L.Bin(L.BinOp.SUB, node.hi, node.lo)
         if s != 1:
-            extent = L.FloorDiv(L.Bin(L.BinOp.ADD, extent, const(s - 1, I64)), const(s, I64))
-        trips = L.Max(extent, const(0, I64))
-        blocks = L.Bin(L.BinOp.MUL, L.FloorDiv(trips, const(u, I64)), const(u * s, I64))
+            extent = L.FloorDiv(L.Bin(L.BinOp.ADD, extent, L.Const(s - 1, I64)), L.Const(s, I64))
+        trips = L.Max(extent, L.Const(0, I64))
+        blocks = L.Bin(L.BinOp.MUL, L.FloorDiv(trips, L.Const(u, I64)), L.Const(u * s, I64))
         split = blocks if zero else L.Bin(L.BinOp.ADD, node.lo, blocks)
         offsets = [k * s for k in range(u)]
         renames: list[dict[str, str]] = [{} for _ in offsets]
@@ -116,7 +124,7 @@ def _shift(s: L.Stmt, var: str, offset: int) -> L.Stmt:
     """`s` with `var` replaced by `var + offset`."""
     if offset == 0:
         return s
-    shifted = L.Bin(L.BinOp.ADD, L.VarRef(var), const(offset, I64))
+    shifted = L.Bin(L.BinOp.ADD, L.VarRef(var), L.Const(offset, I64))
 
     class _Shift(L.Mutator):
         def mutate_VarRef(self, node: L.VarRef) -> L.Expr:
@@ -125,4 +133,4 @@ def _shift(s: L.Stmt, var: str, offset: int) -> L.Stmt:
     return _Shift().mutate(s)
 
 
-__all__ = ["unroll_and_jam"]
+__all__ = ["jam_copies", "unroll_and_jam"]
