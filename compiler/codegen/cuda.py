@@ -28,6 +28,7 @@ from contextlib import contextmanager
 
 from compiler.codegen.cuda_map import AtomicAdd, GpuKernel, GpuProgram, PosDiv, PosMod
 from compiler.codegen.cuda_options import DEFAULT_BLOCKS
+from compiler.codegen.cuda_warp import WarpReduce
 from compiler.diagnostics import InternalError
 from compiler.loops import (
     Assign,
@@ -137,6 +138,25 @@ __device__ __forceinline__ double tcc_fmod(double a, double b) { return a - b * 
 __device__ __forceinline__ void tcc_report(long long* e, long long id, long long value) {
   if (atomicCAS((unsigned long long*)e, 0ULL, (unsigned long long)id) == 0ULL) e[1] = value;
 }
+#ifndef TCC_EMULATION
+// warp reductions (every lane of the warp calls them): lane 0 gets the combination
+template <typename T> __device__ __forceinline__ T tcc_warp_sum(T v) {
+  for (int d = 16; d > 0; d >>= 1) v += __shfl_down_sync(0xffffffffu, v, d);
+  return v;
+}
+template <typename T> __device__ __forceinline__ T tcc_warp_prod(T v) {
+  for (int d = 16; d > 0; d >>= 1) v *= __shfl_down_sync(0xffffffffu, v, d);
+  return v;
+}
+template <typename T> __device__ __forceinline__ T tcc_warp_max(T v) {
+  for (int d = 16; d > 0; d >>= 1) v = tcc_max(v, __shfl_down_sync(0xffffffffu, v, d));
+  return v;
+}
+template <typename T> __device__ __forceinline__ T tcc_warp_min(T v) {
+  for (int d = 16; d > 0; d >>= 1) v = tcc_min(v, __shfl_down_sync(0xffffffffu, v, d));
+  return v;
+}
+#endif
 """
 
 
@@ -432,6 +452,10 @@ class _KernelEmitter:
 
     def _expr_PosMod(self, e: PosMod) -> tuple[str, int]:
         return f"{self._at(e.a, P_MUL)} % {self._at(e.b, P_MUL + 1)}", P_MUL
+
+    def _expr_WarpReduce(self, e: WarpReduce) -> tuple[str, int]:
+        fn = {"+": "sum", "*": "prod", "max": "max", "min": "min"}[e.op]
+        return f"tcc_warp_{fn}({self.expr(e.value)})", P_POSTFIX
 
 
 def _is_record(stmts: tuple[Stmt, ...]) -> bool:

@@ -43,10 +43,36 @@ from compiler.codegen.cuda_map import GpuKernel, GpuProgram
 from compiler.diagnostics import InternalError, OptionsError
 
 HEADER = r"""// tcc's CUDA emulation header: the generated CUDA C, compiled by g++ for the CPU
+#define TCC_EMULATION 1
 #include <cmath>
 #include <cstring>
+#include <vector>
 struct dim3 { unsigned int x, y, z; };
 inline thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
+// warp reductions: a warp kernel's launcher runs lanes 31..0 in turn, each thread's
+// k-th call leaves its value in slot (k, lane); lane 0, last, combines them as the
+// GPU's __shfl_down_sync halving does (its result is defined in lane 0 only)
+inline thread_local std::vector<double> tcc_emu_lanes;
+inline thread_local unsigned long long tcc_emu_calls;
+template <typename T, typename F> T tcc_emu_warp(T v, F op) {
+  unsigned lane = threadIdx.x % 32u;
+  size_t k = tcc_emu_calls++;
+  if (tcc_emu_lanes.size() < (k + 1) * 32) tcc_emu_lanes.resize((k + 1) * 32);
+  tcc_emu_lanes[k * 32 + lane] = (double)v;
+  if (lane != 0) return v;
+  T s[32];
+  for (int l = 0; l < 32; ++l) s[l] = (T)tcc_emu_lanes[k * 32 + l];
+  for (int d = 16; d > 0; d >>= 1) for (int l = 0; l < d; ++l) s[l] = op(s[l], s[l + d]);
+  return s[0];
+}
+template <typename T> T tcc_warp_sum(T v) { return tcc_emu_warp(v, [](T a, T b) { return a + b; }); }
+template <typename T> T tcc_warp_prod(T v) { return tcc_emu_warp(v, [](T a, T b) { return a * b; }); }
+template <typename T> T tcc_warp_max(T v) {
+  return tcc_emu_warp(v, [](T a, T b) { return (a < b || b != b) ? b : a; });
+}
+template <typename T> T tcc_warp_min(T v) {
+  return tcc_emu_warp(v, [](T a, T b) { return (b < a || b != b) ? b : a; });
+}
 #define __global__
 #define __device__
 #define __host__
@@ -119,12 +145,15 @@ def launcher_source(program: GpuProgram) -> str:
         args = [f"({_param_type(program, k, i)})p{i}" for i in range(n_ptr)]
         args += [f"s{i}" for i in range(n_size)]
         head = ", ".join(["unsigned gx", "unsigned gy", "unsigned gz", "unsigned bx", *params])
+        # a warp kernel's lanes run 31..0 (lane 0 last: see tcc_emu_warp in HEADER)
+        thread = "unsigned t = (u & ~31u) | (31u - (u & 31u));" if k.warp else "unsigned t = u;"
         lines += [
             f'extern "C" void tcc_launch_{k.name}({head}) {{',
             "  gridDim = dim3{gx, gy, gz}; blockDim = dim3{bx, 1, 1};",
             "  for (unsigned z = 0; z < gz; ++z) for (unsigned y = 0; y < gy; ++y)",
-            "  for (unsigned x = 0; x < gx; ++x) for (unsigned t = 0; t < bx; ++t) {",
-            "    blockIdx = dim3{x, y, z}; threadIdx = dim3{t, 0, 0};",
+            "  for (unsigned x = 0; x < gx; ++x) for (unsigned u = 0; u < bx; ++u) {",
+            f"    {thread}",
+            "    blockIdx = dim3{x, y, z}; threadIdx = dim3{t, 0, 0}; tcc_emu_calls = 0;",
             f"    {k.name}({', '.join(args)});",
             "  }",
             "}",

@@ -21,8 +21,10 @@ The mapping (the model default; `CudaOptions` sets block and grid sizes):
   register (`Local`);
 - a band over a reduction also gets *thread tiles* (`codegen.cuda_tile`): kernels in
   which a thread computes `CudaOptions.thread_tile` outputs, run instead of the
-  one-output kernel when the band is large (each kernel's `when`, decided by the host
-  from the sizes); all of a phase's kernels carry its index (`GpuKernel.phase`);
+  one-output kernel when the band is large; and a *warp reduction*
+  (`codegen.cuda_warp`), a warp an output, run when the band is small and its
+  reduction long (each kernel's `when`, decided by the host from the sizes). All of a
+  phase's kernels carry its index (`GpuKernel.phase`);
 - a phase with no parallel band whose only writes are `T[i] = T[i] + v` (v not reading
   T; a data-dependent scatter) runs its whole root chain in parallel with
   `AtomicAdd(T, i, v)` when T is float32/float64 and `CudaOptions.atomics`; any other
@@ -43,7 +45,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from compiler.codegen.cuda_options import CudaOptions
-from compiler.codegen.cuda_tile import thread_tile
+from compiler.codegen.cuda_tile import extent, fresh, thread_tile
+from compiler.codegen.cuda_warp import LANES, warp_reduce
 from compiler.diagnostics import InternalError
 from compiler.loops import (
     Alloc,
@@ -61,7 +64,6 @@ from compiler.loops import (
     Load,
     Local,
     LoopKind,
-    Max,
     Min,
     Mutator,
     Node,
@@ -125,6 +127,7 @@ class GpuKernel:
     temps: tuple[Buffer, ...]  # allocated by the host, zero-filled
     phase: int = 0  # the phase of the Function it runs (several kernels may share one)
     when: Expr | None = None  # runs only where this int64 size expression is > 0
+    warp: bool = False  # combines values across a warp's lanes (`cuda_warp.WarpReduce`)
 
 
 @dataclass(frozen=True)
@@ -177,18 +180,38 @@ def _map_phase(
     sizes = set(f.size_params)
     body, grid, dims = _map_band(band, sizes, options, taken)
     plain = GpuKernel(name, body, mode, options.block, grid, dims, tuple(temps))
-    tiled = None
-    if mode == "parallel" and not temps:
-        tiled = thread_tile(band, *options.thread_tile, options.tile_threads, taken)
-    if tiled is None or _size_only(tiled.enough, sizes) is None:
+    if mode != "parallel" or temps:
         return [plain]
-    kernels = [dataclasses.replace(plain, when=Bin(BinOp.SUB, Const(1, I64), tiled.enough))]
-    for k, (part, part_depth) in enumerate(tiled.phases):
-        band = _chain(part, lambda loop: True)[:part_depth]
-        body, grid, dims = _map_band(band, sizes, options, taken)
-        kernels.append(
-            GpuKernel(f"{name}t{k}", body, mode, options.block, grid, dims, (), 0, tiled.enough)
-        )
+    # variants the host picks from by the sizes (each kernel's `when`): thread tiles for
+    # large bands, warp reductions for small bands of long reductions, else `plain`
+    variants: list[tuple[Expr, bool, list[tuple[str, Stmt, int]]]] = []  # when, warp, parts
+    tiled = thread_tile(band, *options.thread_tile, options.tile_threads, taken)
+    if tiled is not None and _size_only(tiled.enough, sizes) is not None:
+        parts = [(f"{name}t{k}", part, d) for k, (part, d) in enumerate(tiled.phases)]
+        variants.append((tiled.enough, False, parts))
+    warp = None
+    if options.block % LANES == 0:
+        warp = warp_reduce(band, error, options.warp_outputs, taken)
+    if warp is not None and _size_only(warp.when, sizes) is not None:
+        variants.append((warp.when, True, [(f"{name}w", warp.phase, warp.depth)]))
+    if not variants:
+        return [plain]
+    # exactly one variant runs: the first whose `when` holds, else `plain`
+    one = Const(1, I64)
+    exclusive = []
+    otherwise: Expr | None = None  # > 0: no variant so far holds
+    for when, is_warp, parts in variants:
+        exclusive.append((when if otherwise is None else Min(when, otherwise), is_warp, parts))
+        fails = Bin(BinOp.SUB, one, when)
+        otherwise = fails if otherwise is None else Min(otherwise, fails)
+    kernels = [dataclasses.replace(plain, when=otherwise)]
+    for when, is_warp, parts in exclusive:
+        for part_name, part, part_depth in parts:
+            part_band = _chain(part, lambda loop: True)[:part_depth]
+            body, grid, dims = _map_band(part_band, sizes, options, taken)
+            kernels.append(
+                GpuKernel(part_name, body, mode, options.block, grid, dims, (), 0, when, is_warp)
+            )
     return kernels
 
 
@@ -213,11 +236,11 @@ def _map_band(
     # the thread loop: one loop as it is, or several collapsed into one index
     if len(group) == 1:
         loop = group[0]
-        extent = _extent(loop)
+        threads = extent(loop)
         body: Stmt = dataclasses.replace(loop, body=inner_body, kind=LoopKind.GPU_THREAD)
     else:
-        body, extent = _collapse(group, inner_body, taken)
-    grid_x = _size_only(_ceil_div(extent, options.block), sizes)
+        body, threads = _collapse(group, inner_body, taken)
+    grid_x = _size_only(_ceil_div(threads, options.block), sizes)
     if options.grid is not None:
         grid_x = Const(options.grid, I64) if grid_x is None else _min(grid_x, options.grid)
     grid: list[Expr | None] = [grid_x, Const(1, I64), Const(1, I64)]
@@ -225,7 +248,7 @@ def _map_band(
     for k, loop in enumerate(reversed(outer)):
         if k < 2:
             dim = "yz"[k]
-            grid[1 + k] = _size_only(_extent(loop), sizes)
+            grid[1 + k] = _size_only(extent(loop), sizes)
             dims.append((loop.var, dim))
             body = dataclasses.replace(loop, body=body, kind=LoopKind.GPU_BLOCK)
         else:
@@ -241,8 +264,8 @@ def _independent(group: list[For]) -> bool:
 
 def _collapse(group: list[For], body: Stmt, taken: set[str]) -> tuple[Stmt, Expr]:
     """`for t in 0:prod(extents)` (GPU_THREAD) binding each loop variable from t."""
-    t = _fresh("tcc_t", taken)
-    exts = [_fresh(f"tcc_e{k}", taken) for k in range(len(group))]
+    t = fresh("tcc_t", taken)
+    exts = [fresh(f"tcc_e{k}", taken) for k in range(len(group))]
     stride: Expr | None = None  # product of the extents inside loop k
     lets: list[tuple[str, Expr]] = []
     for k in reversed(range(len(group))):
@@ -261,21 +284,11 @@ def _collapse(group: list[For], body: Stmt, taken: set[str]) -> tuple[Stmt, Expr
     body = For(t, Const(0, I64), stride, 1, body, LoopKind.GPU_THREAD)
     total: Expr | None = None
     for k in reversed(range(len(group))):
-        body = Let(exts[k], _extent(group[k]), body)
-        e = _extent(group[k])
+        body = Let(exts[k], extent(group[k]), body)
+        e = extent(group[k])
         total = e if total is None else Bin(BinOp.MUL, e, total)
     assert total is not None
     return body, total
-
-
-def _extent(loop: For) -> Expr:
-    """max(0, ceil((hi - lo) / step)) as loop IR."""
-    span: Expr = Bin(BinOp.SUB, loop.hi, loop.lo)
-    if isinstance(loop.lo, Const) and loop.lo.value == 0:
-        span = loop.hi
-    if loop.step != 1:
-        span = FloorDiv(Bin(BinOp.ADD, span, Const(loop.step - 1, I64)), Const(loop.step, I64))
-    return Max(Const(0, I64), span)
 
 
 def _ceil_div(e: Expr, d: int) -> Expr:
@@ -395,14 +408,6 @@ def _names(f: Function) -> set[str]:
 
     _All().visit(f.body)
     return names
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name = base
-    while name in taken:
-        name += "_"
-    taken.add(name)
-    return name
 
 
 __all__ = ["AtomicAdd", "GpuKernel", "GpuProgram", "PosDiv", "PosMod", "map_to_gpu"]

@@ -6,6 +6,7 @@
     CudaOptions(fast_math=True)          `__expf` & co. and NVRTC's --use_fast_math
     CudaOptions(atomics=False)           data-dependent scatters run on one thread
     CudaOptions(thread_tile=(1, 1))      one thread per output of every contraction
+    CudaOptions(warp_outputs=0)          no warp reductions
 
 - `block`: threads per block (1..1024), all along x; the band's collapsed inner loops
   map to `blockIdx.x * blockDim.x + threadIdx.x`. A multiple of 32 (a warp) is best.
@@ -27,6 +28,11 @@
   thread per output (more threads to hide latency with). The host decides per call
   from the sizes. 32768 (about 8 warps an SM of an H100) is a model guess, not a
   measured optimum: a convolution gradient's small bands got slower when tiled.
+- `warp_outputs`: a band of at most this many outputs over a long reduction (an
+  innermost reduction loop of at least 16 steps) runs a warp an output
+  (`codegen.cuda_warp`): the 32 lanes split the reduction and combine their partial
+  results with warp shuffles. 0 turns this off; it needs `block` a multiple of 32.
+  65536 is a model guess, not yet measured on a GPU.
 - `arch`: NVRTC's `--gpu-architecture` (e.g. "sm_90"), or None: the device's.
 """
 
@@ -55,6 +61,7 @@ class CudaOptions:
     arch: str | None = None
     thread_tile: tuple[int, int] = (8, 4)
     tile_threads: int = 32768
+    warp_outputs: int = 65536
 
     def __post_init__(self) -> None:
         if not _is_int(self.block) or not 1 <= self.block <= MAX_BLOCK:
@@ -87,6 +94,11 @@ class CudaOptions:
         if not _is_int(self.tile_threads) or self.tile_threads < 1:
             raise OptionsError(
                 f"CudaOptions.tile_threads must be an int >= 1, got {self.tile_threads!r}"
+            )
+        if not _is_int(self.warp_outputs) or self.warp_outputs < 0:
+            raise OptionsError(
+                f"CudaOptions.warp_outputs must be an int >= 0, got {self.warp_outputs!r}",
+                hint="CudaOptions(warp_outputs=0) turns warp reductions off",
             )
         if self.arch is not None and (
             not isinstance(self.arch, str) or not re.fullmatch(r"(sm|compute)_\d+[af]?", self.arch)

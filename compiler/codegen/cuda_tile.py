@@ -73,8 +73,8 @@ def thread_tile(
         return None
     y, x = chain[yi], chain[-1]
     outer, middle = chain[:yi], chain[yi + 1 : -1]
-    yo, xo, lane = (_fresh(n, taken) for n in (f"{y.var}_t", f"{x.var}_t", f"{x.var}_l"))
-    ey, ex = _extent(y), _extent(x)
+    yo, xo, lane = (fresh(n, taken) for n in (f"{y.var}_t", f"{x.var}_t", f"{x.var}_l"))
+    ey, ex = extent(y), extent(x)
     y_tiles = L.FloorDiv(ey, _c(ty))
     jam_y = jam_copies(body, y.var, list(range(ty)))
     y_at = L.Let(y.var, _add(y.lo, _mul(L.VarRef(yo), ty)), L.Block(()))
@@ -97,7 +97,7 @@ def thread_tile(
     phases.append((_nest(outer, y_rest), depth))
     total: L.Expr = _c(1)
     for loop in chain:
-        total = L.Bin(L.BinOp.MUL, total, _extent(loop))
+        total = L.Bin(L.BinOp.MUL, total, extent(loop))
     enough = L.Bin(L.BinOp.SUB, total, _c(ty * tx * min_threads - 1))
     return TiledBand(tuple(phases), enough)
 
@@ -125,9 +125,14 @@ def _loop(like: L.For, var: str, hi: L.Expr, body: L.Stmt | None = None) -> L.Fo
     return dataclasses.replace(like, var=var, lo=_c(0), hi=hi, body=body or like.body)
 
 
-def _extent(loop: L.For) -> L.Expr:
-    zero = isinstance(loop.lo, L.Const) and loop.lo.value == 0
-    return L.Max(_c(0), loop.hi if zero else L.Bin(L.BinOp.SUB, loop.hi, loop.lo))
+def extent(loop: L.For) -> L.Expr:
+    """max(0, ceil((hi - lo) / step)) as loop IR."""
+    span: L.Expr = L.Bin(L.BinOp.SUB, loop.hi, loop.lo)
+    if isinstance(loop.lo, L.Const) and loop.lo.value == 0:
+        span = loop.hi
+    if loop.step != 1:
+        span = L.FloorDiv(L.Bin(L.BinOp.ADD, span, _c(loop.step - 1)), _c(loop.step))
+    return L.Max(_c(0), span)
 
 
 def _add(a: L.Expr, b: L.Expr) -> L.Expr:
@@ -146,7 +151,8 @@ def _uses(names: set[str], *exprs: L.Expr) -> bool:
     return bool(var_names(*exprs) & names)
 
 
-def _fresh(base: str, taken: set[str]) -> str:
+def fresh(base: str, taken: set[str]) -> str:
+    """`base`, or `base` with `_`s appended, not in `taken` (added to it)."""
     name = base
     while name in taken:
         name += "_"
@@ -154,4 +160,4 @@ def _fresh(base: str, taken: set[str]) -> str:
     return name
 
 
-__all__ = ["TiledBand", "thread_tile"]
+__all__ = ["TiledBand", "extent", "fresh", "thread_tile"]

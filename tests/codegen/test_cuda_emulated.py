@@ -23,6 +23,9 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.tc"))
 ODD = {"N": 3, "M": 5, "K": 7, "C": 2, "H": 11, "W": 7, "KH": 3, "KW": 2, "D": 13, "V": 7}
 ONES = dict.fromkeys(ODD, 1) | {"H": 3, "W": 2, "KH": 3, "KW": 2, "D": 1, "V": 1}
+# reductions of 16 terms or more (warp reductions, codegen.cuda_warp: softmax's rows,
+# the convolution's weight gradient)
+LONG = ODD | {"D": 37, "H": 18, "W": 19, "K": 33}
 SMALL = CudaOptions(block=32, grid=3)  # grid-stride loops: each thread does several elements
 # thread tiles at any band size (codegen.cuda_tile): 3 x 2 outputs a thread, with rests
 TILED = CudaOptions(block=64, thread_tile=(3, 2), tile_threads=1)
@@ -79,7 +82,7 @@ def test_example_and_gradient_match_interp(path: Path, options: CudaOptions) -> 
     for text in (src, re.sub(r"\bfloat\b", "double", src)):
         ref = define(text)
         got = define(text, target="cuda-emulated", options=options)
-        for sizes in (ODD, ONES):
+        for sizes in (ODD, ONES, LONG):
             args = _inputs(ref, sizes, (0, 2))
             _compare(ref, got, args)
             outs = ref(*args)
@@ -195,3 +198,72 @@ def test_cuda_target_objects_compile_for_a_registry() -> None:
     assert (
         TARGET_OBJECTS["cuda"].options_type is CudaOptions and not TARGET_OBJECTS["cuda"].emulated
     )
+
+
+WARP_OPS = {
+    "sum": ("O(n) +=! exp(I(n, d)) * b(d)", lambda x, b: (np.exp(x) * b).sum(1)),
+    "prod": ("O(n) *=! 1.0 + I(n, d) * b(d) * 0.0625", lambda x, b: (1 + x * b * 0.0625).prod(1)),
+    "max": ("O(n) max=! I(n, d) * b(d)", lambda x, b: (x * b).max(1)),
+    "min": ("O(n) min=! I(n, d) * b(d)", lambda x, b: (x * b).min(1)),
+}
+
+
+@pytest.mark.parametrize("op", list(WARP_OPS))
+@pytest.mark.parametrize("dtype", ["float", "double"])
+def test_warp_reductions_match_numpy(op: str, dtype: str) -> None:
+    """Small bands of long reductions run a warp an output (codegen.cuda_warp): the
+    lanes' partial results combined in the GPU's shuffle order, then `init op total`;
+    lengths around 32 (lanes without a term, lanes with one more), NaN for max/min."""
+    stmt, want = WARP_OPS[op]
+    src = f"def r({dtype}(N, D) I, {dtype}(D) b) -> (O) {{ {stmt} }}"
+    kernel = define(src, target="cuda-emulated", options=CudaOptions(block=64))
+    program = kernel._native
+    np_dtype = np.float32 if dtype == "float" else np.float64
+    rng = np.random.default_rng(5)
+    for n, d in [(3, 16), (5, 31), (2, 33), (4, 64), (3, 101)]:
+        x, b = rng.standard_normal((n, d)).astype(np_dtype), rng.standard_normal(d).astype(np_dtype)
+        if op in ("max", "min"):
+            x[1, d // 2] = np.nan  # NaN propagates, whichever lane holds it
+        grids = program.grids({"N": n, "D": d})
+        assert [k.name for k, g in zip(program.gpu.kernels, grids, strict=True) if g[0]] == [
+            "r_k0w"
+        ]
+        (got,) = kernel(x, b)
+        tol = 1e-5 if dtype == "float" else 1e-12
+        np.testing.assert_allclose(got, want(x, b), rtol=tol, atol=tol)
+
+
+def test_warp_reductions_only_for_long_coalesced_reductions() -> None:
+    """Below 16 terms, above `warp_outputs` outputs, for a column sum (whose lanes would
+    read 32 rows apart) and with `warp_outputs=0`, one thread an output runs."""
+    rows = "def r(float(N, D) I) -> (O) { O(n) +=! I(n, d) }"
+    cols = "def c(float(N, D) I) -> (O) { O(d) +=! I(n, d) }"
+    small = CudaOptions(block=64, warp_outputs=8)
+    program = define(rows, target="cuda-emulated", options=small)._native
+    assert [k.name for k in program.gpu.kernels] == ["r_k0", "r_k0w"]
+    for sizes, want in [({"N": 8, "D": 16}, [0, 1]), ({"N": 8, "D": 15}, [1, 0]),
+                        ({"N": 9, "D": 64}, [1, 0])]:  # fmt: skip
+        assert [int(g[0] > 0) for g in program.grids(sizes)] == want
+    assert len(define(cols, target="cuda-emulated")._native.gpu.kernels) == 1
+    off = CudaOptions(warp_outputs=0)
+    assert len(define(rows, target="cuda-emulated", options=off)._native.gpu.kernels) == 1
+    odd_block = CudaOptions(block=48)
+    assert len(define(rows, target="cuda-emulated", options=odd_block)._native.gpu.kernels) == 1
+
+
+def test_exactly_one_variant_runs_where_several_apply() -> None:
+    """A band both large enough for thread tiles (tile_threads=1) and small enough for a
+    warp reduction runs the tiles only: running both would add the terms twice into an
+    output that `+=` accumulates into."""
+    src = "def f(double(N, D) I, double(M, D) W) -> (O) { O(n, m) += I(n, d) * W(m, d) }"
+    options = CudaOptions(block=64, thread_tile=(2, 2), tile_threads=1)
+    kernel = define(src, target="cuda-emulated", options=options)
+    program = kernel._native
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((5, 40)), rng.standard_normal((3, 40))
+    (out,) = kernel(x, w, out={"O": np.full((5, 3), 0.5)})
+    np.testing.assert_allclose(out, 0.5 + x @ w.T, rtol=1e-12, atol=1e-12)
+    grids = program.grids({"N": 5, "D": 40, "M": 3})
+    ran = [k.name for k, g in zip(program.gpu.kernels, grids, strict=True) if g[0]]
+    assert ran == ["f_k0t1", "f_k0t2"]  # no whole strip of 64 columns: no f_k0t0
+    assert {k.name for k in program.gpu.kernels} >= {"f_k0", "f_k0w"}

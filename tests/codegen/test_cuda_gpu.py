@@ -211,3 +211,20 @@ def test_cupy_arrays_in_device_arrays_out_and_vjp() -> None:
     dA, dB = k.vjp(cupy.asarray(A), cupy.asarray(B), grad_outputs=(cupy.asarray(dC),))
     np.testing.assert_allclose(dA.get(), dC @ B.T, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(dB.get(), A.T @ dC, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("op", ["sum", "prod", "max", "min"])
+def test_warp_reductions_on_the_gpu(op: str) -> None:
+    """Warp reductions (codegen.cuda_warp) with real shuffles: the same cases as in
+    emulation (tests/codegen/test_cuda_emulated.py), in float64."""
+    from tests.codegen.test_cuda_emulated import WARP_OPS
+
+    stmt, want = WARP_OPS[op]
+    kernel = define(f"def r(double(N, D) I, double(D) b) -> (O) {{ {stmt} }}", target="cuda")
+    rng = np.random.default_rng(5)
+    for n, d in [(3, 16), (5, 31), (2, 33), (300, 1000)]:
+        x, b = rng.standard_normal((n, d)), rng.standard_normal(d)
+        if op in ("max", "min"):
+            x[1, d // 2] = np.nan
+        (got,) = kernel(x, b)
+        np.testing.assert_allclose(got, want(x, b), rtol=1e-12, atol=1e-12)
