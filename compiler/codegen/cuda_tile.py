@@ -77,7 +77,10 @@ def thread_tile(
     ey, ex = extent(y), extent(x)
     y_tiles = L.FloorDiv(ey, _c(ty))
     jam_y = jam_copies(body, y.var, list(range(ty)))
-    y_at = L.Let(y.var, _add(y.lo, _mul(L.VarRef(yo), ty)), L.Block(()))
+
+    def at_y(stmt: L.Stmt) -> L.Stmt:  # the tile's first y
+        return L.Let(y.var, _add(y.lo, _mul(L.VarRef(yo), ty)), stmt)
+
     depth = len(chain)
     phases: list[tuple[L.Stmt, int]] = []
     x_from = x.lo
@@ -87,18 +90,15 @@ def thread_tile(
         x_from = _add(x.lo, _mul(x_strips, strip))
         x_at = _add(x.lo, L.Bin(L.BinOp.ADD, _mul(L.VarRef(xo), strip), L.VarRef(lane)))
         tile = jam_copies(jam_y, x.var, [WARP * j for j in range(tx)])
-        inner = dataclasses.replace(y_at, body=L.Let(x.var, x_at, tile))
+        inner = at_y(L.Let(x.var, x_at, tile))
         loops = [*outer, _loop(y, yo, y_tiles), *middle, _loop(x, xo, x_strips)]
         phases.append((_nest(loops, _loop(x, lane, _c(WARP), inner)), depth + 1))
-    x_rest = dataclasses.replace(x, lo=x_from, body=dataclasses.replace(y_at, body=jam_y))
+    x_rest = dataclasses.replace(x, lo=x_from, body=at_y(jam_y))
     phases.append((_nest([*outer, _loop(y, yo, y_tiles), *middle], x_rest), depth))
     y_from = _add(y.lo, _mul(y_tiles, ty))
     y_rest = dataclasses.replace(y, lo=y_from, body=_nest(middle, x))
     phases.append((_nest(outer, y_rest), depth))
-    total: L.Expr = _c(1)
-    for loop in chain:
-        total = L.Bin(L.BinOp.MUL, total, extent(loop))
-    enough = L.Bin(L.BinOp.SUB, total, _c(ty * tx * min_threads - 1))
+    enough = L.Bin(L.BinOp.SUB, iterations(chain), _c(ty * tx * min_threads - 1))
     return TiledBand(tuple(phases), enough)
 
 
@@ -123,6 +123,14 @@ def _nest(loops: list[L.For], body: L.Stmt) -> L.Stmt:
 
 def _loop(like: L.For, var: str, hi: L.Expr, body: L.Stmt | None = None) -> L.For:
     return dataclasses.replace(like, var=var, lo=_c(0), hi=hi, body=body or like.body)
+
+
+def iterations(chain: list[L.For]) -> L.Expr:
+    """The product of the extents of `chain`'s loops (bounds independent of each other)."""
+    total: L.Expr = _c(1)
+    for loop in chain:
+        total = L.Bin(L.BinOp.MUL, total, extent(loop))
+    return total
 
 
 def extent(loop: L.For) -> L.Expr:
@@ -160,4 +168,4 @@ def fresh(base: str, taken: set[str]) -> str:
     return name
 
 
-__all__ = ["TiledBand", "extent", "fresh", "thread_tile"]
+__all__ = ["TiledBand", "extent", "fresh", "iterations", "thread_tile"]

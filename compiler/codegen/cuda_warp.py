@@ -39,7 +39,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from compiler import loops as L
-from compiler.codegen.cuda_tile import extent, fresh
+from compiler.codegen.cuda_tile import extent, fresh, iterations
 from compiler.loops.ir import var_names, walk
 
 I64 = L.DType.INT64
@@ -112,10 +112,7 @@ def warp_reduce(
     phase: L.Stmt = lane_loop
     for loop in reversed(chain):
         phase = dataclasses.replace(loop, body=phase)
-    outputs: L.Expr = L.Const(1, I64)
-    for loop in chain:
-        outputs = L.Bin(L.BinOp.MUL, outputs, extent(loop))
-    small = L.Bin(L.BinOp.SUB, L.Const(max_outputs + 1, I64), outputs)
+    small = L.Bin(L.BinOp.SUB, L.Const(max_outputs + 1, I64), iterations(chain))
     long = L.Bin(L.BinOp.SUB, extent(inner), L.Const(MIN_LANES_USED - 1, I64))
     return WarpBand(phase, len(chain) + 1, L.Min(small, long))
 
