@@ -2,6 +2,11 @@
 
 The same random inputs as the `interp` stage (`tools.corpus_interp`) run through
 both targets and every output is compared (rtol 1e-4 for a float32 output, 1e-10 for float64).
+A float32 output's absolute tolerance is 1e-4 of its largest finite magnitude: a
+float32 sum of thousands of terms that cancels to a small element differs with the
+order of its terms alone (conv_reorder_old_api's `d_W1`, 12544 terms of about 250 in
+all: the CUDA warp reduction's sum was 7 times closer to the float64 value than the
+evaluator's, and 1e-3 away from it). The float64 variant checks to 1e-10.
 A def whose float inputs are all float32 runs a second time with them declared
 float64 (`double`), when that variant still checks; otherwise float32 only.
 """
@@ -79,9 +84,16 @@ def _compare(text: str, entry: Mapping[str, Any], *, float64: bool, target: str)
                 f"{target}: output '{name}' is {g.dtype}{g.shape}, interp {w.dtype}{w.shape}"
             )
         rtol = 1e-10 if w.dtype == np.float64 else 1e-4
-        if not np.allclose(g, w, rtol=rtol, atol=rtol, equal_nan=True):
+        atol = rtol * _scale(w) if w.dtype == np.float32 else rtol
+        if not np.allclose(g, w, rtol=rtol, atol=atol, equal_nan=True):
             worst = float(np.max(np.abs(g.astype(np.float64) - w.astype(np.float64))))
             raise InternalError(
                 f"{target} differs from interp in output '{name}'"
                 f"{' (float64 variant)' if float64 else ''}: max abs difference {worst:g}"
             )
+
+
+def _scale(a: np.ndarray) -> float:
+    """max(1, the largest finite magnitude of `a`)."""
+    finite = np.abs(a[np.isfinite(a)])
+    return max(1.0, float(finite.max())) if finite.size else 1.0
