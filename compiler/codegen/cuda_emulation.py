@@ -146,7 +146,11 @@ def launcher_source(program: GpuProgram) -> str:
         args += [f"s{i}" for i in range(n_size)]
         head = ", ".join(["unsigned gx", "unsigned gy", "unsigned gz", "unsigned bx", *params])
         # a warp kernel's lanes run 31..0 (lane 0 last: see tcc_emu_warp in HEADER)
-        thread = "unsigned t = (u & ~31u) | (31u - (u & 31u));" if k.warp else "unsigned t = u;"
+        thread = (
+            "unsigned t = (u & ~31u) | (31u - (u & 31u));"
+            if k.variant == "warp"
+            else "unsigned t = u;"
+        )
         lines += [
             f'extern "C" void tcc_launch_{k.name}({head}) {{',
             "  gridDim = dim3{gx, gy, gz}; blockDim = dim3{bx, 1, 1};",

@@ -127,7 +127,7 @@ class GpuKernel:
     temps: tuple[Buffer, ...]  # allocated by the host, zero-filled
     phase: int = 0  # the phase of the Function it runs (several kernels may share one)
     when: Expr | None = None  # runs only where this int64 size expression is > 0
-    warp: bool = False  # combines values across a warp's lanes (`cuda_warp.WarpReduce`)
+    variant: str = ""  # "tile" (cuda_tile) or "warp" (cuda_warp, lanes combine values)
 
 
 @dataclass(frozen=True)
@@ -184,33 +184,33 @@ def _map_phase(
         return [plain]
     # variants the host picks from by the sizes (each kernel's `when`): thread tiles for
     # large bands, warp reductions for small bands of long reductions, else `plain`
-    variants: list[tuple[Expr, bool, list[tuple[str, Stmt, int]]]] = []  # when, warp, parts
+    variants: list[tuple[Expr, str, list[tuple[str, Stmt, int]]]] = []  # when, variant, parts
     tiled = thread_tile(band, *options.thread_tile, options.tile_threads, taken)
     if tiled is not None and _size_only(tiled.enough, sizes) is not None:
         parts = [(f"{name}t{k}", part, d) for k, (part, d) in enumerate(tiled.phases)]
-        variants.append((tiled.enough, False, parts))
+        variants.append((tiled.enough, "tile", parts))
     warp = None
     if options.block % LANES == 0:
         warp = warp_reduce(band, error, options.warp_outputs, taken)
     if warp is not None and _size_only(warp.when, sizes) is not None:
-        variants.append((warp.when, True, [(f"{name}w", warp.phase, warp.depth)]))
+        variants.append((warp.when, "warp", [(f"{name}w", warp.phase, warp.depth)]))
     if not variants:
         return [plain]
     # exactly one variant runs: the first whose `when` holds, else `plain`
     one = Const(1, I64)
     exclusive = []
     otherwise: Expr | None = None  # > 0: no variant so far holds
-    for when, is_warp, parts in variants:
-        exclusive.append((when if otherwise is None else Min(when, otherwise), is_warp, parts))
+    for when, variant, parts in variants:
+        exclusive.append((when if otherwise is None else Min(when, otherwise), variant, parts))
         fails = Bin(BinOp.SUB, one, when)
         otherwise = fails if otherwise is None else Min(otherwise, fails)
     kernels = [dataclasses.replace(plain, when=otherwise)]
-    for when, is_warp, parts in exclusive:
+    for when, variant, parts in exclusive:
         for part_name, part, part_depth in parts:
             part_band = _chain(part, lambda loop: True)[:part_depth]
             body, grid, dims = _map_band(part_band, sizes, options, taken)
             kernels.append(
-                GpuKernel(part_name, body, mode, options.block, grid, dims, (), 0, when, is_warp)
+                GpuKernel(part_name, body, mode, options.block, grid, dims, (), 0, when, variant)
             )
     return kernels
 

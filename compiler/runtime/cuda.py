@@ -19,8 +19,9 @@ on-disk compile cache.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -75,36 +76,41 @@ class CudaProgram:
     scatters: tuple[int, ...]  # statements that remain data-dependent scatters
 
     @cached_property
-    def _emulation(self) -> Any:
-        from compiler.codegen.cuda_emulation import build_emulated
+    def _emulation(self) -> _Kernels:
+        from compiler.codegen.cuda_emulation import EmulatedModule, build_emulated
 
-        return build_emulated(self.source, self.gpu)
+        fast = self.options.fast_math
+        return _Kernels(
+            self.gpu,
+            lambda sub: EmulatedModule(build_emulated(emit_cuda(sub, fast_math=fast), sub)),
+        )
 
     @cached_property
-    def _module(self) -> Any:
+    def _module(self) -> tuple[Any, _Kernels]:
         from compiler.codegen.cuda_driver import current_device
 
         device = current_device()
-        image = _image(self.source, self.options.arch or device.arch, self.options.fast_math)
-        return device, device.load(image)
+        arch, fast = self.options.arch or device.arch, self.options.fast_math
+        return device, _Kernels(
+            self.gpu, lambda sub: device.load(_image(emit_cuda(sub, fast_math=fast), arch, fast))
+        )
 
-    def device_module(self) -> tuple[Any, Any]:
-        """(device, module) for a device call: the GPU and the loaded module, or, in
-        emulation, `cuda_emulation.EMULATED_DEVICE` (host memory) and the built library."""
+    def device_module(self) -> tuple[Any, _Kernels]:
+        """(device, kernels) for a device call: the GPU and its kernels (built when first
+        launched), or, in emulation, `cuda_emulation.EMULATED_DEVICE` (host memory) and
+        the kernels built by g++."""
         if self.emulated:
-            from compiler.codegen.cuda_emulation import EMULATED_DEVICE, EmulatedModule
+            from compiler.codegen.cuda_emulation import EMULATED_DEVICE
 
-            return EMULATED_DEVICE, EmulatedModule(self._emulation)
+            return EMULATED_DEVICE, self._emulation
         device, module = self._module
         device.activate()  # the calling thread may be autograd's, with no context current
         return device, module
 
     def prepare(self) -> None:
-        """Build the code now (g++ or NVRTC), not at the first call."""
-        if self.emulated:
-            self._emulation  # noqa: B018
-        else:
-            self._module  # noqa: B018
+        """Build the one-thread-an-output kernels now (g++ or NVRTC); thread-tile and
+        warp variants are built when a call's sizes first select them."""
+        self.device_module()[1].build([k for k in self.gpu.kernels if not k.variant])
 
     @cached_property
     def _grids(self) -> dict[tuple[int, ...], list[tuple[int, int, int]]]:
@@ -161,15 +167,15 @@ class CudaProgram:
         ]
 
     def _run_emulated(self, arrays: dict[str, np.ndarray], env: Mapping[str, int]) -> None:
-        lib = self._emulation
+        kernels = self._emulation
         size_args = [env[n] for n in self.gpu.size_params]
-        for kernel, grid in zip(self.gpu.kernels, self.grids(env), strict=True):
-            if not grid[0]:
-                continue
+        runs = [(k, g) for k, g in zip(self.gpu.kernels, self.grids(env), strict=True) if g[0]]
+        kernels.build([k for k, _ in runs])
+        for kernel, grid in runs:
             temps = self._temps(kernel, env)
             pointers = [arrays[b.name].ctypes.data for b in self.gpu.buffers]
             pointers += [t.ctypes.data for t in temps]
-            lib.launch(kernel, grid, pointers, size_args)
+            kernels.launch(kernel.name, grid, kernel.block, pointers, size_args)
 
     def _run_device(self, arrays: dict[str, np.ndarray], env: Mapping[str, int]) -> None:
         device, module = self._module
@@ -204,9 +210,9 @@ class CudaProgram:
         """Launch every kernel in order on `stream` (temporaries: zeroed device memory,
         appended to `allocated` for the caller to free after synchronising)."""
         size_args = [env[n] for n in self.gpu.size_params]
-        for kernel, grid in zip(self.gpu.kernels, self.grids(env), strict=True):
-            if not grid[0]:
-                continue
+        runs = [(k, g) for k, g in zip(self.gpu.kernels, self.grids(env), strict=True) if g[0]]
+        module.build([k for k, _ in runs])
+        for kernel, grid in runs:
             temps = []
             for t in kernel.temps:
                 count = int(np.prod([eval_size_expr(d, env) for d in t.shape], dtype=np.int64))
@@ -217,6 +223,40 @@ class CudaProgram:
                 temps.append(ptr)
             ptrs = [pointers[b.name] for b in self.gpu.buffers] + temps
             module.launch(kernel.name, grid, kernel.block, ptrs, size_args, stream)
+
+
+class _Kernels:
+    """A program's kernels, built when first launched: the kernels a call runs that are
+    not built yet are built together (one NVRTC program, or one g++ library), so a def
+    whose thread-tile or warp variants the sizes never select never compiles them (the
+    conv2d gradient's 16 kernels took NVRTC 2.3 s together, its 7 one-thread-an-output
+    kernels 0.6 s). `build(sub_program)` gives a module with `launch(name, ...)`."""
+
+    def __init__(self, gpu: GpuProgram, build: Callable[[GpuProgram], Any]) -> None:
+        self._gpu, self._build = gpu, build
+        self._modules: dict[str, Any] = {}  # kernel name -> the module holding it
+        self._lock = threading.Lock()
+
+    def build(self, kernels: Sequence[GpuKernel]) -> None:
+        if all(k.name in self._modules for k in kernels):
+            return  # every call after the first for a size signature
+        with self._lock:
+            missing = tuple(k for k in kernels if k.name not in self._modules)
+            if missing:
+                module = self._build(dataclasses.replace(self._gpu, kernels=missing))
+                self._modules.update((k.name, module) for k in missing)
+
+    def launch(
+        self,
+        name: str,
+        grid: tuple[int, int, int],
+        block: int,
+        pointers: Sequence[int],
+        sizes: Sequence[int],
+        stream: int = 0,
+    ) -> None:
+        """Launch kernel `name` (built by an earlier `build`)."""
+        self._modules[name].launch(name, grid, block, pointers, sizes, stream)
 
 
 _IMAGES: dict[tuple[str, str, bool], bytes] = {}
