@@ -6,8 +6,9 @@
 Cases: conv2d N8 C16 32^2 M16 3x3 forward and forward+backward, matmul 4096^3, and the
 fused sum_j exp(A(i, j)) * b(j) at 4096^2. Inputs are torch CUDA tensors, so tcc runs
 on device memory (no copies). Each call is timed with CUDA events on torch's current
-stream; after warm-up calls the systems alternate, `--repeat` rounds; the table gives
-medians (and minimums) in milliseconds and tcc/torch (below 1: tcc is faster). Every
+stream; after warm-up calls the systems alternate in blocks (BLOCK calls of one, then
+of the other), `--repeat` calls of each in all; the table gives medians (and minimums)
+in milliseconds and tcc/torch (below 1: tcc is faster). Every
 tcc result is checked against torch's before it is timed. Needs a GPU and torch.
 """
 
@@ -27,6 +28,9 @@ CONV = (
 )
 MATMUL = "def matmul(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
 EXPSUM = "def expsum(float(M, N) A, float(N) b) -> (C) { C(i) +=! exp(A(i, j)) * b(j) }"
+
+
+BLOCK = 5  # calls of one system before the other's
 
 
 def _time(fn: Callable[[], Any], torch: Any) -> float:
@@ -141,9 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(3):
             tcc_fn(), torch_fn()
         times: dict[str, list[float]] = {"tcc": [], "torch": []}
-        for _ in range(args.repeat):
-            times["tcc"].append(_time(tcc_fn, torch))
-            times["torch"].append(_time(torch_fn, torch))
+        for start in range(0, args.repeat, BLOCK):
+            for system, fn in (("tcc", tcc_fn), ("torch", torch_fn)):
+                times[system] += [_time(fn, torch) for _ in range(min(BLOCK, args.repeat - start))]
         med = {k: statistics.median(v) for k, v in times.items()}
         row = {"case": name, **{f"{k}_ms": med[k] for k in med},
                **{f"{k}_min_ms": min(v) for k, v in times.items()},
