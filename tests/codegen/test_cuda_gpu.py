@@ -26,7 +26,7 @@ from tests.codegen.device_cases import (
     device_array_place,
     torch_place,
 )
-from tests.codegen.test_cuda_emulated import ODD, ONES, SMALL, TILED, _inputs
+from tests.codegen.test_cuda_emulated import LONG, ODD, ONES, SMALL, TILED, _inputs
 
 
 def _gpu() -> bool:
@@ -54,7 +54,7 @@ def test_example_and_gradient_match_interp_on_the_gpu(
     for text in (src, re.sub(r"\bfloat\b", "double", src)):
         ref = define(text)
         got = define(text, target="cuda", options=options)
-        for sizes in (ODD, ONES):
+        for sizes in (ODD, ONES, LONG):
             args = _inputs(ref, sizes, (0, 2))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
