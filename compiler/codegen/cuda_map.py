@@ -182,8 +182,21 @@ def _map_phase(
     plain = GpuKernel(name, body, mode, options.block, grid, dims, tuple(temps))
     if mode != "parallel" or temps:
         return [plain]
-    # variants the host picks from by the sizes (each kernel's `when`): thread tiles for
-    # large bands, warp reductions for small bands of long reductions, else `plain`
+    return _with_variants(plain, band, sizes, options, error, taken)
+
+
+def _with_variants(
+    plain: GpuKernel,
+    band: list[For],
+    sizes: set[str],
+    options: CudaOptions,
+    error: str | None,
+    taken: set[str],
+) -> list[GpuKernel]:
+    """`plain` and the variants of its band that the host picks from by the sizes (each
+    kernel's `when`): thread tiles for large bands, warp reductions for small bands of
+    long reductions. Exactly one runs: the first variant whose `when` holds, else `plain`."""
+    name = plain.name
     variants: list[tuple[Expr, str, list[tuple[str, Stmt, int]]]] = []  # when, variant, parts
     tiled = thread_tile(band, *options.thread_tile, options.tile_threads, taken)
     if tiled is not None and _size_only(tiled.enough, sizes) is not None:
@@ -196,23 +209,19 @@ def _map_phase(
         variants.append((warp.when, "warp", [(f"{name}w", warp.phase, warp.depth)]))
     if not variants:
         return [plain]
-    # exactly one variant runs: the first whose `when` holds, else `plain`
     one = Const(1, I64)
-    exclusive = []
+    kernels: list[GpuKernel] = []
     otherwise: Expr | None = None  # > 0: no variant so far holds
     for when, variant, parts in variants:
-        exclusive.append((when if otherwise is None else Min(when, otherwise), variant, parts))
-        fails = Bin(BinOp.SUB, one, when)
-        otherwise = fails if otherwise is None else Min(otherwise, fails)
-    kernels = [dataclasses.replace(plain, when=otherwise)]
-    for when, variant, parts in exclusive:
+        runs = when if otherwise is None else Min(when, otherwise)
         for part_name, part, part_depth in parts:
             part_band = _chain(part, lambda loop: True)[:part_depth]
             body, grid, dims = _map_band(part_band, sizes, options, taken)
-            kernels.append(
-                GpuKernel(part_name, body, mode, options.block, grid, dims, (), 0, when, variant)
-            )
-    return kernels
+            kernels.append(GpuKernel(part_name, body, plain.mode, options.block, grid, dims,
+                                     (), 0, runs, variant))  # fmt: skip
+        fails = Bin(BinOp.SUB, one, when)
+        otherwise = fails if otherwise is None else Min(otherwise, fails)
+    return [dataclasses.replace(plain, when=otherwise), *kernels]
 
 
 def _chain(stmt: Stmt, take: Callable[[For], bool]) -> list[For]:
