@@ -3,7 +3,8 @@
 Every kernel runs through target="cuda-emulated" (`compiler.runtime.cuda`: the GPU
 schedule and mapping, CUDA C, g++ with tcc's emulation header) on the `llvm` stage's
 inputs and must equal the reference evaluator (float32, and float64 where the def has
-a float64 variant); then, where the `grad` stage made a gradient point, the CUDA
+a float64 variant), with the default options and again with thread tiles forced
+(`TILES_FORCED`); then, where the `grad` stage made a gradient point, the CUDA
 kernel's vjp (float64) must equal interp's at that point, and its gradient kernels may
 use atomicAdd only for data-dependent scatters (the gather pass made the rest gathers).
 """
@@ -13,11 +14,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from compiler.codegen.cuda_options import CudaOptions
 from compiler.diagnostics import InternalError
 from tools.corpus_grad import NotApplicable
 from tools.corpus_interp import SKIPPED_CATEGORIES
 
 TARGET = "cuda-emulated"
+# every contraction of the corpus through the thread tiles (codegen.cuda_tile), whose
+# default threshold its sizes rarely reach: 3 x 2 outputs a thread, rests included
+TILES_FORCED = CudaOptions(block=64, thread_tile=(3, 2), tile_threads=1)
 
 
 def run_cuda_emulated(text: str, entry: Mapping[str, Any], report: Any) -> tuple[str, ...]:
@@ -30,6 +35,8 @@ def run_cuda_emulated(text: str, entry: Mapping[str, Any], report: Any) -> tuple
     if entry.get("category") in SKIPPED_CATEGORIES or "inputs" not in entry:
         raise NotApplicable("not run", informative=False)
     notes = list(run_llvm(text, entry, target=TARGET))
+    notes.extend(run_llvm(text, entry, target=TARGET, options=TILES_FORCED))
+    notes.append(f"{TARGET}: equal with thread tiles forced")
     point = getattr(report, "point", None)
     if point is not None and point.vjp is not None and report.scatters is not None:
         kernel = as_float64(define(text, entry["def"], target=TARGET))

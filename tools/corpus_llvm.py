@@ -28,15 +28,18 @@ from compiler.frontend.printer import print_def
 from tools.corpus_interp import _input
 
 
-def run_llvm(text: str, entry: Mapping[str, Any], target: str = "llvm") -> tuple[str, ...]:
+def run_llvm(
+    text: str, entry: Mapping[str, Any], target: str = "llvm", options: Any = None
+) -> tuple[str, ...]:
     """Compare `target` (llvm, or cuda-emulated for tools.corpus_cuda) with interp on
-    `entry`; raise on a mismatch; notes for the report."""
+    `entry`, compiled with `options` (None: the target's defaults); raise on a mismatch;
+    notes for the report."""
     notes = []
-    _compare(text, entry, float64=False, target=target)
+    _compare(text, entry, float64=False, target=target, options=options)
     wide = _as_float64(text, entry["def"])
     if wide is not None:
         try:
-            _compare(wide, entry, float64=True, target=target)
+            _compare(wide, entry, float64=True, target=target, options=options)
         except TCError as err:
             notes.append(f"{target}: float64 variant not run: {err.message}")
     return tuple(notes)
@@ -54,11 +57,13 @@ def _as_float64(text: str, name: str) -> str | None:
     return print_def(dataclasses.replace(definition, params=params))
 
 
-def _compare(text: str, entry: Mapping[str, Any], *, float64: bool, target: str) -> None:
+def _compare(
+    text: str, entry: Mapping[str, Any], *, float64: bool, target: str, options: Any = None
+) -> None:
     from compiler.kernel import define
 
     ref = define(text, entry["def"])
-    fast = define(text, entry["def"], target=target)
+    fast = define(text, entry["def"], target=target, options=options)
     rng = np.random.default_rng(zlib.crc32(f"{entry['file']}:{entry['def']}".encode()))
     args = []
     for t, (name, shape) in zip(
