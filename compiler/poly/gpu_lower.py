@@ -3,7 +3,10 @@
 Requires: a `RangedDef`.
 Ensures:  `lower_gpu(ranged) -> GpuLowered`: the loop-IR Function, one top-level
 *phase* per schedule nest (in execution order), the statement each phase comes from,
-the run-time checks and the notes of `lower_native`.
+the run-time checks and the notes of `lower_native`. A nest that only fills a buffer
+with a constant is dropped when the next one overwrites every element it fills without
+reading the buffer (`_overwritten`: a gradient's `W1_grad = 0` before its gather), so
+no kernel is launched for it.
 
 The CPU schedule (`poly.cpu_model`) moves an output variable below the reduction and
 unrolls for SIMD lanes; a GPU wants the opposite, the literal order: the left-hand-side
@@ -56,6 +59,8 @@ def lower_gpu(ranged: RangedDef) -> GpuLowered:
         _mark_band(p, set(n.outer)) if n.parallel else p
         for p, n in zip(raw, sched.nests, strict=True)
     )
+    kept = [k for k in range(len(phases)) if not _overwritten(phases, k)]
+    phases = tuple(phases[k] for k in kept)
     body = phases[0] if len(phases) == 1 else L.Block(phases)
     stmts = gathered.checked.definition.stmts
     scatters = remaining_scatters(gathered)
@@ -63,7 +68,56 @@ def lower_gpu(ranged: RangedDef) -> GpuLowered:
         f"statement {k} ({print_stmt(stmts[k]).strip()}): data-dependent scatter" for k in scatters
     )
     lowered = dataclasses.replace(lowered, function=dataclasses.replace(f, body=body), notes=notes)
-    return GpuLowered(lowered, phases, tuple(n.index for n in sched.nests), scatters)
+    statements = tuple(sched.nests[k].index for k in kept)
+    return GpuLowered(lowered, phases, statements, scatters)
+
+
+def _overwritten(phases: tuple[L.Stmt, ...], k: int) -> bool:
+    """True when phase `k` only stores a constant into `X[v1, .., vn]` over a band of
+    loops `v1 .. vn` and the next phase, over a band with the same bounds, stores into
+    `X[u1, .., un]` once per iteration without reading X: every element it fills is
+    overwritten before anything reads it (a gradient's `X_grad = 0` before its gather)."""
+    if k + 1 >= len(phases):
+        return False
+    fill, band = _band(phases[k])
+    if not isinstance(fill, L.Store) or not isinstance(fill.value, L.Const):
+        return False
+    body, next_band = _band(phases[k + 1])
+    if [(a.lo, a.hi, a.step) for a in band] != [(b.lo, b.hi, b.step) for b in next_band]:
+        return False
+    names = {loop.var for loop in band} | {loop.var for loop in next_band}
+    if any(L.var_names(loop.lo, loop.hi) & names for loop in band):
+        return False
+    if fill.index != tuple(L.VarRef(loop.var) for loop in band):
+        return False
+    target = fill.buffer.name
+    if any(isinstance(n, L.Load) and n.buffer.name == target for n in L.walk(body)):
+        return False
+    stores = _top_stores(body)
+    writes = [n for n in L.walk(body) if isinstance(n, L.Store) and n.buffer.name == target]
+    return len(writes) == 1 and writes[0] in stores and writes[0].index == tuple(
+        L.VarRef(loop.var) for loop in next_band
+    )
+
+
+def _band(stmt: L.Stmt) -> tuple[L.Stmt, list[L.For]]:
+    """The body below `stmt`'s chain of parallel loops, and the chain."""
+    band: list[L.For] = []
+    while isinstance(stmt, L.For) and stmt.kind is L.LoopKind.PARALLEL:
+        band.append(stmt)
+        stmt = stmt.body
+    return stmt, band
+
+
+def _top_stores(stmt: L.Stmt) -> list[L.Store]:
+    """The stores `stmt` runs exactly once: not under a loop or a condition."""
+    if isinstance(stmt, L.Store):
+        return [stmt]
+    if isinstance(stmt, L.Block):
+        return [s for c in stmt.stmts for s in _top_stores(c)]
+    if isinstance(stmt, (L.Local, L.Let)):
+        return _top_stores(stmt.body)
+    return []
 
 
 def _mark_band(stmt: L.Stmt, band: set[str]) -> L.Stmt:

@@ -164,3 +164,17 @@ def test_tcc_compile_emits_cuda_with_launch_comments() -> None:
     back = tcc("--grad", "--emit", "cuda")
     assert back.returncode == 0, back.stderr
     assert "conv2d_grad_k" in back.stdout and "atomicAdd(&" not in back.stdout
+
+
+def test_zero_fills_that_the_next_kernel_overwrites_are_dropped() -> None:
+    """conv2d's gradient zeroes B_grad and W1_grad before kernels that write every element
+    of them without reading them: those fills launch no kernel. The padded O_grad's fill
+    stays (the next kernel writes only its interior), and so does maxpool's I_grad fill,
+    which its gradient adds into."""
+    conv = _program(grad((ROOT / "examples" / "conv2d.tc").read_text()))
+    assert "O_grad_pad[" in conv.source
+    for name in ("B_grad", "W1_grad", "O_grad_pad"):
+        fills = re.findall(rf"{name}\[[^\]]*\] = 0\.0f;", conv.source)
+        assert bool(fills) == (name == "O_grad_pad"), name
+    pool = _program(grad((ROOT / "examples" / "maxpool.tc").read_text()))
+    assert re.search(r"I_grad\[[^\]]*\] = 0\.0f;", pool.source)
