@@ -95,8 +95,10 @@ def _overwritten(phases: tuple[L.Stmt, ...], k: int) -> bool:
         return False
     stores = _top_stores(body)
     writes = [n for n in L.walk(body) if isinstance(n, L.Store) and n.buffer.name == target]
-    return len(writes) == 1 and writes[0] in stores and writes[0].index == tuple(
-        L.VarRef(loop.var) for loop in next_band
+    return (
+        len(writes) == 1
+        and writes[0] in stores
+        and writes[0].index == tuple(L.VarRef(loop.var) for loop in next_band)
     )
 
 
