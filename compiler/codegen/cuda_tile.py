@@ -79,7 +79,7 @@ def thread_tile(
     jam_y = jam_copies(body, y.var, list(range(ty)))
 
     def at_y(stmt: L.Stmt) -> L.Stmt:  # the tile's first y
-        return L.Let(y.var, _add(y.lo, _mul(L.VarRef(yo), ty)), stmt)
+        return L.Let(y.var, _add(y.lo, scaled(L.VarRef(yo), ty)), stmt)
 
     depth = len(chain)
     phases: list[tuple[L.Stmt, int]] = []
@@ -87,15 +87,15 @@ def thread_tile(
     if tx > 1:
         strip = WARP * tx
         x_strips = L.FloorDiv(ex, _c(strip))
-        x_from = _add(x.lo, _mul(x_strips, strip))
-        x_at = _add(x.lo, L.Bin(L.BinOp.ADD, _mul(L.VarRef(xo), strip), L.VarRef(lane)))
+        x_from = _add(x.lo, scaled(x_strips, strip))
+        x_at = _add(x.lo, L.Bin(L.BinOp.ADD, scaled(L.VarRef(xo), strip), L.VarRef(lane)))
         tile = jam_copies(jam_y, x.var, [WARP * j for j in range(tx)])
         inner = at_y(L.Let(x.var, x_at, tile))
         loops = [*outer, _loop(y, yo, y_tiles), *middle, _loop(x, xo, x_strips)]
         phases.append((_nest(loops, _loop(x, lane, _c(WARP), inner)), depth + 1))
     x_rest = dataclasses.replace(x, lo=x_from, body=at_y(jam_y))
     phases.append((_nest([*outer, _loop(y, yo, y_tiles), *middle], x_rest), depth))
-    y_from = _add(y.lo, _mul(y_tiles, ty))
+    y_from = _add(y.lo, scaled(y_tiles, ty))
     y_rest = dataclasses.replace(y, lo=y_from, body=_nest(middle, x))
     phases.append((_nest(outer, y_rest), depth))
     enough = L.Bin(L.BinOp.SUB, iterations(chain), _c(ty * tx * min_threads - 1))
@@ -147,7 +147,8 @@ def _add(a: L.Expr, b: L.Expr) -> L.Expr:
     return b if isinstance(a, L.Const) and a.value == 0 else L.Bin(L.BinOp.ADD, a, b)
 
 
-def _mul(a: L.Expr, k: int) -> L.Expr:
+def scaled(a: L.Expr, k: int) -> L.Expr:
+    """`a * k` (int64), `a` itself for k = 1."""
     return a if k == 1 else L.Bin(L.BinOp.MUL, a, _c(k))
 
 
@@ -168,4 +169,4 @@ def fresh(base: str, taken: set[str]) -> str:
     return name
 
 
-__all__ = ["TiledBand", "extent", "fresh", "iterations", "thread_tile"]
+__all__ = ["TiledBand", "extent", "fresh", "iterations", "scaled", "thread_tile"]

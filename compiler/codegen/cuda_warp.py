@@ -39,8 +39,9 @@ import dataclasses
 from dataclasses import dataclass
 
 from compiler import loops as L
-from compiler.codegen.cuda_tile import extent, fresh, iterations
+from compiler.codegen.cuda_tile import extent, fresh, iterations, scaled
 from compiler.loops.ir import var_names, walk
+from compiler.loops.jam import rename_locals
 
 I64 = L.DType.INT64
 LANES = 32
@@ -91,10 +92,10 @@ def warp_reduce(
     part = fresh(f"{body.var}_part", taken)
     split = dataclasses.replace(
         inner,
-        lo=L.Bin(L.BinOp.ADD, inner.lo, _mul(L.VarRef(lane, I64), inner.step)),
+        lo=L.Bin(L.BinOp.ADD, inner.lo, scaled(L.VarRef(lane, I64), inner.step)),
         step=inner.step * LANES,
     )
-    reduced = _rename(_replace_innermost(nest, len(loops) - 1, split), body.var, part)
+    reduced = rename_locals(_replace_innermost(nest, len(loops) - 1, split), {body.var: part})
     total = L.VarRef(part, body.dtype)
     tail = L.If(
         L.Bin(L.BinOp.EQ, L.VarRef(lane, I64), L.Const(0, I64)),
@@ -184,24 +185,8 @@ def _replace_innermost(nest: L.For, depth: int, loop: L.For) -> L.For:
     return dataclasses.replace(nest, body=_replace_innermost(nest.body, depth - 1, loop))
 
 
-def _rename(s: L.Stmt, old: str, new: str) -> L.Stmt:
-    class _Rename(L.Mutator):
-        def mutate_VarRef(self, node: L.VarRef) -> L.Expr:
-            return dataclasses.replace(node, name=new) if node.name == old else node
-
-        def mutate_Assign(self, node: L.Assign) -> L.Stmt:
-            node = self.generic_mutate(node)
-            return dataclasses.replace(node, var=new) if node.var == old else node
-
-    return _Rename().mutate(s)
-
-
 def _block(stmts: tuple[L.Stmt, ...]) -> L.Stmt:
     return stmts[0] if len(stmts) == 1 else L.Block(stmts)
-
-
-def _mul(a: L.Expr, k: int) -> L.Expr:
-    return a if k == 1 else L.Bin(L.BinOp.MUL, a, L.Const(k, I64))
 
 
 __all__ = ["LANES", "MIN_LANES_USED", "WarpBand", "WarpReduce", "warp_reduce"]

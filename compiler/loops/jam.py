@@ -83,11 +83,14 @@ class _Jammer(L.Mutator):
             inner = [{**r, s.var: n} for r, n in zip(renames, names, strict=True)]
             body = self._jam(s.body, offsets, inner)
             for k in reversed(range(len(offsets))):
-                init = _shift(_rename(s.init, renames[k]), self.var, offsets[k])
+                init = _shift(rename_locals(s.init, renames[k]), self.var, offsets[k])
                 body = L.Local(names[k], s.dtype, init, body)
             return body
         return L.Block(
-            tuple(_shift(_rename(s, r), self.var, k) for k, r in zip(offsets, renames, strict=True))
+            tuple(
+                _shift(rename_locals(s, r), self.var, k)
+                for k, r in zip(offsets, renames, strict=True)
+            )
         )
 
     def _uses(self, *exprs: L.Expr) -> bool:
@@ -104,7 +107,7 @@ class _Jammer(L.Mutator):
         return bool(found)
 
 
-def _rename(s: L.Node, names: dict[str, str]) -> L.Node:
+def rename_locals(s: L.Node, names: dict[str, str]) -> L.Node:
     """`s` with the Locals in `names` renamed (their reads and assignments)."""
     if not names:
         return s
@@ -133,4 +136,4 @@ def _shift(s: L.Stmt, var: str, offset: int) -> L.Stmt:
     return _Shift().mutate(s)
 
 
-__all__ = ["jam_copies", "unroll_and_jam"]
+__all__ = ["jam_copies", "rename_locals", "unroll_and_jam"]

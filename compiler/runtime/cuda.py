@@ -160,6 +160,14 @@ class CudaProgram:
         if error is not None and error[0]:
             raise check_failure(self.lowered.checks, error, {n: a.shape for n, a in arrays.items()})
 
+    def _runs(
+        self, kernels: _Kernels, env: Mapping[str, int]
+    ) -> list[tuple[GpuKernel, tuple[int, int, int]]]:
+        """The kernels these sizes launch, with their grids, built in `kernels` first."""
+        runs = [(k, g) for k, g in zip(self.gpu.kernels, self.grids(env), strict=True) if g[0]]
+        kernels.build([k for k, _ in runs])
+        return runs
+
     def _temps(self, kernel: GpuKernel, env: Mapping[str, int]) -> list[np.ndarray]:
         return [
             np.zeros(tuple(eval_size_expr(d, env) for d in t.shape), t.dtype.np)
@@ -169,9 +177,7 @@ class CudaProgram:
     def _run_emulated(self, arrays: dict[str, np.ndarray], env: Mapping[str, int]) -> None:
         kernels = self._emulation
         size_args = [env[n] for n in self.gpu.size_params]
-        runs = [(k, g) for k, g in zip(self.gpu.kernels, self.grids(env), strict=True) if g[0]]
-        kernels.build([k for k, _ in runs])
-        for kernel, grid in runs:
+        for kernel, grid in self._runs(kernels, env):
             temps = self._temps(kernel, env)
             pointers = [arrays[b.name].ctypes.data for b in self.gpu.buffers]
             pointers += [t.ctypes.data for t in temps]
@@ -210,9 +216,7 @@ class CudaProgram:
         """Launch every kernel in order on `stream` (temporaries: zeroed device memory,
         appended to `allocated` for the caller to free after synchronising)."""
         size_args = [env[n] for n in self.gpu.size_params]
-        runs = [(k, g) for k, g in zip(self.gpu.kernels, self.grids(env), strict=True) if g[0]]
-        module.build([k for k, _ in runs])
-        for kernel, grid in runs:
+        for kernel, grid in self._runs(module, env):
             temps = []
             for t in kernel.temps:
                 count = int(np.prod([eval_size_expr(d, env) for d in t.shape], dtype=np.int64))
