@@ -1,10 +1,10 @@
 """GPU benchmarks: tcc's target="cuda" against PyTorch CUDA, in the same process.
 
     python -m tools.bench_cuda [--repeat R] [--json FILE]
-    python -m tools.bench_cuda --sweep [--json FILE]   tcc under thread-tile variants
+    python -m tools.bench_cuda --sweep [--json FILE]   tcc under CudaOptions variants (SWEEP)
 
 Cases: conv2d N8 C16 32^2 M16 3x3 forward and forward+backward, matmul 4096^3, and the
-fused sum_j exp(A(i, j)) * b(j) at 4096^2. Inputs are torch CUDA tensors, so tcc runs
+fused sum_j exp(A(i, j)) * b(j) at 4096^2 and 65536x256. Inputs are torch CUDA tensors, so tcc runs
 on device memory (no copies). Each call is timed with CUDA events on torch's current
 stream; after warm-up calls the systems alternate in blocks (BLOCK calls of one, then
 of the other), `--repeat` calls of each in all; the table gives medians (and minimums)
@@ -91,19 +91,30 @@ def cases(
     Ae, be = randn(4096, 4096) * 0.1, randn(4096)
     found.append(("sum_j exp(A(i,j))*b(j) 4096^2", lambda: es(Ae, be)[0],
                   lambda: torch.exp(Ae) @ be, lambda a, b: (a, b)))  # fmt: skip
+    At, bt = randn(65536, 256) * 0.1, randn(256)
+    found.append(("sum_j exp(A(i,j))*b(j) 65536x256", lambda: es(At, bt)[0],
+                  lambda: torch.exp(At) @ bt, lambda a, b: (a, b)))  # fmt: skip
     return found
 
 
-SWEEP = [{"thread_tile": (1, 1)}] + [
-    {"thread_tile": t, "tile_threads": 1, "block": b}
-    for t in [(2, 2), (4, 2), (2, 4), (4, 4), (8, 2), (8, 4), (4, 8), (8, 1), (4, 1)]
-    for b in (128, 256)
+SWEEP = [
+    {},  # the defaults
+    {"warp_outputs": 0},  # no warp reductions
+    {"warp_outputs": 1 << 24},  # warp reductions for bands of up to 16M outputs
+    {"thread_tile": (1, 1)},  # no thread tiles
+    {"tile_threads": 1},  # thread tiles on every band they apply to
+    {"tile_threads": 4096},
+    {"thread_tile": (8, 8)},
+    {"thread_tile": (16, 4)},
+    {"thread_tile": (4, 8), "block": 128},
+    {"block": 128},
+    {"block": 512},
 ]
 
 
 def sweep(torch: Any, repeat: int) -> list[dict]:
-    """Every case's tcc median under each `SWEEP` variant of CudaOptions (tiles forced
-    on with `tile_threads=1`), after torch's median once."""
+    """Every case's tcc median under each `SWEEP` variant of CudaOptions (the first:
+    the defaults), after torch's median once."""
     from compiler.codegen.cuda_options import CudaOptions
 
     rows: list[dict] = []
@@ -124,7 +135,7 @@ def sweep(torch: Any, repeat: int) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--sweep", action="store_true", help="tcc under thread-tile variants")
+    parser.add_argument("--sweep", action="store_true", help="tcc under CudaOptions variants")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
     import torch

@@ -14,8 +14,8 @@ out="${1:-gpu-check}"
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 status=0
-timeout 300 python3 -m pytest -q -n 8 -p no:cacheprovider -rs \
+timeout 240 python3 -m pytest -q -n 8 -p no:cacheprovider -p no:benchmark -rs \
     tests/codegen/test_cuda_gpu.py tests/codegen/test_cuda_compile.py 2>&1 | tee "$out/tests.log" | tail -15 || status=1
-timeout 200 python3 -m tools.bench_cuda --json "$out/bench.json" 2>&1 | tee "$out/bench.log" || status=1
-timeout 300 python3 -m tools.bench_cuda --sweep --json "$out/sweep.json" 2>&1 | tee "$out/sweep.log" || status=1
+timeout 120 python3 -m tools.bench_cuda --json "$out/bench.json" 2>&1 | tee "$out/bench.log" || status=1
+timeout 200 python3 -m tools.bench_cuda --sweep --json "$out/sweep.json" 2>&1 | tee "$out/sweep.log" || status=1
 exit $status

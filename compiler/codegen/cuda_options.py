@@ -32,7 +32,9 @@
   innermost reduction loop of at least 16 steps) runs a warp an output
   (`codegen.cuda_warp`): the 32 lanes split the reduction and combine their partial
   results with warp shuffles. 0 turns this off; it needs `block` a multiple of 32.
-  65536 is a model guess, not yet measured on a GPU.
+  On an H200 the warp form took sum_j exp(A(i, j)) * b(j) at 4096^2 from 0.75 to
+  0.095 ms, and at 65536 x 256 from 0.145 to 0.09 ms; 65536 itself is a model guess
+  (no measured case had more outputs).
 - `arch`: NVRTC's `--gpu-architecture` (e.g. "sm_90"), or None: the device's.
 """
 
