@@ -44,13 +44,13 @@ settings.load_profile("ci")
 @pytest.fixture(autouse=True)
 def _vector_width_256(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CPU model sizes register tiles for the host's vector registers
-    (`cpu_model.host_vector_bits`); the tests see a 256-bit host everywhere, so loop
+    (`cpu_registers.host_vector_bits`); the tests see a 256-bit host everywhere, so loop
     goldens and schedule assertions do not depend on the machine. Tests of other widths
     pass `Options(vector_bits=...)`; `@pytest.mark.host_vectors` keeps the real host."""
     if request.node.get_closest_marker("host_vectors") is None:
-        from compiler.poly import cpu_model
+        from compiler.poly import cpu_registers
 
-        monkeypatch.setattr(cpu_model, "host_vector_bits", lambda: 256)
+        monkeypatch.setattr(cpu_registers, "host_vector_bits", lambda: 256)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

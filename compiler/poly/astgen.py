@@ -47,7 +47,7 @@ from compiler.names import NameSupply
 from compiler.options import Options
 from compiler.poly.aliasing import ALIAS_BYTES
 from compiler.poly.colsum import block_column_sums
-from compiler.poly.cpu_model import PANEL_LANES, PANEL_ROWS
+from compiler.poly.cpu_model import PANEL_LANES
 from compiler.poly.lower_expr import (
     I64,
     ExprLowering,
@@ -104,7 +104,7 @@ def _lower_nest(sched: Schedule, nest: Nest, state: _State) -> L.Stmt:
     body = _NestLowering(sched, nest, state).run()
     if nest.alternative is not None and nest.rows is not None:
         dot = _lower_nest(sched, nest.alternative, state)  # with its own swap
-        few = L.Bin(L.BinOp.LT, bound_to_loops(nest.rows.rows), const(PANEL_ROWS, I64))
+        few = L.Bin(L.BinOp.LT, bound_to_loops(nest.rows.rows), const(nest.rows.min_rows, I64))
         narrow = L.Bin(L.BinOp.LT, bound_to_loops(nest.rows.lanes), const(PANEL_LANES, I64))
         return L.If(L.Bin(L.BinOp.OR, few, narrow), dot, body)
     if nest.alternative is not None and nest.larger is not None:

@@ -65,14 +65,15 @@ C32 28^2 M32 3x3 2.3 -> 0.64 ms (torch 0.50); stride-2 conv N8 C16 33^2 M32 3x3
 forward 1.94x -> 0.85x. A unit-stride convolution keeps its lanes along `w`.
 
 Tile sizes follow the vector registers (`Options.vector_bits`, else the host's:
-`host_vector_bits`): a tile keeps `ACCUMULATORS` (8) vectors of partial sums, as many
+`poly.cpu_registers`): a tile keeps `ACCUMULATORS` (8) vectors of partial sums, as many
 as the two FMA units of a core need to hide an FMA's 4-cycle latency. With 256-bit
 vectors (AVX2) that is 4 rows of 16 lanes; with 512-bit ones (AVX-512) 8 rows of 16
 lanes for a convolution (`tile_rows`). A packed panel's tile has two vectors a row (a
-row of one vector loads as often as it multiplies): 4 rows of 16 lanes with AVX2, and
-with AVX-512's 32 registers `PACKED_ACCUMULATORS` (16) vectors, 8 rows of 32 lanes
-(measured, 1 thread, CPU time, float32 matmul 512^3 against NumPy: 1.39x with 4 rows,
-1.13x with 8). A dot-product tile has 16 outputs instead of 8 (`WIDE_DOT_TILE`). With 4 rows of one
+row of one vector loads as often as it multiplies) and more accumulators
+(`packed_vectors`): 12 of AVX2's 16 registers, 6 rows of 16 lanes (Zen 3, matmul 512^3
+against NumPy: 1.56x with 4 rows, 1.27x with 6), and 16 of AVX-512's 32, 8 rows of 32
+lanes (1 thread, CPU time, 512^3 against NumPy: 1.39x with 4 rows, 1.13x with 8). A
+dot-product tile has 16 outputs instead of 8 (`WIDE_DOT_TILE`). With 4 rows of one
 512-bit vector, 4 FMA chains kept the FMA units half busy (measured on an AVX-512
 Xeon, 2 threads, against PyTorch: conv2d N8 C16 32^2 M16 3x3 1.40x -> 1.13x, matmul
 512^3 2.0x -> 1.2x NumPy).
@@ -81,19 +82,18 @@ Transposed panels (`transposed_panels`): a one-loop dot product whose last outpu
 variable `n` some read uses in another subscript than its last (`C(m, n) +=! A(m, k) *
 B(n, k)`) takes matmul's packed order all the same, `poly.pack` copying `B`'s panels
 transposed; its dot tile stays as the run-time alternative for fewer than
-`PANEL_ROWS` rows or `PANEL_LANES` columns (`poly.schedule.RowsCheck`). Compile time: the
+`panel_rows()` rows or `PANEL_LANES` columns (`poly.schedule.RowsCheck`). Compile time: the
 packed nest and the dot tile (with its swapped order) are both built: a linear layer
 `Y(b, o) +=! X(b, i) * W(o, i)` compiled in 2.2 s of CPU time against 0.7 s for the
 dot tile alone (measured, first compile of each, no cache).
 
 Worked example, matmul `C(m, n) +=! A(m, k) * B(k, n)`: memory form, outer `(m,)`,
-inner `(k,)`, innermost `(n,)`, jams `(("m", 4),)`, 16 lanes with AVX2 and 32 with
-AVX-512 (B's panel packed).
+inner `(k,)`, innermost `(n,)`, jams `(("m", 6),)` and 16 lanes with AVX2, `(("m", 8),)`
+and 32 lanes with AVX-512 (B's panel packed).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -103,20 +103,21 @@ from compiler.frontend.ast import Access, Binary, BinOp, Const, Expr, Let, Range
 from compiler.frontend.checked import StmtFacts
 from compiler.frontend.scopes import children, var_uses
 from compiler.options import AUTO, Options
+from compiler.poly.cpu_registers import (
+    ACCUMULATORS,
+    BLOCK,
+    packed_vectors,
+    tile_rows,
+    vector_bits,
+)
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff
 
 UNROLL = 4  # unroll-and-jam factor of the innermost reduction loop
-BLOCK = 4  # register-blocking factor of an output loop
 SHORT = 16  # a constant extent up to this is short
 DOT_TILE = (2, 4)  # jam factors of the last two output loops of a dot-product nest
 WIDE_DOT_TILE = (4, 4)  # the same with 32 vector registers (AVX-512)
 MAX_STRIDE = 4  # the largest stride of a read along a register-tiled loop
 LANES = 16  # register tile width along the innermost loop (poly/regtile.py)
-ACCUMULATORS = 8  # vector accumulators of a register tile: FMA latency x FMA units
-PACKED_ACCUMULATORS = 16  # the same for a packed panel's tile with 32 vector registers
-MAX_BLOCK = 8  # the most rows the model gives a register tile
-MAX_TILE_ELEMENTS = 256  # block x lanes of one register tile (its scalar locals)
-PANEL_ROWS = 256  # transposed panels pay from this many rows (`transposed_panels`)
 PANEL_LANES = 64  # ... and this many columns (`poly.schedule.RowsCheck`)
 
 
@@ -194,42 +195,12 @@ def choose_order(
     if lanes > 1:
         inner = long_innermost(facts)
         if jams:
-            vectors = PACKED_ACCUMULATORS if packed and floats >= 16 else ACCUMULATORS
+            vectors = packed_vectors(floats) if packed else ACCUMULATORS
             jams[-1] = (jams[-1][0], tile_rows(lanes, floats, options.block, vectors))
     unroll = (UNROLL if lanes <= 1 else 1) if options.unroll is None else options.unroll
     if unroll > 1:
         jams.append((inner[-1], unroll))
     return LoopOrder(others, inner, (j,), register=False, jams=tuple(jams), lanes=lanes)
-
-
-def vector_bits(options: Options) -> int:
-    """The vector register width the model sizes tiles for: `Options.vector_bits`, or
-    the host's."""
-    return options.vector_bits if options.vector_bits is not None else host_vector_bits()
-
-
-@functools.cache
-def host_vector_bits() -> int:
-    """512 on a host with AVX-512 (the LLVM back end's functions ask for 512-bit
-    vectors there, `codegen.llvm_emit`), 256 with AVX or AVX2, else 128."""
-    import llvmlite.binding as llvm
-
-    features = llvm.get_host_cpu_features()
-    if features.get("avx512f"):
-        return 512
-    return 256 if features.get("avx") else 128
-
-
-def tile_rows(lanes: int, floats: int, block: int | None, vectors: int = ACCUMULATORS) -> int:
-    """The rows (jammed block) of a register tile `lanes` wide: `Options.block`, else
-    enough rows that the tile has `vectors` vectors of `floats` float32 lanes
-    (BLOCK = 4 rows of 16 lanes with AVX2, 8 with AVX-512: with 4 rows of one 512-bit
-    vector, 4 FMA chains kept the two FMA units half busy; measured, 2 threads,
-    conv2d N8 C16 32^2 M16 3x3 0.41 -> 0.30 ms, torch 0.29); at most
-    `MAX_TILE_ELEMENTS` accumulators in all (a tile's locals nest in the loop IR)."""
-    if block is None:
-        block = min(MAX_BLOCK, max(BLOCK, -(-vectors * floats // lanes)))
-    return max(1, min(block, MAX_TILE_ELEMENTS // lanes))
 
 
 def _packable(
@@ -471,7 +442,7 @@ def transposed_panels(
     contiguous along the reduction `k`), so `poly.pack` copies each panel of it
     transposed (`X.pack[tile, k, lane] = B[n0 + lane, k]`) and the tile reads it like
     matmul's `B(k, n)`; `dot` (the dot tile) is the fallback for fewer than
-    `PANEL_ROWS` rows or `PANEL_LANES` columns. None when the statement has another
+    `panel_rows()` rows or `PANEL_LANES` columns. None when the statement has another
     shape: every read using `n` must use it in one subscript as `n + c`, those with it
     elsewhere than last must use `k` (unit stride, last) and otherwise only output
     variables other than `m` (a batched product's `K(b, j, e)`: the panels are then
@@ -504,8 +475,7 @@ def transposed_panels(
             return None
     floats = vector_bits(options) // 32
     lanes = max(LANES, 2 * floats)
-    vectors = PACKED_ACCUMULATORS if floats >= 16 else ACCUMULATORS
-    rows = tile_rows(lanes, floats, None, vectors)
+    rows = tile_rows(lanes, floats, None, packed_vectors(floats))
     order = (*(v for v in others if v != m), m)
     jams = ((m, rows),)
     return LoopOrder(order, (r,), (j,), register=False, jams=jams, lanes=lanes, fallback=dot)

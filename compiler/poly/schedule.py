@@ -57,6 +57,7 @@ from compiler.options import Options
 from compiler.poly.aliasing import AliasCheck, alias_check
 from compiler.poly.build import PolyStmt, build_statements, tensor_extents
 from compiler.poly.cpu_model import LoopOrder, choose_order, literal_order
+from compiler.poly.cpu_registers import panel_rows
 from compiler.poly.gather import WriteKind, write_kind
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff, params_space
 from compiler.poly.lower_expr import bound_to_loops
@@ -91,11 +92,11 @@ STREAMED = 1 << 18  # elements (1 MiB of float32): more does not stay in L2 besi
 class RowsCheck:
     """When a statement in transposed panels (`cpu_model.transposed_panels`) runs as
     its dot tile instead: its rows (the extent of the row-blocked loop) are fewer than
-    `cpu_model.PANEL_ROWS`, or its lanes (the extent of the panels' columns) fewer than
-    `cpu_model.PANEL_LANES`. With few rows each copied element is read too few times
+    `min_rows` (`cpu_registers.panel_rows`: 256 with AVX-512, 64 with AVX2), or its lanes
+    (the extent of the panels' columns) fewer than `cpu_model.PANEL_LANES`. With few rows each copied element is read too few times
     for the copy and its extra parallel regions to pay; with few lanes most columns
     fall outside the 32-lane tiles. Measured, 2 threads, float32 `A B^T` (M x N x K),
-    dot tile / panels, ms: 512x512x64 0.39 / 0.30, 512x512x256 0.96 / 0.72,
+    dot tile / panels, ms, AVX-512: 512x512x64 0.39 / 0.30, 512x512x256 0.96 / 0.72,
     256x256x64 0.16 / 0.13, 1024x64x64 0.16 / 0.12; but 128x1024x1024 2.23 / 2.45,
     160x256x256 0.25 / 0.33, 1024x16x64 0.06 / 0.45, 512x40x100 0.09 / 0.23. (The rule
     before, rows under 128 or a source of fewer than 2^18 elements, took the dot tile
@@ -103,6 +104,7 @@ class RowsCheck:
 
     rows: Expr
     lanes: Expr
+    min_rows: int
 
 
 @dataclass(frozen=True)
@@ -445,7 +447,8 @@ def _with_fallback(
         accumulate=facts.stmt.op.is_reduction and dot.register,
     )
     fallback = _swapped(fallback, dot, facts, params) or fallback
-    check = RowsCheck(extents[order.outer[-1]], extents[order.innermost[0]])
+    rows = extents[order.outer[-1]]
+    check = RowsCheck(rows, extents[order.innermost[0]], panel_rows(options))
     return dataclasses.replace(main, alternative=fallback, rows=check)
 
 

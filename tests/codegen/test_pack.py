@@ -120,8 +120,8 @@ def test_transposed_panels_match_the_reference(
     dtype: type, seed: int,
 ) -> None:  # fmt: skip
     # `panels`: the run-time test takes the panels for any rows (else the model's:
-    # the dot tile below PANEL_ROWS rows or PANEL_LANES columns, as at these sizes)
-    from compiler.poly import astgen
+    # the dot tile below panel_rows() rows or PANEL_LANES columns, as at these sizes)
+    from compiler.poly import astgen, cpu_registers
 
     rng = np.random.default_rng(seed)
     text = (
@@ -133,7 +133,8 @@ def test_transposed_panels_match_the_reference(
     out = rng.standard_normal((m, n)).astype(dtype) if name == "accumulate" else None
     with pytest.MonkeyPatch.context() as patch:
         if panels:
-            patch.setattr(astgen, "PANEL_ROWS", 1)
+            patch.setattr(cpu_registers, "PANEL_ROWS", 1)
+            patch.setattr(cpu_registers, "PANEL_ROWS_16", 1)
             patch.setattr(astgen, "PANEL_LANES", 1)
         _check(text, arrays, Options(threads=2, tile=tile), out, _PANELS if panels else None)
 
@@ -148,7 +149,7 @@ def test_a_b_transposed_copies_its_panels_transposed() -> None:
     # the copy reads each row of B in order: `k` is its innermost loop
     loops = [lp for lp in find(f.body, L.For) if copy in find(lp, L.Store)]
     assert loops[-1].var == "k"
-    # the dot tile runs instead below PANEL_ROWS rows or PANEL_LANES columns (`RowsCheck`)
+    # the dot tile runs instead below panel_rows() rows or PANEL_LANES columns (`RowsCheck`)
     conditions = [L.print_expr(s.cond) for s in find(f.body, L.If)]
     assert "M - 0 < 256 || N - 0 < 64" in conditions
 
@@ -310,12 +311,13 @@ def test_batched_products_take_transposed_panels_per_batch() -> None:
 def test_batched_transposed_panels_match_the_reference(
     b: int, t: int, e: int, panels: bool, seed: int
 ) -> None:
-    from compiler.poly import astgen
+    from compiler.poly import astgen, cpu_registers
 
     rng = np.random.default_rng(seed)
     arrays = [rng.standard_normal((b, t, e)).astype(np.float32) for _ in range(2)]
     with pytest.MonkeyPatch.context() as patch:
         if panels:
-            patch.setattr(astgen, "PANEL_ROWS", 1)
+            patch.setattr(cpu_registers, "PANEL_ROWS", 1)
+            patch.setattr(cpu_registers, "PANEL_ROWS_16", 1)
             patch.setattr(astgen, "PANEL_LANES", 1)
         _check(BATCHED, arrays, Options(threads=2), None, _PANELS if panels else None)

@@ -196,7 +196,7 @@ def test_a_dot_tile_streams_rows_through_blocks_of_columns() -> None:
 
     f = _lowered(LINEAR, Options())
     # the dot tile: transposed panels' run-time alternative for few rows
-    (dot,) = [s.then for s in _find(f.body, L.If) if "B - 0 < 256" in print_expr(s.cond)]
+    (dot,) = [s.then for s in _find(f.body, L.If) if "B - 0 < 64" in print_expr(s.cond)]
     loops = [lp for lp in _find(dot, L.For) if lp.var in ("o_t", "b_t")]
     # both orders (`poly.schedule.SwapCheck` picks one at run time): the blocks of the
     # inner jammed loop run serially, the rows inside them are the parallel loop

@@ -81,9 +81,9 @@ def test_model_puts_the_unit_stride_output_variable_below_the_reduction() -> Non
     assert init.kind is NestKind.INIT and init.parallel
     assert (nest.outer, nest.inner, nest.innermost) == (("m",), ("k",), ("n",))
     assert nest.parallel and not nest.accumulate
-    # rows of m blocked by 4, n in register tiles of 16 lanes whose panel of B is
-    # packed (poly.pack): the lanes replace k's unroll
-    assert nest.jams == (("m", 4),) and nest.lanes == 16
+    # rows of m blocked by 6 (12 of AVX2's 16 vector registers), n in register tiles
+    # of 16 lanes whose panel of B is packed (poly.pack): the lanes replace k's unroll
+    assert nest.jams == (("m", 6),) and nest.lanes == 16
     assert nest.tiles == (128, 256, 1)
 
 
@@ -91,14 +91,15 @@ def test_model_puts_the_unit_stride_output_variable_below_the_reduction() -> Non
     ("bits", "conv", "matmul", "dot"),
     [
         (128, (("m", 4),), (("m", 4),), (("j", 4), ("i", 2))),
-        (256, (("m", 4),), (("m", 4),), (("j", 4), ("i", 2))),
+        (256, (("m", 4),), (("m", 6),), (("j", 4), ("i", 2))),
         (512, (("m", 8),), (("m", 8),), (("j", 4), ("i", 4))),
     ],
 )
 def test_register_tiles_follow_the_vector_width(bits, conv, matmul, dot) -> None:  # noqa: ANN001
     """8 vector accumulators a tile: 4 rows of 16 lanes (two 256-bit vectors each), 8
-    rows of one 512-bit vector for a convolution; 16 for a packed matmul panel with
-    AVX-512's 32 registers: 8 rows of two (32 lanes);
+    rows of one 512-bit vector for a convolution; for a packed matmul panel 12 of
+    AVX2's 16 registers (6 rows of two 256-bit vectors) and 16 of AVX-512's 32: 8 rows
+    of two (32 lanes);
     16 outputs in a dot-product tile with AVX-512's 32 registers, 8 otherwise."""
     opts = Options(vector_bits=bits)
     _, c = _schedule(CONV, opts).nests
@@ -149,7 +150,7 @@ def test_a_forced_register_tile_keeps_at_most_256_accumulators() -> None:
 
 @pytest.mark.host_vectors
 def test_the_host_vector_width_is_read_once() -> None:
-    from compiler.poly.cpu_model import host_vector_bits, vector_bits
+    from compiler.poly.cpu_registers import host_vector_bits, vector_bits
 
     assert host_vector_bits() in (128, 256, 512)
     assert vector_bits(Options()) == host_vector_bits()

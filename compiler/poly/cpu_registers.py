@@ -1,0 +1,74 @@
+"""The vector registers of the host, as the CPU schedule model sizes register tiles.
+
+Requires: `Options` (its `vector_bits`, else the host's: `host_vector_bits`).
+Ensures:  `vector_bits(options)`, and from it the rows of a register tile
+(`tile_rows`), the accumulators of a packed panel's tile (`packed_vectors`) and the
+fewest rows for which transposed panels pay (`panel_rows`); `poly.cpu_model` and
+`poly.schedule` use them. Each figure is a measurement, named where it is set.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from compiler.options import Options
+
+BLOCK = 4  # register-blocking factor of an output loop
+ACCUMULATORS = 8  # vector accumulators of a register tile: FMA latency x FMA units
+PACKED_ACCUMULATORS = 16  # the same for a packed panel's tile with 32 vector registers
+PACKED_ACCUMULATORS_16 = 12  # ... and with 16 (AVX2): 12 + 2 panel vectors + 1 broadcast
+MAX_BLOCK = 8  # the most rows the model gives a register tile
+MAX_TILE_ELEMENTS = 256  # block x lanes of one register tile (its scalar locals)
+PANEL_ROWS = 256  # transposed panels pay from this many rows (`panel_rows`)
+PANEL_ROWS_16 = 64  # ... with 16 vector registers (AVX2)
+
+
+def vector_bits(options: Options) -> int:
+    """The vector register width the model sizes tiles for: `Options.vector_bits`, or
+    the host's."""
+    return options.vector_bits if options.vector_bits is not None else host_vector_bits()
+
+
+@functools.cache
+def host_vector_bits() -> int:
+    """512 on a host with AVX-512 (the LLVM back end's functions ask for 512-bit
+    vectors there, `codegen.llvm_emit`), 256 with AVX or AVX2, else 128."""
+    import llvmlite.binding as llvm
+
+    features = llvm.get_host_cpu_features()
+    if features.get("avx512f"):
+        return 512
+    return 256 if features.get("avx") else 128
+
+
+def tile_rows(lanes: int, floats: int, block: int | None, vectors: int = ACCUMULATORS) -> int:
+    """The rows (jammed block) of a register tile `lanes` wide: `Options.block`, else
+    enough rows that the tile has `vectors` vectors of `floats` float32 lanes
+    (BLOCK = 4 rows of 16 lanes with AVX2, 8 with AVX-512: with 4 rows of one 512-bit
+    vector, 4 FMA chains kept the two FMA units half busy; measured, 2 threads,
+    conv2d N8 C16 32^2 M16 3x3 0.41 -> 0.30 ms, torch 0.29); at most
+    `MAX_TILE_ELEMENTS` accumulators in all (a tile's locals nest in the loop IR)."""
+    if block is None:
+        block = min(MAX_BLOCK, max(BLOCK, -(-vectors * floats // lanes)))
+    return max(1, min(block, MAX_TILE_ELEMENTS // lanes))
+
+
+def packed_vectors(floats: int) -> int:
+    """The vector accumulators of a packed panel's tile, two vectors a row, for vectors
+    of `floats` float32 lanes: `PACKED_ACCUMULATORS` (16 of AVX-512's 32 registers: 8
+    rows of 32 lanes), `PACKED_ACCUMULATORS_16` (12 of AVX2's 16: 6 rows of 16 lanes;
+    the other 3 hold two panel vectors and a broadcast row element; measured on an AMD
+    EPYC (Zen 3), float32 matmul 512^3 against NumPy, 2 threads 1.56x -> 1.27x, 1
+    thread 1.58x -> 1.18x; 1024^3, 2 threads 1.88x -> 1.69x), else `ACCUMULATORS`."""
+    if floats >= 16:
+        return PACKED_ACCUMULATORS
+    return PACKED_ACCUMULATORS_16 if floats == 8 else ACCUMULATORS
+
+
+def panel_rows(options: Options) -> int:
+    """The fewest rows for which transposed panels pay (`poly.schedule.RowsCheck`):
+    `PANEL_ROWS` with AVX-512; `PANEL_ROWS_16` with AVX2, whose 6-row tile reads each
+    packed element more often for its copy (measured, Zen 3, 2 threads, float32
+    linear+relu against torch, dot tile / panels: 128x512->256 1.77x / 1.34x,
+    64x512->256 1.42x / 1.33x, but 32x1024->1024 0.76x / 0.88x)."""
+    return PANEL_ROWS if vector_bits(options) >= 512 else PANEL_ROWS_16
