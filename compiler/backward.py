@@ -138,22 +138,20 @@ def gradient_kernel(kernel: Kernel) -> Kernel:
 def vjp(kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[Any]) -> tuple[Any, ...]:
     """One gradient per input of `kernel` (None for an integer input): the
     vector-Jacobian product with `grad_outputs`, one array per output."""
-    outputs = kernel.ranged.checked.outputs
-    inputs = kernel.ranged.checked.inputs
+    checked = _Checked.of(kernel)
+    outputs = checked.outputs
     if isinstance(grad_outputs, np.ndarray) or len(grad_outputs) != len(outputs):
         names = ", ".join(t.name for t in outputs)
         raise ShapeError(
             f"grad_outputs= needs one array per output of def '{kernel.name}' ({names})",
             hint="pass grad_outputs=(dO, ...) as a tuple, in output order",
         )
-    from compiler.runtime.cuda_device import array_shape
-
     device = _device_like(kernel, arrays, grad_outputs)
     shapes = kernel.output_shapes(*arrays)
     for info, g in zip(outputs, grad_outputs, strict=True):
         if g is None:
             continue  # a symbolic zero
-        shape = tuple(np.shape(g)) if device is None else array_shape(g)
+        shape = tuple(np.shape(g)) if device is None else _device_shape(g)
         if shape != shapes[info.name]:
             raise ShapeError(
                 f"grad_outputs for '{info.name}' has shape {shape}, expected "
@@ -168,26 +166,58 @@ def vjp(kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[Any]) -> t
         zeros = ()
     backward = _zero_gradient_kernel(kernel, zeros) if zeros else kernel.grad
     grad_outputs = [g for g in grad_outputs if g is not None]
-    params = [t.name for t in backward.ranged.checked.inputs]
-    values = _backward_arguments(kernel, arrays, grad_outputs, params)
+    params = checked.params(backward)
+    values = _backward_arguments(kernel, checked, arrays, grad_outputs, params)
     ordered = list(backward(*values))
     if kernel.backward is not None:
         return tuple(
-            ordered[i] if i < len(ordered) and t.dtype.is_float else None
-            for i, t in enumerate(inputs)
+            ordered[i] if i < len(ordered) and f else None for i, f in enumerate(checked.floats)
         )
     # The derived gradient's outputs start with one gradient per float input, in
     # order (their names come from the name supply: `A_grad`, or `A_grad_1`).
     floats = iter(ordered)
-    return tuple(next(floats) if t.dtype.is_float else None for t in inputs)
+    return tuple(next(floats) if f else None for f in checked.floats)
+
+
+def _device_shape(array: Any) -> tuple[int, ...]:
+    from compiler.runtime.cuda_device import array_shape
+
+    return array_shape(array)
+
+
+class _Checked:
+    """What `vjp` reads of a kernel's checked def (and of its gradient kernels' inputs)
+    on every call, computed once per kernel: `CheckedDef.inputs` and `.outputs` build
+    their tuples anew each time (softmax's vjp on 2x4 spent a fifth of its time there)."""
+
+    __slots__ = ("floats", "inputs", "outputs", "_params")
+
+    def __init__(self, kernel: Kernel) -> None:
+        checked = kernel.ranged.checked
+        self.inputs, self.outputs = checked.inputs, checked.outputs
+        self.floats = tuple(t.dtype.is_float for t in self.inputs)
+        self._params: dict[int, tuple[Kernel, tuple[str, ...]]] = {}
+
+    @staticmethod
+    def of(kernel: Kernel) -> _Checked:
+        found = kernel.__dict__.get("_vjp_checked")
+        if found is None:
+            found = kernel.__dict__["_vjp_checked"] = _Checked(kernel)
+        return found
+
+    def params(self, backward: Kernel) -> tuple[str, ...]:
+        """The names of `backward`'s parameters (kept with the kernel they belong to)."""
+        found = self._params.get(id(backward))
+        if found is None or found[0] is not backward:
+            found = (backward, tuple(t.name for t in backward.ranged.checked.inputs))
+            self._params[id(backward)] = found
+        return found[1]
 
 
 def _device_like(kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[Any]) -> Any:
     """For a vjp on device arrays (a CUDA target; `runtime.cuda_device`'s rule: all
     arrays on the device or none), an array like them to make zeros like; else None."""
-    from compiler.kernel import CUDA_TARGETS
-
-    if kernel.target not in CUDA_TARGETS:
+    if not kernel.target.startswith("cuda"):  # kernel.CUDA_TARGETS (not imported per call)
         return None
     from compiler.runtime.cuda_device import is_device_array, is_torch, uses_device
 
@@ -231,9 +261,12 @@ def _zero_gradient_kernel(kernel: Kernel, zeros: tuple[str, ...]) -> Kernel:
 
 
 def _backward_arguments(
-    kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[Any], params: list[str]
+    kernel: Kernel,
+    checked: _Checked,
+    arrays: Sequence[Any],
+    grad_outputs: Sequence[Any],
+    params: Sequence[str],
 ) -> list[Any]:
-    checked = kernel.ranged.checked
     n_in, n_out = len(checked.inputs), len(checked.outputs)
     needs_outputs = kernel.backward is None and any(t.name in params for t in checked.outputs)
     if kernel.backward is not None:
