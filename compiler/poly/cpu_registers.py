@@ -67,8 +67,8 @@ def packed_vectors(floats: int) -> int:
 
 def panel_rows(options: Options) -> int:
     """The fewest rows for which transposed panels pay (`poly.schedule.RowsCheck`):
-    `PANEL_ROWS` with AVX-512; `PANEL_ROWS_16` with AVX2, whose 6-row tile reads each
-    packed element more often for its copy (measured, Zen 3, 2 threads, float32
-    linear+relu against torch, dot tile / panels: 128x512->256 1.77x / 1.34x,
-    64x512->256 1.42x / 1.33x, but 32x1024->1024 0.76x / 0.88x)."""
-    return PANEL_ROWS if vector_bits(options) >= 512 else PANEL_ROWS_16
+    `PANEL_ROWS_16` with AVX2, whose 6-row tile reads each packed element more often
+    for its copy (measured, Zen 3, 2 threads, float32 linear+relu against torch, dot
+    tile / panels: 128x512->256 1.77x / 1.34x, 64x512->256 1.42x / 1.33x, but
+    32x1024->1024 0.76x / 0.88x); else `PANEL_ROWS` (measured with AVX-512)."""
+    return PANEL_ROWS_16 if vector_bits(options) == 256 else PANEL_ROWS
