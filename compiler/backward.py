@@ -166,7 +166,7 @@ def vjp(kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[Any]) -> t
         zeros = ()
     backward = _zero_gradient_kernel(kernel, zeros) if zeros else kernel.grad
     grad_outputs = [g for g in grad_outputs if g is not None]
-    params = checked.params(backward)
+    params = _Checked.of(backward).params
     values = _backward_arguments(kernel, checked, arrays, grad_outputs, params)
     ordered = list(backward(*values))
     if kernel.backward is not None:
@@ -186,17 +186,18 @@ def _device_shape(array: Any) -> tuple[int, ...]:
 
 
 class _Checked:
-    """What `vjp` reads of a kernel's checked def (and of its gradient kernels' inputs)
-    on every call, computed once per kernel: `CheckedDef.inputs` and `.outputs` build
-    their tuples anew each time (softmax's vjp on 2x4 spent a fifth of its time there)."""
+    """What `vjp` reads of a kernel's checked def on every call (of the forward kernel,
+    and `params` of its gradient kernel), computed once per kernel: `CheckedDef.inputs`
+    and `.outputs` build their tuples anew each time (softmax's vjp on 2x4 spent a
+    fifth of its time there)."""
 
-    __slots__ = ("floats", "inputs", "outputs", "_params")
+    __slots__ = ("floats", "inputs", "outputs", "params")
 
     def __init__(self, kernel: Kernel) -> None:
         checked = kernel.ranged.checked
         self.inputs, self.outputs = checked.inputs, checked.outputs
         self.floats = tuple(t.dtype.is_float for t in self.inputs)
-        self._params: dict[int, tuple[Kernel, tuple[str, ...]]] = {}
+        self.params = tuple(t.name for t in self.inputs)
 
     @staticmethod
     def of(kernel: Kernel) -> _Checked:
@@ -204,14 +205,6 @@ class _Checked:
         if found is None:
             found = kernel.__dict__["_vjp_checked"] = _Checked(kernel)
         return found
-
-    def params(self, backward: Kernel) -> tuple[str, ...]:
-        """The names of `backward`'s parameters (kept with the kernel they belong to)."""
-        found = self._params.get(id(backward))
-        if found is None or found[0] is not backward:
-            found = (backward, tuple(t.name for t in backward.ranged.checked.inputs))
-            self._params[id(backward)] = found
-        return found[1]
 
 
 def _device_like(kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[Any]) -> Any:
