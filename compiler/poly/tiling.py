@@ -26,9 +26,13 @@ panel of the operand indexed by the reduction and innermost variables (matmul's 
 stays in L2 while `OUTER` rows of the output stream through it. The innermost loop is
 not tiled: measured on 512^3 and 1024^3 float32 matmul, a tile of it cost more (spilled
 registers in the inner loop) than it saved; it pays from about 2048^3 on. When the
-nest's register tiles are packed (`poly.pack`), the tiles are `PACKED_OUTER` rows and
-`PACKED_REDUCTION` steps: a 16-lane panel of 256 steps (16 KiB; 32 KiB at 32 lanes)
-stays in L1 beside the rows of A it meets. The threads share each panel (`poly.pack`
+nest's register tiles are packed (`poly.pack`), the tiles are
+`cpu_registers.packed_cache_tile`'s rows and steps (128 rows and 256 steps with
+AVX-512: a 32-lane panel of 32 KiB; 48 and 384 with AVX2: a 16-lane panel of 24 KiB)
+and the rows a multiple of the register tile's (a row tile that is not ran its last
+rows one at a time: AVX2's 6-row tiles in 128 rows, 1 thread, matmul 512^3 against
+NumPy, 1.20x with 128 rows, 1.00x with 126). The panel stays in L1 beside the rows of
+A it meets. The threads share each panel (`poly.pack`
 moves `k_t` outside the parallel row tiles), so the row tile no longer pays for a copy
 (it did: measured, 2 threads, matmul 512^3 against NumPy, each thread copying its own
 panel: 1.36x with 64 rows a tile, 1.16x with 128); shared, 64 and 128 rows ran within
@@ -88,14 +92,13 @@ import islpy as isl
 
 from compiler.frontend.checked import StmtFacts
 from compiler.options import Options
+from compiler.poly import cpu_registers
 from compiler.poly.cpu_model import LoopOrder, short
 
 OUTER = 32  # rows of the last output loop (the register-blocked one) per tile
 COLUMNS = 1024  # a column reduction's strip of the innermost loop (the parallel tiles)
 ROWS = 1024  # a column reduction's block of its first reduction loop (poly.colsum)
 REDUCTION = 128  # the reduction loop's tile
-PACKED_OUTER = 128  # OUTER for packed register tiles: rows per copy of a panel
-PACKED_REDUCTION = 256  # REDUCTION for packed register tiles: a 16-lane panel is 16 KiB
 DOT_COLUMNS = 256  # a dot tile's block of its inner jammed output loop (the rows it streams)
 
 
@@ -122,7 +125,7 @@ def choose_tiles(facts: StmtFacts, order: LoopOrder, options: Options) -> tuple[
     if options.tile is not None:
         sizes = _given(options.tile, len(loops))
     else:
-        sizes = _model(facts, order)
+        sizes = _model(facts, order, options)
     first_reduction = len(order.outer)
     for k in range(first_reduction + 1, first_reduction + len(order.inner)):
         sizes[k] = 1  # a later reduction loop's tile would reorder each element's sum
@@ -165,14 +168,18 @@ def _column_tiles(loops: tuple[str, ...], options: Options) -> tuple[int, ...]:
     return (rows, *[1] * (len(loops) - 2), columns)
 
 
-def _model(facts: StmtFacts, order: LoopOrder) -> list[int]:
+def _model(facts: StmtFacts, order: LoopOrder, options: Options) -> list[int]:
     loops = order.outer + order.inner + order.innermost
     sizes = [1] * len(loops)
     if len(order.inner) != 1 or short(facts, order.innermost[-1]) or short(facts, order.inner[0]):
         return sizes
-    packed = order.lanes > 1  # packed register tiles (poly.pack)
-    sizes[len(order.outer) - 1] = PACKED_OUTER if packed else OUTER
-    sizes[len(order.outer)] = PACKED_REDUCTION if packed else REDUCTION
+    rows, steps = OUTER, REDUCTION
+    if order.lanes > 1:  # packed register tiles (poly.pack)
+        rows, steps = cpu_registers.packed_cache_tile(options)
+        block = dict(order.jams).get(order.outer[-1], 1)
+        rows = max(block, rows // block * block)  # whole register tiles (module doc)
+    sizes[len(order.outer) - 1] = rows
+    sizes[len(order.outer)] = steps
     return sizes
 
 
