@@ -202,11 +202,16 @@ def test_the_model_packs_a_matmul_panel() -> None:
     assert isinstance(rest, L.For) and (rest.var, rest.kind) == ("m_t", L.LoopKind.PARALLEL)
     lets = [s.var for s in find(rows, L.Let)][:2]
     assert lets == ["m_t", "n"]
-    # the tiles' lanes read the panel, never B: B is read by the copy and the remainder
-    for lanes in find(f.body, L.For):
-        if lanes.kind is L.LoopKind.UNROLL:
-            names = {x.buffer.name for x in find(lanes, L.Load)}
-            assert names == {"A", alloc.buffer.name}
+    # the full tiles' lanes read the panel, never B: B is read by the copy and the
+    # remainder (narrower tiles, `poly.regtile.MIN_LANES`, then memory form)
+    reads = {
+        frozenset(x.buffer.name for x in find(lanes, L.Load))
+        for lanes in find(f.body, L.For)
+        if lanes.kind is L.LoopKind.UNROLL
+    }
+    assert reads == {frozenset({"A", alloc.buffer.name}), frozenset({"A", "B"})}
+    tiles = find(rest, L.For)  # the remainder's tiles: 8 then 4 lanes (16 - 8 - 4 = 4)
+    assert sorted({t.step for t in tiles if t.var == "n"}) == [1, 4, 8]
     copies = [s for s in find(f.body, L.Store) if s.buffer.name == alloc.buffer.name]
     assert len(copies) == 1 and {x.buffer.name for x in find(copies[0], L.Load)} == {"B"}
 
@@ -239,8 +244,13 @@ def test_a_read_a_row_apart_for_every_k_is_packed_in_row_panels() -> None:
     assert rows.buffer.shape[1:] == (L.Const(256, L.DType.INT64), L.Const(8, L.DType.INT64))
     unrolled = [u for u in find(f.body, L.For) if u.kind is L.LoopKind.UNROLL]
     loads = {frozenset(x.buffer.name for x in find(u, L.Load)) for u in unrolled}
-    assert loads == {frozenset({rows.buffer.name, "B.pack1"}), frozenset({"A", "B.pack1"})}
-    # (the row blocks read the panel; the remainder rows, single, read A itself)
+    assert loads == {
+        frozenset({rows.buffer.name, "B.pack1"}),
+        frozenset({"A", "B.pack1"}),
+        frozenset({"A", "B"}),
+    }
+    # (the row blocks read the panel; the remainder rows, single, read A itself; the
+    # remainder columns' narrower tiles read A and B)
     # matmul's A(m, k) is contiguous along k: no row panel
     allocs = find(_lowered(MATMUL, Options()).body, L.Alloc)
     assert not [a for a in allocs if ".rows" in a.buffer.name]

@@ -308,3 +308,49 @@ def test_the_clamped_last_tile_gives_the_bits_of_a_full_tile(out_w: int) -> None
     tiles = [lp for lp in _find(lowered.body, L.For) if lp.var == "w" and lp.step == 16]
     assert tiles and all(isinstance(t.body, L.Let) for t in tiles)  # the clamped start
     assert not [s for s in _find(lowered.body, L.Let) if s.var == "w"]  # no second copy
+
+
+MATMUL_ACC = "def mma(float(M, K) A, float(K, N) B) -> (C) { C(m, n) += A(m, k) * B(k, n) }"
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    m=st.sampled_from([1, 2, 5, 7]),
+    k=st.sampled_from([1, 3, 19]),
+    n=st.integers(1, 70),
+    lanes=st.sampled_from([8, 16, 32]),
+    block=st.sampled_from([None, 1, 3]),
+    accumulate=st.booleans(),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**16),
+)
+def test_remainder_columns_in_narrower_tiles_match_the_reference(
+    m: int, k: int, n: int, lanes: int, block: int | None, accumulate: bool, dtype: type,
+    seed: int,
+) -> None:  # fmt: skip
+    # cache tiles of the reduction (`tile`) keep the memory form's remainder: the
+    # columns after the full tiles run in tiles of lanes / 2, lanes / 4, ... down to
+    # `regtile.MIN_LANES`, then one at a time
+    rng = np.random.default_rng(seed)
+    text = MATMUL_ACC if accumulate else MATMUL_ACC.replace("+=", "+=!")
+    if dtype == np.float64:
+        text = text.replace("float(", "double(")
+    arrays = [rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)]
+    out = rng.standard_normal((m, n)).astype(dtype) if accumulate else None
+    options = Options(threads=2, register_tile=lanes, block=block, tile=(4, 2))
+    e, g = reference_and_llvm(text, arrays, options, out)
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    np.testing.assert_allclose(g, e, rtol=tol, atol=tol * max(1.0, float(np.abs(e).max(initial=0))))
+
+
+def test_the_remainder_columns_of_a_row_block_run_in_narrower_tiles() -> None:
+    from compiler.poly import regtile
+
+    f = _lowered(MATMUL_ACC, Options(register_tile=16, block=3, tile=(4, 2)))
+    steps = {lp.step for lp in _find(f.body, L.For) if lp.var == "n"}
+    # (the full tiles of 16 are a packed nest's (row tile, column) pairs: `poly.pack`)
+    assert {1, *(w for w in (8, 4) if w >= regtile.MIN_LANES)} <= steps
+    # the narrower tiles hold the 3 rows' accumulators in registers
+    narrow = [lp for lp in _find(f.body, L.For) if lp.var == "n" and lp.step == 8]
+    locals_ = {x.var for lp in narrow for x in _find(lp, L.Local)}
+    assert len(locals_) == 3 * 8
