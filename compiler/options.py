@@ -37,8 +37,8 @@ CPU schedule fields (the native targets read them; `poly.schedule` applies them,
   most `MAX_TILE_ELEMENTS` (256) accumulators: with a larger block x lanes the
   model lowers the block (to 256 // lanes rows).
 - `vector_bits`: the width of the vector registers the CPU model sizes register tiles
-  for (128, 256 or 512); None (default) reads the host's (512 with AVX-512, 256 with
-  AVX2 or AVX, else 128). Pinning it makes the schedule the same on every host
+  and packed cache tiles for (128, 256 or 512); None (default) reads the host's (512
+  with AVX-512, 256 with AVX2 or AVX, else 128). Pinning it makes the schedule the same on every host
   (`tcc compile --emit loops` shows it).
 - `fuse`: True (default) fuses adjacent loop nests with equal bounds where every
   element's computation stays the same (`compiler/loops/fuse.py`): softmax's row
