@@ -25,7 +25,9 @@ Measured, AVX2 (Zen 3), 2 threads, same process, medians of blocks, float32 1x1
 convolution `O(n, m, h, w) +=! I(n, c, h, w) * W1(m, c)` against torch, memory-form
 remainder / tiles down to 8 / down to 4 lanes: N8 C64 28^2 M128 1.54x / 0.71x / 0.37x
 (16 + 12 columns a row); N8 C64 14^2 M256 9.5x / 4.6x / 2.9x; N8 C32 56^2 M64 0.66x /
-0.33x / 0.34x. Optimised LLVM IR of examples/matmul.tc, 1603 -> 2100 lines.
+0.33x / 0.34x. Optimised LLVM IR of examples/matmul.tc, 1603 -> 2100 lines, of its
+gradient 9527 -> 10477 (cold compile, medians of 5, process CPU time: 0.43 -> 0.58 s,
+the gradient 2.70 -> 3.15 s); examples/conv2d.tc's code is unchanged.
 
 With `identity` (an `op!` statement whose output holds the identity before the nest,
 and no cache tile splits the reduction), the locals start at the identity instead of
@@ -34,14 +36,13 @@ element when the extent is at least `width` (its first lanes recompute, from the
 identity and in the same order, values already stored): the tile loop runs
 `ceil(extent / width)` times, its start clamped (`let j' = min(j, hi - width)`), so
 there is one copy of the tile and no guard inside it; an extent below `width` runs
-in the same clamped tiles of `width / 2` lanes, or narrower (down to `MIN_LANES`, in
-a nest of several targets), else in memory form: a convolution whose output rows are
-narrower than the tile (14 or 7 wide) kept its registers (measured, Zen 3, 2 threads,
-same process, float32 3x3 convolution with bias against torch, memory form / narrower
-tiles: N8 C128 16^2 M128 7.5x / 4.2x, N8 C256 9^2 M256 11.9x / 4.2x, N8 C512 6^2 M512
-10.6x / 3.5x; 30^2 within noise; examples/conv2d.tc's LLVM IR, optimised, 2714 ->
-4065 lines, its gradient's 4909 -> 6755). The innermost reduction loops (the parents
-of the lanes) become `LoopKind.UNROLL`.
+in memory form: narrower clamped tiles there (8, then 4 lanes) ran convolutions with
+output rows of 14, 7 and 4 2-3x faster (Zen 3, 2 threads, float32 3x3 with bias
+against torch: N8 C128 16^2 M128 7.5x -> 4.2x, N8 C256 9^2 M256 11.9x -> 4.2x, N8
+C512 6^2 M512 10.6x -> 3.5x) but doubled the cold compile of every convolution
+(examples/conv2d.tc, medians of 5, process CPU time: 0.64 -> 1.30 s, its gradient 1.47
+-> 2.49 s), so they are not kept. The innermost reduction loops (the parents of the
+lanes) become `LoopKind.UNROLL`.
 
 so a tile of `targets x width` output elements stays in registers for the whole
 reduction (LLVM's SLP vectoriser turns the lanes into vector registers: the
@@ -158,10 +159,7 @@ class _Tiler(L.Mutator):
         end = L.Bin(L.BinOp.ADD, lo, L.Bin(L.BinOp.MUL, tiles, const(width, I64)))
         clamped = L.Min(L.VarRef(self.j), L.Bin(L.BinOp.SUB, hi, const(width, I64)))
         tile = L.Let(base, clamped, body)
-        narrow: L.Stmt = node  # fewer columns than lanes: narrower tiles, or memory form
-        if width // 2 >= MIN_LANES and len(found.targets) > 1:
-            narrow = self._tile(node, width // 2)
-        return L.If(short, narrow, L.For(self.j, lo, end, width, tile))
+        return L.If(short, node, L.For(self.j, lo, end, width, tile))
 
 
 def _split_reduction(stmt: L.Stmt, first: str) -> bool:

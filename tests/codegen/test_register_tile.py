@@ -359,20 +359,3 @@ def test_the_remainder_columns_of_a_row_block_run_in_narrower_tiles() -> None:
     narrow = [lp for lp in _find(f.body, L.For) if lp.var == "n" and lp.step == 8]
     locals_ = {x.var for lp in narrow for x in _find(lp, L.Local)}
     assert len(locals_) == 3 * 8
-
-
-def test_rows_narrower_than_the_tile_run_in_narrower_clamped_tiles() -> None:
-    from compiler.loops.printer import print_expr
-    from compiler.poly import regtile
-
-    f = _lowered(conv_source(1, 1), Options(register_tile=16, block=2))
-    shorts = [s for s in _find(f.body, L.If) if "< 16" in print_expr(s.cond)]
-    assert shorts
-    narrowed = {1, *(w for w in (8, 4) if w >= regtile.MIN_LANES)}
-    for short in shorts:
-        # rows of 8..15 outputs: 8-lane tiles, their last one clamped; of 4..7: 4 lanes
-        # (in the 2-row blocks; the single rows after them keep the memory form)
-        steps = {lp.step for lp in _find(short.then, L.For) if lp.var == "w"}
-        targets = {x.var.rsplit("_", 1)[0] for x in _find(short.otherwise, L.Local)}
-        assert steps == (narrowed if len(targets) > 1 else {1})
-    assert any(len({lp.step for lp in _find(s.then, L.For)}) > 1 for s in shorts)
