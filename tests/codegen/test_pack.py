@@ -210,7 +210,7 @@ def test_the_model_packs_a_matmul_panel() -> None:
         if lanes.kind is L.LoopKind.UNROLL
     }
     assert reads == {frozenset({"A", alloc.buffer.name}), frozenset({"A", "B"})}
-    tiles = find(rest, L.For)  # the remainder's tiles: 8 then 4 lanes (16 - 8 - 4 = 4)
+    tiles = find(rest, L.For)  # the remainder's tiles: 8 lanes, 4 lanes, then single columns
     assert sorted({t.step for t in tiles if t.var == "n"}) == [1, 4, 8]
     copies = [s for s in find(f.body, L.Store) if s.buffer.name == alloc.buffer.name]
     assert len(copies) == 1 and {x.buffer.name for x in find(copies[0], L.Load)} == {"B"}

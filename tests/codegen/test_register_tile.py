@@ -254,7 +254,8 @@ def test_the_channel_loop_runs_innermost_with_the_literal_order_as_alternative()
     from compiler.loops.printer import print_expr
 
     f = _lowered(conv_source(1, 1), Options())
-    # the run-time test on the planes (`poly.aliasing`), not a tile's test for short rows
+    # the run-time test on the planes (`poly.aliasing`): a test on the sizes that picks
+    # one of two tiled nests
     (version,) = [
         s
         for s in _find(f.body, L.If)
