@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -36,10 +36,8 @@ from compiler.frontend.checked import RangedDef
 from compiler.frontend.parser import parse
 from compiler.frontend.printer import print_def
 from compiler.interp.expr import NP_DTYPE
+from compiler.kernel import CUDA_TARGETS, Kernel
 from compiler.options import Options
-
-if TYPE_CHECKING:
-    from compiler.kernel import Kernel
 
 
 class GradForm(enum.Enum):
@@ -210,7 +208,7 @@ class _Checked:
 def _device_like(kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[Any]) -> Any:
     """For a vjp on device arrays (a CUDA target; `runtime.cuda_device`'s rule: all
     arrays on the device or none), an array like them to make zeros like; else None."""
-    if not kernel.target.startswith("cuda"):  # kernel.CUDA_TARGETS (not imported per call)
+    if kernel.target not in CUDA_TARGETS:
         return None
     from compiler.runtime.cuda_device import is_device_array, is_torch, uses_device
 
