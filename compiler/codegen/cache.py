@@ -14,13 +14,15 @@ compiler version and source digest, llvmlite/LLVM/islpy versions, host CPU name
 and features: `environment_key`) gives a different entry. What is stored on disk
 is what a warm load needs to skip isl, lowering and LLVM: the native object code
 (`target_machine.emit_object`, loaded with `ExecutionEngine.add_object_file`: 2-6 ms
-where re-JITting the optimised IR took 50-170 ms), the optimised IR text (zlib) for
+where re-JITting the optimised IR took 50-170 ms; one object file per part of
+`codegen.llvm_split`, one after the other, their sizes in the metadata's
+`"objects"`), the optimised IR text (zlib) for
 `CompiledFunction.ir()`, and JSON metadata (the loop-IR Function, by
 `function_to_json`). Nothing is ever unpickled.
 
 One entry is one file `<key>.tcc`:
 
-    b"TCC-CACHE 2\\n"                                   magic and SCHEMA_VERSION
+    b"TCC-CACHE 3\\n"                                   magic and SCHEMA_VERSION
     {"key": ..., "hmac": ..., "sizes": [m, o, i]}\\n    header (JSON, one line)
     metadata JSON (m bytes) | object code (o bytes) | zlib IR (i bytes)
 
@@ -60,7 +62,7 @@ import threading
 import time
 import warnings
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata as importlib_metadata
@@ -79,13 +81,12 @@ from compiler.codegen.cache_files import (
     read_own_file,
     write_atomically,
 )
-from compiler.codegen.llvm import JitCode
 from compiler.codegen.llvm_emit import symbol
 from compiler.codegen.runtime import CompiledFunction
 from compiler.diagnostics import InternalError, OptionsError
 from compiler.loops import ir as L
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: object code in parts
 MAGIC = b"TCC-CACHE %d\n" % SCHEMA_VERSION
 SUFFIX = ".tcc"
 SECRET_NAME = ".secret"
@@ -524,28 +525,31 @@ def _node(objs: list[L.Node], i: Any) -> L.Node:
 
 
 def compile_to_object(f: L.Function) -> tuple[CompiledFunction, StoredEntry]:
-    """JIT-compile `f` through an object file; returns the code and what to store
-    (metadata `{"function": ...}`; callers may add to it)."""
-    ref = backend.optimise(backend.build_module(f))
-    with backend._LLVM_LOCK:
-        data = bytes(backend._new_target_machine().emit_object(ref))
-    ir_text = str(ref)
-    entry = StoredEntry({"function": function_to_json(f)}, data, ir_text)
-    return load_object(f, data, ir_text), entry
+    """JIT-compile `f` through object files; returns the code and what to store
+    (metadata `{"function": ..., "objects": [sizes]}`; callers may add to it)."""
+    objects = backend.compile_objects(f)
+    sizes = [len(part) for part in objects.parts]
+    meta = {"function": function_to_json(f), "objects": sizes}
+    entry = StoredEntry(meta, b"".join(objects.parts), objects.ir_text)
+    return load_object(f, entry.object_code, objects.ir_text, sizes), entry
 
 
-def load_object(f: L.Function, data: bytes, ir_text: str) -> CompiledFunction:
-    """`f`'s code from the object file `data` (an MCJIT engine of its own)."""
-    with backend._LLVM_LOCK:
-        backend.target_machine()  # initialises LLVM and the math symbols once
-        empty = llvm.parse_assembly("")
-        engine = llvm.create_mcjit_compiler(empty, backend._new_target_machine())
-        engine.add_object_file(llvm.ObjectFileRef.from_data(data))
-        engine.finalize_object()
-        address = engine.get_function_address(symbol(f))
-    if not address:
-        raise CacheFormatError(f"object code has no symbol {symbol(f)}")
-    return CompiledFunction(f, JitCode(engine, empty, address, symbol(f)), ir_text=ir_text)
+def load_object(
+    f: L.Function, data: bytes, ir_text: str, sizes: Sequence[int] | None = None
+) -> CompiledFunction:
+    """`f`'s code from the object files `data`, of the byte `sizes` (None: one file), in
+    an MCJIT engine of its own; a CacheFormatError for bytes that are not that."""
+    sizes = [len(data)] if sizes is None else sizes
+    ok = all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes)
+    if not ok or sum(sizes) != len(data):
+        raise CacheFormatError(f"object sizes {list(sizes)!r} do not divide {len(data)} bytes")
+    starts = [sum(sizes[:k]) for k in range(len(sizes))]
+    parts = [data[a : a + n] for a, n in zip(starts, sizes, strict=True)]
+    try:
+        code = backend.load_objects(f, parts, ir_text)
+    except InternalError:
+        raise CacheFormatError(f"object code has no symbol {symbol(f)}") from None
+    return CompiledFunction(f, code)
 
 
 __all__ = [

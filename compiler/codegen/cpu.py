@@ -34,11 +34,15 @@ class CpuTarget:
         return ()
 
     def compile(self, function: Function, options: Any) -> Artefact:
-        ref = backend.optimise(backend.build_module(function))
-        return Artefact(self.name, function, backend.object_code(ref), {"ir": str(ref)})
+        objects = backend.compile_objects(function)
+        sizes = [len(part) for part in objects.parts]
+        meta = {"ir": objects.ir_text, "objects": sizes}
+        return Artefact(self.name, function, b"".join(objects.parts), meta)
 
     def load(self, artefact: Artefact) -> CompiledFunction:
-        return load_object(artefact.function, artefact.code, str(artefact.metadata.get("ir", "")))
+        meta = artefact.metadata
+        sizes = meta.get("objects")
+        return load_object(artefact.function, artefact.code, str(meta.get("ir", "")), sizes)
 
 
 CPU_TARGET = register_target(CpuTarget())

@@ -20,7 +20,9 @@ a Select whose sides read memory branches, so the load not taken never happens;
 integer division guards zero and INT_MIN/-1 (Halide's x/0 == 0, never a trap);
 booleans are i1 in registers and i8 in memory; Alloc calls calloc/free.
 The module gets the host's triple and data layout and is optimised at O3 with loop and
-SLP vectorisation by the new pass builder.
+SLP vectorisation by the new pass builder, in parts on threads: each outlined loop body
+is compiled to an object file of its own, and one MCJIT engine links the objects
+(`codegen.llvm_split`, `compile_objects` / `load_objects`).
 
 Example: `For(i, 0, N, 1, Store(C, (i,), A[i] + 1.0f), parallel)` becomes a function
 `tcc.f.i.work(A, C, N, first, last)` whose loop O3 vectorises to `<16 x float>` adds,
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import ctypes.util
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -38,6 +41,7 @@ from llvmlite import ir
 
 from compiler.codegen.llvm_emit import FunctionEmitter, symbol
 from compiler.codegen.llvm_math import LIBM_SYMBOLS, load_vector_math
+from compiler.codegen.llvm_split import Objects, compile_parts
 from compiler.diagnostics import InternalError
 from compiler.loops import (
     Function,
@@ -94,6 +98,11 @@ def _check_libm() -> None:
 
 def build_module(f: Function) -> ir.Module:
     """The unoptimised llvmlite module holding `f` (verified first)."""
+    return _build(f)[0]
+
+
+def _build(f: Function) -> tuple[ir.Module, list[ir.Function]]:
+    """`build_module(f)` and its outlined loop bodies (`codegen.llvm_split`)."""
     verify(f)
     module = ir.Module(name=f.name)
     tm = target_machine()
@@ -102,7 +111,7 @@ def build_module(f: Function) -> ir.Module:
     emitter = FunctionEmitter(module, f)
     emitter.emit()
     _objects_entry(module, f, emitter.fn)
-    return module
+    return module, emitter.outlined
 
 
 def objects_symbol(f: Function) -> str:
@@ -130,36 +139,43 @@ def _objects_entry(module: ir.Module, f: Function, entry: ir.Function) -> None:
     entry.attributes.add("noinline")  # one copy of the kernel's code, not two
 
 
+def pass_builder(tm: llvm.TargetMachine) -> llvm.PassBuilder:
+    """O3 with loop and SLP vectorisation, unrolling and interleaving, for `tm`."""
+    with _LLVM_LOCK:
+        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pto.loop_unrolling = True
+        pto.loop_interleaving = True
+        return llvm.create_pass_builder(tm, pto)
+
+
 def optimise(module: ir.Module) -> llvm.ModuleRef:
-    """Parse, verify and optimise (O3, loop + SLP vectorisation) a module."""
+    """Parse, verify and optimise (`pass_builder`) a module, as one part."""
     with _LLVM_LOCK:
         tm = target_machine()
         ref = llvm.parse_assembly(str(module))
         ref.triple = tm.triple
         ref.data_layout = str(tm.target_data)
         ref.verify()
-        pto = llvm.create_pipeline_tuning_options(speed_level=3)
-        pto.loop_vectorization = True
-        pto.slp_vectorization = True
-        pto.loop_unrolling = True
-        pto.loop_interleaving = True
-        pb = llvm.create_pass_builder(tm, pto)
+        pb = pass_builder(tm)
         pb.getModulePassManager().run(ref, pb)
         ref.verify()
         return ref
 
 
 def emit_llvm(f: Function, *, optimised: bool = True) -> str:
-    """The LLVM IR text of `f`, optimised unless asked otherwise."""
-    module = build_module(f)
-    return str(optimise(module)) if optimised else str(module)
+    """The LLVM IR text of `f`, optimised unless asked otherwise: what runs, the parts of
+    `codegen.llvm_split` one after the other."""
+    if optimised:
+        return compile_objects(f).ir_text
+    return str(build_module(f))
 
 
-def object_code(ref: llvm.ModuleRef) -> bytes:
-    """The native object file of an optimised module (what `ExecutionEngine.add_object_file`
-    loads)."""
-    with _LLVM_LOCK:
-        return bytes(_new_target_machine().emit_object(ref))
+def compile_objects(f: Function) -> Objects:
+    """The object files of `f`'s parts, compiled on threads (`codegen.llvm_split`)."""
+    target_machine()
+    return compile_parts(*_build(f))
 
 
 @dataclass(frozen=True)
@@ -167,23 +183,31 @@ class JitCode:
     """Machine code for one Function: keep `engine` alive while `address` is called."""
 
     engine: llvm.ExecutionEngine
-    module: llvm.ModuleRef
     address: int
     symbol: str
+    ir_text: str  # the optimised LLVM IR it was compiled from
 
 
-def jit(f: Function) -> JitCode:
-    """Compile `f` to machine code in this process."""
-    module = optimise(build_module(f))
+def load_objects(f: Function, parts: Sequence[bytes], ir_text: str) -> JitCode:
+    """`f`'s code from its object files (one MCJIT engine of their own); a RuntimeError
+    from LLVM for bytes that are no object file."""
     with _LLVM_LOCK:
-        target_machine()
+        target_machine()  # initialises LLVM and the math symbols once
         # The engine takes ownership of (and frees) its target machine: give it its own.
-        engine = llvm.create_mcjit_compiler(module, _new_target_machine())
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _new_target_machine())
+        for data in parts:
+            engine.add_object_file(llvm.ObjectFileRef.from_data(data))
         engine.finalize_object()
         address = engine.get_function_address(symbol(f))
     if not address:
         raise InternalError(f"LLVM backend: no code for {f.name}")
-    return JitCode(engine, module, address, symbol(f))
+    return JitCode(engine, address, symbol(f), ir_text)
+
+
+def jit(f: Function) -> JitCode:
+    """Compile `f` to machine code in this process."""
+    objects = compile_objects(f)
+    return load_objects(f, objects.parts, objects.ir_text)
 
 
 def compile_function(f: Function) -> object:

@@ -165,10 +165,15 @@ class FunctionEmitter:
         self.threads: ir.Value = ir.Constant(I64, 1)  # the entry's thread count argument
         self.launch: ir.Value | None = None  # its launcher argument (None: run serially)
         self.lanes = Lanes(self)  # register tiles' accumulators as vectors (llvm_lanes)
+        # the outlined loop bodies (`work` functions, codegen.llvm_parallel) of the whole
+        # module, shared with every fork: each is compiled as a part of its own (llvm_split)
+        self.outlined: list[ir.Function] = []
 
     def fork(self, fn: ir.Function) -> FunctionEmitter:
         """An emitter for another function `fn` of the same module."""
-        return type(self)(self.module, self.f, fn)
+        sub = type(self)(self.module, self.f, fn)
+        sub.outlined = self.outlined
+        return sub
 
     def emit(self) -> None:
         f, args = self.f, self.fn.args

@@ -4,8 +4,8 @@ Requires: a FunctionEmitter (`codegen.llvm_emit`) positioned at a `parallel` For
 no Local enclosing it (`codegen.cpu_parallel` demotes such loops to serial).
 Ensures: the loop runs over its whole range, split across threads when that pays.
 
-A parallel loop `for i in [lo, hi) step s: body` becomes two internal functions and a
-decision in the caller:
+A parallel loop `for i in [lo, hi) step s: body` becomes two functions and a decision
+in the caller (`work` is compiled as a part of its own, `codegen.llvm_split`):
 
     work(ptr noalias buf..., <captured values>..., i64 first, i64 last)
         for i in [first, last) step s: body             -- the loop itself
@@ -163,6 +163,7 @@ def _work_function(em: Any, loop: For, captured: _Captures) -> ir.Function:
     fn.attributes.add("noinline")
     for arg, _ in zip(fn.args, captured.buffers, strict=False):
         arg.add_attribute("noalias")
+    em.outlined.append(fn)
     sub = em.fork(fn)
     captured.bind(em, sub, list(fn.args[:-2]))
     first, last = fn.args[-2], fn.args[-1]

@@ -98,10 +98,9 @@ def live_functions() -> int:
 class CompiledFunction:
     """Machine code for a loop-IR Function, callable on NumPy arrays."""
 
-    def __init__(self, f: Function, code: JitCode, *, ir_text: str | None = None) -> None:
+    def __init__(self, f: Function, code: JitCode) -> None:
         self.function = f
         self.code = code  # holds the MCJIT engine: the address is valid while it lives
-        self._ir_text = ir_text  # code loaded from an object file has no module to print
         nbuf = len(f.buffers)
         sizes = [ctypes.c_int64] * (len(f.size_params) + 1)
         argtypes = [ctypes.c_void_p] * nbuf + sizes
@@ -153,7 +152,7 @@ class CompiledFunction:
 
     def ir(self) -> str:
         """The optimised LLVM IR this function was compiled from."""
-        return self._ir_text if self._ir_text is not None else str(self.code.module)
+        return self.code.ir_text
 
 
 def _data_offset() -> int:

@@ -234,7 +234,10 @@ def _load(cache: CompileCache, key: str) -> tuple[_Cached, CompiledFunction] | N
         f = function_from_json(stored.metadata["function"])
         checks = tuple(_check_entry(c) for c in stored.metadata["checks"])
         notes = tuple(str(n) for n in stored.metadata.get("notes", ()))
-        compiled = load_object(f, stored.object_code, stored.ir_text)
+        sizes = stored.metadata["objects"]
+        if not isinstance(sizes, list):
+            raise CacheFormatError("object sizes are not a list")
+        compiled = load_object(f, stored.object_code, stored.ir_text, sizes)
     except (CacheFormatError, InternalError, KeyError, TypeError, ValueError, RuntimeError) as err:
         logging.getLogger("compiler.cache").debug("compile cache: entry %s unusable: %s", key, err)
         return None

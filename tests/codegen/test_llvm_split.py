@@ -1,0 +1,161 @@
+"""A module compiled in parts on threads (`codegen.llvm_split`): one object file per
+outlined loop body plus one for the rest, linked by one engine into the same program;
+the same bytes on any number of threads; parts stored in and loaded from the cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from llvmlite import ir
+
+import compiler
+from compiler import pipeline
+from compiler.codegen import cache as C
+from compiler.codegen import llvm as backend
+from compiler.codegen import llvm_split
+from compiler.codegen.runtime import compile_function
+from compiler.diagnostics import InternalError
+from compiler.options import Options
+from compiler.runtime.native import TARGET, get_target, prepare
+
+# three statements, each its own parallel loop nest; the reduction register-tiled
+SRC = """
+def f(float(N, K) A, float(K, M) B) -> (C, D, E) {
+    C(n, m) +=! A(n, k) * B(k, m)
+    D(n, m) = exp(C(n, m)) + 1.0
+    E(n) +=! D(n, m)
+}
+"""
+
+
+def _function(src: str = SRC) -> compiler.loops.Function:
+    k = compiler.define(src, cache=False)
+    return prepare(get_target(TARGET), pipeline.lower(k.ranged, Options()).function, Options())
+
+
+def _inputs(n: int, k: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(n * 100 + m)
+    a = rng.standard_normal((n, k)).astype(np.float32) / 4
+    b = rng.standard_normal((k, m)).astype(np.float32) / 4
+    return a, b
+
+
+def test_each_outlined_loop_body_is_a_part_of_its_own() -> None:
+    module, outlined = backend._build(_function())
+    assert len(outlined) >= 3  # a work function per parallel loop nest
+    texts = llvm_split.part_texts(module, outlined)
+    assert len(texts) == 1 + len(outlined)
+    for fn, text in zip(outlined, texts[1:], strict=True):
+        defined = [line for line in text.splitlines() if line.startswith("define")]
+        assert len(defined) == 1 and f'@"{fn.name}"' in defined[0]
+        assert "internal" not in defined[0]  # reached from part 0's object
+    entry = [line for line in texts[0].splitlines() if line.startswith("define")]
+    assert not any(f'@"{fn.name}"(' in line for line in entry for fn in outlined)
+    assert f'declare void @"{outlined[0].name}"' in texts[0]
+    assert str(module).count("define") == sum(t.count("\ndefine") for t in texts)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (7, 3, 5), (33, 17, 40), (2, 1, 13)])
+def test_the_linked_parts_compute_what_the_reference_does(shape: tuple[int, int, int]) -> None:
+    ref = compiler.define(SRC, target="interp")
+    k = compiler.define(SRC, cache=False)
+    a, b = _inputs(*shape)
+    for got, want in zip(k(a, b), ref(a, b), strict=True):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)
+
+
+def test_the_object_code_does_not_depend_on_the_thread_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    f = _function()
+    monkeypatch.setattr(llvm_split, "COMPILE_THREADS", 1)
+    serial = backend.compile_objects(f)
+    monkeypatch.setattr(llvm_split, "COMPILE_THREADS", 4)
+    threaded = backend.compile_objects(f)
+    assert len(serial.parts) > 1 and serial.parts == threaded.parts
+    assert serial.ir_text == threaded.ir_text
+
+
+def test_the_locked_path_compiles_the_same_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    f = _function()
+    unlocked = backend.compile_objects(f)
+    monkeypatch.setattr(llvm_split, "_unlocked", lambda: None)  # an llvmlite without them
+    assert backend.compile_objects(f).parts == unlocked.parts
+
+
+def test_concurrent_compiles_on_threads_agree() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    f = _function()
+    want = backend.compile_objects(f).parts
+    with ThreadPoolExecutor(3) as pool:
+        found = list(pool.map(lambda _: backend.compile_objects(f).parts, range(6)))
+    assert all(parts == want for parts in found)
+
+
+def test_printed_llvm_ir_holds_every_part_optimised() -> None:
+    f = _function()
+    text = backend.emit_llvm(f)
+    _, outlined = backend._build(f)
+    for fn in outlined:
+        assert f"define void @{fn.name}(" in text or f'define void @"{fn.name}"(' in text
+    assert "x float>" in text  # vectorised
+
+
+def test_a_module_with_a_mutable_global_is_not_split() -> None:
+    module, outlined = backend._build(_function())
+    g = ir.GlobalVariable(module, ir.IntType(64), "tcc.counter")
+    g.initializer = ir.Constant(ir.IntType(64), 0)
+    with pytest.raises(InternalError, match="repeats global tcc.counter"):
+        llvm_split.part_texts(module, outlined)
+
+
+def test_the_cache_stores_the_parts_and_loads_them(tmp_path: Path) -> None:
+    cache = C.CompileCache(tmp_path)
+    k = compiler.define(SRC, cache=cache)
+    (path,) = sorted(tmp_path.glob("*.tcc"))
+    stored = C.decode_entry(path.read_bytes(), path.stem, (tmp_path / ".secret").read_bytes())
+    sizes = stored.metadata["objects"]
+    assert len(sizes) > 1 and sum(sizes) == len(stored.object_code)
+    again = compiler.define(SRC, cache=C.CompileCache(tmp_path))  # from disk
+    a, b = _inputs(9, 5, 11)
+    for got, want in zip(again(a, b), k(a, b), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("sizes", [[], [1], [-5, 10**9], "12", [True, 3], None])
+def test_object_sizes_that_do_not_divide_the_code_are_a_miss(
+    tmp_path: Path, sizes: object
+) -> None:
+    cache = C.CompileCache(tmp_path)
+    compiler.define(SRC, cache=cache)
+    (path,) = sorted(tmp_path.glob("*.tcc"))
+    secret = (tmp_path / ".secret").read_bytes()
+    stored = C.decode_entry(path.read_bytes(), path.stem, secret)
+    metadata = dict(stored.metadata)
+    if sizes is None:
+        del metadata["objects"]
+    else:
+        metadata["objects"] = sizes
+    bad = C.StoredEntry(metadata, stored.object_code, stored.ir_text)
+    path.write_bytes(C.encode_entry(bad, path.stem, secret))
+    k = compiler.define(SRC, cache=C.CompileCache(tmp_path))  # rebuilt, no error
+    a, b = _inputs(4, 3, 2)
+    ref = compiler.define(SRC, target="interp")
+    for got, want in zip(k(a, b), ref(a, b), strict=True):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)
+    rebuilt = C.decode_entry(path.read_bytes(), path.stem, secret)
+    assert rebuilt.metadata["objects"] == stored.metadata["objects"]
+
+
+def test_load_object_refuses_sizes_that_do_not_add_up() -> None:
+    f = _function()
+    objects = backend.compile_objects(f)
+    data = b"".join(objects.parts)
+    with pytest.raises(C.CacheFormatError, match="do not divide"):
+        C.load_object(f, data, "", [len(data) - 1])
+    good = C.load_object(f, data, objects.ir_text, [len(p) for p in objects.parts])
+    assert good.ir() == objects.ir_text
+    assert compile_function(f).ir()  # the uncached path prints its parts too
