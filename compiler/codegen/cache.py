@@ -527,9 +527,11 @@ def _node(objs: list[L.Node], i: Any) -> L.Node:
 def compile_to_object(f: L.Function) -> tuple[CompiledFunction, StoredEntry]:
     """JIT-compile `f` through object files; returns the code and what to store
     (metadata `{"function": ..., "objects": [sizes]}`; callers may add to it)."""
-    objects = backend.compile_objects(f)
+    compiling = backend.start_objects(f)
+    function = function_to_json(f)  # while LLVM runs on its threads
+    objects = compiling.result()
     sizes = [len(part) for part in objects.parts]
-    meta = {"function": function_to_json(f), "objects": sizes}
+    meta = {"function": function, "objects": sizes}
     entry = StoredEntry(meta, b"".join(objects.parts), objects.ir_text)
     return load_object(f, entry.object_code, objects.ir_text, sizes), entry
 

@@ -41,7 +41,7 @@ from llvmlite import ir
 
 from compiler.codegen.llvm_emit import FunctionEmitter, symbol
 from compiler.codegen.llvm_math import LIBM_SYMBOLS, load_vector_math
-from compiler.codegen.llvm_split import Objects, compile_parts
+from compiler.codegen.llvm_split import Compiling, Objects, start_parts
 from compiler.diagnostics import InternalError
 from compiler.loops import (
     Function,
@@ -174,8 +174,13 @@ def emit_llvm(f: Function, *, optimised: bool = True) -> str:
 
 def compile_objects(f: Function) -> Objects:
     """The object files of `f`'s parts, compiled on threads (`codegen.llvm_split`)."""
+    return start_objects(f).result()
+
+
+def start_objects(f: Function) -> Compiling:
+    """`compile_objects(f)` started: its `result()` waits for the threads."""
     target_machine()
-    return compile_parts(*_build(f))
+    return start_parts(*_build(f))
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +67,13 @@ class Objects:
 
 def part_texts(module: ir.Module, outlined: Sequence[ir.Function]) -> list[str]:
     """The LLVM IR of each part of `module` (see the module doc); part 0 first."""
+    with closing(_printed(module, outlined)) as printed:
+        return [text for _, text in sorted(printed)]
+
+
+def _printed(module: ir.Module, outlined: Sequence[ir.Function]) -> Iterator[tuple[int, str]]:
+    """(number, LLVM IR) of each part, the largest (in instructions) first: a part's
+    text is printed by hiding the other parts' bodies, and restored after."""
     for g in module.globals.values():
         if isinstance(g, ir.GlobalVariable) and not (
             g.global_constant or g.name == "llvm.compiler.used"
@@ -74,36 +82,65 @@ def part_texts(module: ir.Module, outlined: Sequence[ir.Function]) -> list[str]:
     defined = [g for g in module.globals.values() if isinstance(g, ir.Function) and g.blocks]
     alone = {id(g) for g in outlined}
     parts = [[g for g in defined if id(g) not in alone], *([g] for g in outlined)]
+    sizes = [sum(len(b.instructions) for g in part for b in g.blocks) for part in parts]
     for g in outlined:
         g.linkage = ""  # called from part 0
     saved = [(g, g.blocks, g.linkage) for g in defined]
-    texts = []
     try:
-        for part in parts:
-            here = {id(g) for g in part}
+        for k in sorted(range(len(parts)), key=lambda k: -sizes[k]):
+            here = {id(g) for g in parts[k]}
             for g, blocks, linkage in saved:
                 g.blocks = blocks if id(g) in here else []
                 g.linkage = linkage if id(g) in here else ""  # a declaration has no linkage
-            texts.append(str(module))
+            yield k, str(module)
     finally:
         for g, blocks, linkage in saved:
             g.blocks, g.linkage = blocks, linkage
-    return texts
+
+
+class Compiling:
+    """The parts of one module on their way to object files (`start_parts`)."""
+
+    def __init__(self, module: ir.Module, outlined: Sequence[ir.Function]) -> None:
+        count = 1 + len(outlined)
+        threads = min(COMPILE_THREADS, count)
+        unlocked = _unlocked() if threads > 1 else None
+        self._done: list[tuple[bytes, str]] | None = None
+        self._futures: list[tuple[int, Future[tuple[bytes, str]]]] = []
+        self._pool: ThreadPoolExecutor | None = None
+        with closing(_printed(module, outlined)) as printed:
+            if unlocked is None:
+                self._done = [d for _, d in sorted((k, _compile(t, None)) for k, t in printed)]
+                return
+            self._pool = ThreadPoolExecutor(threads, thread_name_prefix="tcc-llvm")
+            try:  # each part starts while the next is printed (the GIL is free in LLVM)
+                for k, text in printed:
+                    self._futures.append((k, self._pool.submit(_compile, text, unlocked)))
+            except BaseException:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+                raise
+
+    def result(self) -> Objects:
+        """Wait for every part; their object files and IR (LLVM's errors raised here)."""
+        if self._done is None:
+            assert self._pool is not None
+            try:
+                found = sorted((k, f.result()) for k, f in self._futures)
+            finally:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+            self._done = [d for _, d in found]
+        return Objects(tuple(d for d, _ in self._done), "\n".join(t for _, t in self._done))
+
+
+def start_parts(module: ir.Module, outlined: Sequence[ir.Function]) -> Compiling:
+    """Print the parts of `module` and start compiling them on threads (see the module
+    doc); the caller may work meanwhile, then call `result()`."""
+    return Compiling(module, outlined)
 
 
 def compile_parts(module: ir.Module, outlined: Sequence[ir.Function]) -> Objects:
     """Optimise and compile each part of `module` (see the module doc)."""
-    texts = part_texts(module, outlined)
-    threads = min(COMPILE_THREADS, len(texts))
-    unlocked = _unlocked()
-    if threads <= 1 or unlocked is None:
-        done = [_compile(text, None) for text in texts]
-    else:
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))  # longest first
-        with ThreadPoolExecutor(threads, thread_name_prefix="tcc-llvm") as pool:
-            found = list(pool.map(lambda i: _compile(texts[i], unlocked), order))
-        done = [found[order.index(i)] for i in range(len(texts))]
-    return Objects(tuple(d for d, _ in done), "\n".join(t for _, t in done))
+    return start_parts(module, outlined).result()
 
 
 def _unlocked() -> tuple[Any, Any] | None:
@@ -150,4 +187,4 @@ def _compile(text: str, unlocked: tuple[Any, Any] | None) -> tuple[bytes, str]:
             ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
 
 
-__all__ = ["COMPILE_THREADS", "Objects", "compile_parts", "part_texts"]
+__all__ = ["COMPILE_THREADS", "Compiling", "Objects", "compile_parts", "part_texts", "start_parts"]
