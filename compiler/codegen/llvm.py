@@ -75,11 +75,12 @@ def target_machine() -> llvm.TargetMachine:
         return _TARGET[0]
 
 
-def _new_target_machine() -> llvm.TargetMachine:
+def _new_target_machine(opt: int = 3) -> llvm.TargetMachine:
+    """The host's target machine, its code generation at level `opt` (0-3)."""
     return llvm.Target.from_default_triple().create_target_machine(
         cpu=llvm.get_host_cpu_name(),
         features=llvm.get_host_cpu_features().flatten(),
-        opt=3,
+        opt=opt,
         jit=True,
     )
 

@@ -21,6 +21,12 @@ through a stub); in every other part each function is a declaration, and the mod
 metadata and its `llvm.compiler.used` list are repeated (only the references matter).
 A part would repeat a global variable too, so one that is not a constant is refused.
 
+A part without loops (part 0 where every loop is outlined: the entry's size checks, grain
+estimates and thread records, and the thunks) runs a few hundred instructions per call;
+its machine code is made at LLVM's codegen level 0 (fast instruction selection and
+register allocation) after the same O3 pipeline: the conv2d gradient's part 0 took 24
+instead of 100 ms to emit. A part with a loop is emitted at level 3.
+
 Threads: llvmlite wraps every call into LLVM in one process-wide lock; LLVM compiles
 modules of distinct LLVMContexts concurrently. Each part gets its own context, target
 machine and pass builder, made under the lock; the two long calls (the pass pipeline,
@@ -68,12 +74,42 @@ class Objects:
 def part_texts(module: ir.Module, outlined: Sequence[ir.Function]) -> list[str]:
     """The LLVM IR of each part of `module` (see the module doc); part 0 first."""
     with closing(_printed(module, outlined)) as printed:
-        return [text for _, text in sorted(printed)]
+        return [text for _, (text, _) in sorted(printed)]
 
 
-def _printed(module: ir.Module, outlined: Sequence[ir.Function]) -> Iterator[tuple[int, str]]:
-    """(number, LLVM IR) of each part, the largest (in instructions) first: a part's
-    text is printed by hiding the other parts' bodies, and restored after."""
+def _has_loop(fn: ir.Function) -> bool:
+    """Whether the control flow graph of `fn` has a cycle (a depth-first search meets
+    a block on its own path)."""
+    if not fn.blocks:
+        return False
+    successors = {
+        id(b): [id(op) for op in (b.terminator.operands if b.terminator else ()) if isinstance(op, ir.Block)]
+        for b in fn.blocks
+    }
+    on_path: set[int] = set()
+    done: set[int] = set()
+    stack = [(id(fn.blocks[0]), iter(successors[id(fn.blocks[0])]))]
+    on_path.add(stack[0][0])
+    while stack:
+        block, rest = stack[-1]
+        nxt = next(rest, None)
+        if nxt is None:
+            stack.pop()
+            on_path.discard(block)
+            done.add(block)
+        elif nxt in on_path:
+            return True
+        elif nxt not in done:
+            on_path.add(nxt)
+            stack.append((nxt, iter(successors[nxt])))
+    return False
+
+
+def _printed(
+    module: ir.Module, outlined: Sequence[ir.Function]
+) -> Iterator[tuple[int, tuple[str, bool]]]:
+    """(number, (LLVM IR, has loops)) of each part, the largest (in instructions) first:
+    a part's text is printed by hiding the other parts' bodies, and restored after."""
     for g in module.globals.values():
         if isinstance(g, ir.GlobalVariable) and not (
             g.global_constant or g.name == "llvm.compiler.used"
@@ -92,7 +128,7 @@ def _printed(module: ir.Module, outlined: Sequence[ir.Function]) -> Iterator[tup
             for g, blocks, linkage in saved:
                 g.blocks = blocks if id(g) in here else []
                 g.linkage = linkage if id(g) in here else ""  # a declaration has no linkage
-            yield k, str(module)
+            yield k, (str(module), any(_has_loop(g) for g in parts[k]))
     finally:
         for g, blocks, linkage in saved:
             g.blocks, g.linkage = blocks, linkage
@@ -110,12 +146,14 @@ class Compiling:
         self._pool: ThreadPoolExecutor | None = None
         with closing(_printed(module, outlined)) as printed:
             if unlocked is None:
-                self._done = [d for _, d in sorted((k, _compile(t, None)) for k, t in printed)]
+                done = sorted((k, _compile(t, loops, None)) for k, (t, loops) in printed)
+                self._done = [d for _, d in done]
                 return
             self._pool = ThreadPoolExecutor(threads, thread_name_prefix="tcc-llvm")
             try:  # each part starts while the next is printed (the GIL is free in LLVM)
-                for k, text in printed:
-                    self._futures.append((k, self._pool.submit(_compile, text, unlocked)))
+                for k, (text, loops) in printed:
+                    job = self._pool.submit(_compile, text, loops, unlocked)
+                    self._futures.append((k, job))
             except BaseException:
                 self._pool.shutdown(wait=True, cancel_futures=True)
                 raise
@@ -155,17 +193,18 @@ def _unlocked() -> tuple[Any, Any] | None:
     return found[0], found[1]
 
 
-def _compile(text: str, unlocked: tuple[Any, Any] | None) -> tuple[bytes, str]:
+def _compile(text: str, loops: bool, unlocked: tuple[Any, Any] | None) -> tuple[bytes, str]:
     """One part's object file and optimised IR; with `unlocked`, the long calls outside
-    every lock (the caller runs parts on threads)."""
+    every lock (the caller runs parts on threads). A part without `loops` gets LLVM's
+    fast instruction selection and register allocation (module doc)."""
     from compiler.codegen.llvm import _LLVM_LOCK, _new_target_machine, pass_builder
 
     with _LLVM_LOCK:
         context = llvm.create_context()
         ref = llvm.parse_assembly(text, context=context)
         ref.verify()
-        tm = _new_target_machine()
-        pb = pass_builder(tm)
+        pb = pass_builder(_new_target_machine())
+        tm = _new_target_machine(3 if loops else 0)
         mpm = pb.getModulePassManager()
         if unlocked is None:
             mpm.run(ref, pb)

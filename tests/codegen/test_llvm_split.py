@@ -19,6 +19,7 @@ from compiler.codegen.runtime import compile_function
 from compiler.diagnostics import InternalError
 from compiler.options import Options
 from compiler.runtime.native import TARGET, get_target, prepare
+from tests.codegen.kit import F32, buf, func, load, loop, out, store
 
 # three statements, each its own parallel loop nest; the reduction register-tiled
 SRC = """
@@ -159,3 +160,22 @@ def test_load_object_refuses_sizes_that_do_not_add_up() -> None:
     good = C.load_object(f, data, objects.ir_text, [len(p) for p in objects.parts])
     assert good.ir() == objects.ir_text
     assert compile_function(f).ir()  # the uncached path prints its parts too
+
+
+def test_only_parts_without_loops_get_the_fast_code_generator() -> None:
+    rows = "def g(float(N, M) A) -> (D, E) {\n    D(n, m) = exp(A(n, m)) + 1.0\n    E(n) +=! D(n, m)\n}"
+    module, outlined = backend._build(_function(rows))
+    entry = module.globals["tcc.g"]
+    assert outlined and not llvm_split._has_loop(entry)  # every loop outlined
+    assert all(llvm_split._has_loop(fn) for fn in outlined)
+    # SRC's packed matmul launches its packing loop once per block of a serial loop
+    module, _ = backend._build(_function())
+    assert llvm_split._has_loop(module.globals["tcc.f"])
+    # a serial loop stays in the entry: part 0 has a loop then
+    A, Out = buf("A", F32, "N"), out("O", F32, "N")
+    f = func("serial", [A, Out], "N", loop("i", 0, "N", store(Out, ("i",), load(A, "i"))))
+    module, outlined = backend._build(f)
+    assert outlined == [] and llvm_split._has_loop(module.globals[backend.symbol(f)])
+    a = np.arange(5, dtype=np.float32)
+    got = compile_function(f)({"A": a, "O": np.zeros(5, np.float32)}, {"N": 5})["O"]
+    np.testing.assert_array_equal(got, a)
