@@ -83,7 +83,11 @@ def _has_loop(fn: ir.Function) -> bool:
     if not fn.blocks:
         return False
     successors = {
-        id(b): [id(op) for op in (b.terminator.operands if b.terminator else ()) if isinstance(op, ir.Block)]
+        id(b): [
+            id(op)
+            for op in (b.terminator.operands if b.terminator else ())
+            if isinstance(op, ir.Block)
+        ]
         for b in fn.blocks
     }
     on_path: set[int] = set()
@@ -220,7 +224,10 @@ def _compile(text: str, loops: bool, unlocked: tuple[Any, Any] | None) -> tuple[
             raise InternalError(f"LLVM backend: no object code: {error}")
     with _LLVM_LOCK:
         try:
-            start, size = ffi.lib.LLVMPY_GetBufferStart(buffer), ffi.lib.LLVMPY_GetBufferSize(buffer)
+            start, size = (
+                ffi.lib.LLVMPY_GetBufferStart(buffer),
+                ffi.lib.LLVMPY_GetBufferSize(buffer),
+            )
             return ctypes.string_at(start, size), optimised
         finally:
             ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)

@@ -127,9 +127,7 @@ def test_the_cache_stores_the_parts_and_loads_them(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("sizes", [[], [1], [-5, 10**9], "12", [True, 3], None])
-def test_object_sizes_that_do_not_divide_the_code_are_a_miss(
-    tmp_path: Path, sizes: object
-) -> None:
+def test_object_sizes_that_do_not_divide_the_code_are_a_miss(tmp_path: Path, sizes: object) -> None:
     cache = C.CompileCache(tmp_path)
     compiler.define(SRC, cache=cache)
     (path,) = sorted(tmp_path.glob("*.tcc"))
