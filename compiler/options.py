@@ -42,7 +42,10 @@ CPU schedule fields (the native targets read them; `poly.schedule` applies them,
   (`tcc compile --emit loops` shows it).
 - `fuse`: True (default) fuses adjacent loop nests with equal bounds where every
   element's computation stays the same (`compiler/loops/fuse.py`): softmax's row
-  maximum, sum and normalisation run as one parallel loop over rows; False keeps one
+  maximum, sum and normalisation run as one parallel loop over rows; and it computes a
+  pointwise statement inside a later reduction's nest over the same domain
+  (`compiler/poly/schedule.py`, companions: the gradient of `C(i) +=! exp(A(i, j)) *
+  b(j)` reads `A` and computes `exp` once for `A_grad` and `b_grad`); False keeps one
   nest per statement (`tcc compile --emit loops` shows either).
 - `gather`: what the gather pass does with an affine scatter (a gradient's
   `I_grad(n, c, 2 * h + kh, 2 * w + kw) += ...`): `"full"` rewrites every one as a

@@ -305,6 +305,7 @@ def _dump_schedule(sched: Any) -> str:
     lines = []
     for nest in sched.nests:
         marks = [m for m in ("parallel", "accumulate", "snapshot") if getattr(nest, m)]
+        marks += [f"companion S{c.index}" for c in nest.companions]
         lines.append(
             f"nest {nest.kind.name.lower()} S{nest.index}: outer ({', '.join(nest.outer)}) "
             f"inner ({', '.join(nest.inner)}){' ' + ' '.join(marks) if marks else ''}"

@@ -465,6 +465,15 @@ class _NestLowering:
         if self.nest.kind is NestKind.INIT:
             index = tuple(values[n] for n in self.nest.outer)
             return L.Store(self.target, index, identity(self.facts.stmt.op, self.target.dtype))
+        own = self._statement(values)
+        if not self.nest.companions:  # pointwise statements of the domain (poly.companions)
+            return own
+        others = [_NestLowering(self.sched, c, self.state) for c in self.nest.companions]
+        return L.Block((*(c._statement(values, fresh=True) for c in others), own))
+
+    def _statement(self, values: Mapping[str, L.Expr], *, fresh: bool = False) -> L.Stmt:
+        """This nest's statement at the instance `values` (its loop variables); `fresh`:
+        a companion's, whose `op!` starts from the identity here, not from memory."""
         low = self._lowering(values)
         stmt = self.facts.stmt
         lets = [(c.name, low.value(c.value)) for c in stmt.where if isinstance(c, Let)]
@@ -476,6 +485,9 @@ class _NestLowering:
             )
         elif stmt.op is AssignOp.ASSIGN:
             effect = L.Store(self.target, index, value)
+        elif fresh and stmt.op.init:
+            start = identity(stmt.op, self.target.dtype)
+            effect = L.Store(self.target, index, combine(stmt.op, start, value))
         else:
             effect = L.Store(
                 self.target, index, combine(stmt.op, L.Load(self.target, index), value)

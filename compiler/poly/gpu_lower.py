@@ -37,7 +37,8 @@ from compiler.poly.astgen import Lowered, lower_schedule
 from compiler.poly.gather import remaining_scatters, scatter_to_gather
 from compiler.poly.schedule import schedule
 
-GPU_SCHEDULE = Options(innermost=None, unroll=1, block=1, tile=())
+# one nest per statement (no companions, poly.schedule): each becomes its own phase
+GPU_SCHEDULE = Options(innermost=None, unroll=1, block=1, tile=(), fuse=False)
 
 
 @dataclass(frozen=True)

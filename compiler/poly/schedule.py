@@ -27,7 +27,9 @@ per loop nest, in execution order, each with its isl domain and two bands:
   (`compiler/poly/tiling.py` chooses them and builds the tile band);
 - a register-tiled statement whose reduction runs its long variable innermost carries
   its literal-order twin as `Nest.alternative`, lowered too and run instead when the
-  run-time test `Nest.alias` holds (`compiler/poly/aliasing.py`).
+  run-time test `Nest.alias` holds (`compiler/poly/aliasing.py`);
+- with `Options.fuse`, a pointwise statement that a later memory-form reduction over
+  the same domain can host runs inside that nest (`Nest.companions`, `poly.companions`).
 
 `context` holds what the sizes are known to satisfy when the code runs: every size
 >= 1, and every output extent >= 0 (a negative extent is a ShapeError at call time).
@@ -136,6 +138,9 @@ class Nest:
     larger: SwapCheck | None = None
     # or, for transposed panels, the dot tile, run instead when `RowsCheck` holds
     rows: RowsCheck | None = None
+    # pointwise statements over the same domain, computed at each instance of this one
+    # (`poly.companions`)
+    companions: tuple[Nest, ...] = ()
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -172,6 +177,10 @@ def schedule(ranged: RangedDef, options: Options | None = None) -> Schedule:
     nests: list[Nest] = []
     for poly, facts in zip(build_statements(ranged), _ranged_facts(ranged), strict=True):
         nests.extend(_nests_of(poly, facts, extents, params, context, options))
+    if options.fuse:
+        from compiler.poly.companions import with_companions  # it reads this module's Nest
+
+        nests = with_companions(nests, context)
     return Schedule(ranged, tuple(nests), context, tuple(extents.items()))
 
 
