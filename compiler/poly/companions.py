@@ -13,7 +13,8 @@ twice; in one nest LLVM computes the shared terms once.
 The pointwise statement P: `=` or `+=!`, no reduction variables, its left-hand side
 its domain's variables, one nest (no `Init`), every access proven in bounds. The
 host R: a later memory-form reduction (not in a register, no register tile, no
-alternative, no snapshot, every access proven) whose domain equals P's (isl, the
+alternative, no snapshot, every access proven; parallel if P's nest is) whose domain
+equals P's (isl, the
 variables matched by name). P moves from its place to R's: no nest from P's place
 to R (R included) may read or write P's output, or write what P reads. Each domain
 point runs once in R's nest, so P's stores stay those of its own nest; the value
@@ -86,6 +87,7 @@ def _host_of(nests: list[Nest], k: int, context: isl.Set) -> int | None:
             and bool(n.facts.reduction_vars)
             and not n.accumulate
             and n.lanes <= 1
+            and (n.parallel or not p.parallel)
             and _plain_nest(n)
         )
         if host and _same_domain(p.domain, n.domain, context):

@@ -78,6 +78,11 @@ def test_the_pointwise_gradient_runs_in_the_column_reduction_nest() -> None:
             "    B(i, j) = A(i, j) * C(j)\n    C(j) += A(i, j) where i in 0:M\n}",
             "the host writes what the pointwise statement reads",
         ),
+        (
+            "def f(float(M, N) A) -> (B, C) {\n    B(i, j) = A(i, j) * 2.0\n"
+            "    C(i + j) +=! A(i, j)\n}",
+            "a serial host (a scatter) for a parallel statement",
+        ),
     ],
 )
 def test_no_companion_where_it_is_not_allowed(src: str, why: str) -> None:
