@@ -30,6 +30,7 @@ Worked example, matmul `C(m, n) +=! A(m, k) * B(k, n)`:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -47,6 +48,7 @@ from compiler.names import NameSupply
 from compiler.options import Options
 from compiler.poly.aliasing import ALIAS_BYTES
 from compiler.poly.colsum import block_column_sums
+from compiler.poly.companions import companion_versions
 from compiler.poly.cpu_model import PANEL_LANES
 from compiler.poly.lower_expr import (
     I64,
@@ -55,6 +57,7 @@ from compiler.poly.lower_expr import (
     bound_to_loops,
     cast,
     const,
+    copy_nest,
     dtype_of,
 )
 from compiler.poly.pack import pack_tiles
@@ -102,6 +105,10 @@ def lower_schedule(sched: Schedule) -> Lowered:
 def _lower_nest(sched: Schedule, nest: Nest, state: _State) -> L.Stmt:
     """One nest's loops; with an alternative, both under the run-time alias test."""
     body = _NestLowering(sched, nest, state).run()
+    if nest.companions:  # and the nests apart, for too few parallel iterations
+        apart = [_lower_nest(sched, c, state) for c in nest.companions]
+        plain = _lower_nest(sched, dataclasses.replace(nest, companions=()), state)
+        return companion_versions(body, L.Block((*apart, plain)), state.sizes)
     if nest.alternative is not None and nest.rows is not None:
         dot = _lower_nest(sched, nest.alternative, state)  # with its own swap
         few = L.Bin(L.BinOp.LT, bound_to_loops(nest.rows.rows), const(nest.rows.min_rows, I64))
@@ -575,18 +582,6 @@ def identity(op: AssignOp, dtype: L.DType) -> L.Const:
         return const(base is AssignOp.MIN, dtype)
     info = np.iinfo(dtype.np)
     return const(int(info.max if base is AssignOp.MIN else info.min), dtype)
-
-
-def copy_nest(source: L.Buffer, dest: L.Buffer) -> L.Stmt:
-    """Serial loops copying `source` into `dest` (a snapshot); the loop variables
-    `s0, s1, ...` skip the names of the sizes in the shape (`s0_1` for a size `s0`)."""
-    supply = NameSupply(set().union(*(L.var_names(e) for e in source.shape)))
-    names = [supply.fresh(f"s{k}") for k in range(len(source.shape))]
-    index = tuple(L.VarRef(n) for n in names)
-    body: L.Stmt = L.Store(dest, index, L.Load(source, index))
-    for name, extent in reversed(list(zip(names, source.shape, strict=True))):
-        body = L.For(name, const(0, I64), extent, 1, body)
-    return body
 
 
 __all__ = [

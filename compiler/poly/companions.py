@@ -20,6 +20,14 @@ to R (R included) may read or write P's output, or write what P reads. Each doma
 point runs once in R's nest, so P's stores stay those of its own nest; the value
 is P's expression, `0 + x` for `+=!` as in its own nest.
 
+The fused nest runs only where its first parallel loop has `COMPANION_MIN_TRIPS`
+iterations or more; otherwise the statements run apart, as without companions
+(`companion_versions`: both are lowered, under a run-time test of the sizes). A column
+sum's parallel loop is its strips of 1024 columns: a bias gradient with 256 columns
+has one strip, and its companion, alone a parallel nest over rows, would run on one
+thread inside it. On a host with more cores than strips the fused nest still uses
+one thread a strip.
+
 Worked example: the gradient of `C(i) +=! exp(A(i, j)) * b(j)` (4096^2 float32, 2
 threads) read `A` twice and computed `exp` twice; with `A_grad` a companion of the
 column sum `b_grad`, its strips compute both.
@@ -31,9 +39,12 @@ import dataclasses
 
 import islpy as isl
 
+from compiler import loops as L
 from compiler.frontend.ast import Access, AssignOp, Var
 from compiler.frontend.checked import StmtFacts
 from compiler.frontend.visit import walk
+from compiler.loops.ir import walk_stmts
+from compiler.poly.lower_expr import I64, const
 from compiler.poly.schedule import Nest, NestKind
 
 
@@ -122,4 +133,25 @@ def _canonical(s: isl.Set, context: isl.Set) -> isl.Set:
     return moved.intersect_params(context.align_params(moved.get_space()))
 
 
-__all__ = ["with_companions"]
+COMPANION_MIN_TRIPS = 2  # parallel iterations the fused nest needs, else the nests apart
+
+
+def companion_versions(fused: L.Stmt, apart: L.Stmt, sizes: frozenset[str]) -> L.Stmt:
+    """`fused` (a host with its companions) when its first parallel loop has at least
+    COMPANION_MIN_TRIPS iterations, else `apart` (the same statements, a nest each).
+    A column sum's strips are its parallel loop: with 1024 columns or fewer it has one
+    strip and would run its companions on one thread. Just `apart` when that loop's
+    bounds are not sizes alone."""
+    loop = next((n for n in walk_stmts(fused) if _parallel(n)), None)
+    if loop is None or not L.var_names(loop.lo, loop.hi) <= sizes:
+        return apart
+    span = L.Bin(L.BinOp.SUB, loop.hi, loop.lo)
+    enough = L.Bin(L.BinOp.GE, span, const(loop.step * (COMPANION_MIN_TRIPS - 1) + 1, I64))
+    return L.If(enough, fused, apart)
+
+
+def _parallel(n: L.Node) -> bool:
+    return isinstance(n, L.For) and n.kind is L.LoopKind.PARALLEL
+
+
+__all__ = ["COMPANION_MIN_TRIPS", "companion_versions", "with_companions"]

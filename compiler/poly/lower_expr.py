@@ -50,6 +50,7 @@ from compiler.frontend.ast import (
     Var,
 )
 from compiler.frontend.types import INDEX_TYPE, call_type, promote
+from compiler.names import NameSupply
 
 I64 = L.DType.INT64
 
@@ -315,4 +316,26 @@ _CMP = {
     CmpOp.GE: L.BinOp.GE,
 }
 
-__all__ = ["ExprLowering", "ReadCheck", "bound_to_loops", "cast", "const", "dtype_of", "euclid"]
+
+def copy_nest(source: L.Buffer, dest: L.Buffer) -> L.Stmt:
+    """Serial loops copying `source` into `dest` (a snapshot); the loop variables
+    `s0, s1, ...` skip the names of the sizes in the shape (`s0_1` for a size `s0`)."""
+    supply = NameSupply(set().union(*(L.var_names(e) for e in source.shape)))
+    names = [supply.fresh(f"s{k}") for k in range(len(source.shape))]
+    index = tuple(L.VarRef(n) for n in names)
+    body: L.Stmt = L.Store(dest, index, L.Load(source, index))
+    for name, extent in reversed(list(zip(names, source.shape, strict=True))):
+        body = L.For(name, const(0, I64), extent, 1, body)
+    return body
+
+
+__all__ = [
+    "ExprLowering",
+    "ReadCheck",
+    "bound_to_loops",
+    "cast",
+    "const",
+    "copy_nest",
+    "dtype_of",
+    "euclid",
+]

@@ -41,11 +41,16 @@ def _companions(src: str) -> dict[str, list[str]]:
 def test_the_pointwise_gradient_runs_in_the_column_reduction_nest() -> None:
     assert _companions(EXPMV_GRAD) == {"b_grad": ["A_grad"]}
     f = pipeline.lower(compiler.define(EXPMV_GRAD, target="interp").ranged, Options())
-    text = L.print_function(f.function)
+    init, versions = f.function.body.stmts  # type: ignore[attr-defined]
+    assert isinstance(versions, L.If)  # fused with 2 strips or more, else apart
+    assert L.print_expr(versions.cond) == "floordiv(N - 1, 1024) + 1 - 0 >= 2"
+    fused = L.print_stmt(versions.then)
     # both statements at each row of the 4-row jam and of its remainder loop
-    assert text.count("exp(A[i, j])") == 2 * 2 and text.count("exp(A[i + 3, j])") == 2
-    # A_grad has no nest of its own: every store to it sits beside a store to the strip
-    assert "parallel for (i = 0" not in text
+    assert fused.count("exp(A[i, j])") == 2 * 2 and fused.count("exp(A[i + 3, j])") == 2
+    assert fused.count("parallel for") == 1
+    apart = versions.otherwise
+    assert isinstance(apart, L.Block) and len(apart.stmts) == 2  # A_grad's nest, b_grad's
+    assert L.print_stmt(apart.stmts[0]).startswith("parallel for (i = 0")
     no_fuse = _nests(EXPMV_GRAD, Options(fuse=False))
     assert not any(n.companions for n in no_fuse)
 
@@ -126,7 +131,7 @@ def test_companions_match_the_reference_and_the_unfused_nests(m: int, n: int, se
 
 def test_a_companion_keeps_the_sign_of_zero_the_reference_gives() -> None:
     src = EXPMV_GRAD.replace("float(", "double(")
-    arrays = _arrays(9, 5, 1, np.float64)
+    arrays = _arrays(9, 1031, 1, np.float64)  # two strips: the fused nest runs
     arrays[2][:] = -0.0  # every A_grad term is -0.0, and 0 + -0.0 is +0.0
     want = compiler.define(src, target="interp")(*arrays)
     fused = compiler.define(src, cache=False)(*arrays)
