@@ -28,9 +28,10 @@ has one strip, and its companion, alone a parallel nest over rows, would run on 
 thread inside it. On a host with more cores than strips the fused nest still uses
 one thread a strip.
 
-Worked example: the gradient of `C(i) +=! exp(A(i, j)) * b(j)` (4096^2 float32, 2
-threads) read `A` twice and computed `exp` twice; with `A_grad` a companion of the
-column sum `b_grad`, its strips compute both.
+Worked example: the gradient of `C(i) +=! exp(A(i, j)) * b(j)` read `A` twice and
+computed `exp` twice; with `A_grad` a companion of the column sum `b_grad`, each strip
+of 1024 columns computes both, and its `vjp` at 4096^2 (float32, 2 threads, Zen 3)
+went 24.3-24.6 -> 19.3-19.8 ms.
 """
 
 from __future__ import annotations
