@@ -86,13 +86,14 @@ def _plain_nest(n: Nest) -> bool:
 
 
 def _host_of(nests: list[Nest], k: int, context: isl.Set) -> int | None:
-    """The nest that can host `nests[k]` (see `_with_companions`), or None."""
+    """The nest that can host `nests[k]` (see `with_companions`), or None."""
     p = nests[k]
     reads = _tensors_read(p.facts)
     for m in range(k + 1, len(nests)):
         n = nests[m]
-        if p.target in _tensors_read(n.facts) or n.target in (p.target, *reads):
-            return None
+        for s in (n, *n.companions):  # a companion runs where its host does
+            if p.target in _tensors_read(s.facts) or s.target in (p.target, *reads):
+                return None
         host = (
             n.kind is NestKind.STMT
             and n.facts.stmt.op.is_reduction

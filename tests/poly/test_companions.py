@@ -151,3 +151,16 @@ def test_the_expsum_gradient_through_vjp_matches_the_reference() -> None:
     want = compiler.define(src, target="interp").vjp(a, b, grad_outputs=(g,))
     for x, y in zip(got, want, strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
+
+
+def test_a_statement_read_on_the_way_stays_in_place_and_results_hold() -> None:
+    # B would join C's nest, but D reads B on the way: B stays; D (last) joins C
+    src = (
+        "def f(float(M, N) A) -> (B, D, C) {\n    B(i, j) = exp(A(i, j))\n"
+        "    D(i, j) = B(i, j) * 2.0\n    C(j) +=! A(i, j) where i in 0:M\n}"
+    )
+    assert _companions(src) == {"B": [], "C": ["D"]}
+    a = _arrays(5, 1031, 2)[0]
+    want = compiler.define(src, target="interp")(a)
+    for got, w in zip(compiler.define(src, cache=False)(a), want, strict=True):
+        np.testing.assert_allclose(got, w, rtol=2e-5, atol=1e-4)
