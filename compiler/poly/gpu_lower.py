@@ -37,7 +37,7 @@ from compiler.poly.astgen import Lowered, lower_schedule
 from compiler.poly.gather import remaining_scatters, scatter_to_gather
 from compiler.poly.schedule import schedule
 
-# one nest per statement (no companions, poly.schedule): each becomes its own phase
+# one nest per statement (no companions, poly.companions): each becomes its own phase
 GPU_SCHEDULE = Options(innermost=None, unroll=1, block=1, tile=(), fuse=False)
 
 
