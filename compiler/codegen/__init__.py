@@ -5,7 +5,7 @@ arrays (`runtime`). Imports only `compiler.loops`."""
 
 from __future__ import annotations
 
-from compiler.codegen.llvm import build_module, emit_llvm, jit, optimise, target_machine
+from compiler.codegen.llvm import build_module, emit_llvm, jit, target_machine
 from compiler.codegen.runtime import CompiledFunction, compile_function, run_chunks
 
 __all__ = [
@@ -14,7 +14,6 @@ __all__ = [
     "compile_function",
     "emit_llvm",
     "jit",
-    "optimise",
     "run_chunks",
     "target_machine",
 ]

@@ -530,10 +530,10 @@ def compile_to_object(f: L.Function) -> tuple[CompiledFunction, StoredEntry]:
     compiling = backend.start_objects(f)
     function = function_to_json(f)  # while LLVM runs on its threads
     objects = compiling.result()
-    sizes = [len(part) for part in objects.parts]
-    meta = {"function": function, "objects": sizes}
-    entry = StoredEntry(meta, b"".join(objects.parts), objects.ir_text)
-    return load_object(f, entry.object_code, objects.ir_text, sizes), entry
+    entry = StoredEntry(
+        {"function": function, "objects": objects.sizes}, objects.code, objects.ir_text
+    )
+    return load_object(f, objects.code, objects.ir_text, objects.sizes), entry
 
 
 def load_object(

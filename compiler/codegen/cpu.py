@@ -35,9 +35,8 @@ class CpuTarget:
 
     def compile(self, function: Function, options: Any) -> Artefact:
         objects = backend.compile_objects(function)
-        sizes = [len(part) for part in objects.parts]
-        meta = {"ir": objects.ir_text, "objects": sizes}
-        return Artefact(self.name, function, b"".join(objects.parts), meta)
+        meta = {"ir": objects.ir_text, "objects": objects.sizes}
+        return Artefact(self.name, function, objects.code, meta)
 
     def load(self, artefact: Artefact) -> CompiledFunction:
         meta = artefact.metadata

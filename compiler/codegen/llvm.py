@@ -151,20 +151,6 @@ def pass_builder(tm: llvm.TargetMachine) -> llvm.PassBuilder:
         return llvm.create_pass_builder(tm, pto)
 
 
-def optimise(module: ir.Module) -> llvm.ModuleRef:
-    """Parse, verify and optimise (`pass_builder`) a module, as one part."""
-    with _LLVM_LOCK:
-        tm = target_machine()
-        ref = llvm.parse_assembly(str(module))
-        ref.triple = tm.triple
-        ref.data_layout = str(tm.target_data)
-        ref.verify()
-        pb = pass_builder(tm)
-        pb.getModulePassManager().run(ref, pb)
-        ref.verify()
-        return ref
-
-
 def emit_llvm(f: Function, *, optimised: bool = True) -> str:
     """The LLVM IR text of `f`, optimised unless asked otherwise: what runs, the parts of
     `codegen.llvm_split` one after the other."""

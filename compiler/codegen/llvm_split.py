@@ -70,6 +70,16 @@ class Objects:
     parts: tuple[bytes, ...]
     ir_text: str
 
+    @property
+    def sizes(self) -> list[int]:
+        """The byte size of each part: `code` split back into the parts."""
+        return [len(part) for part in self.parts]
+
+    @property
+    def code(self) -> bytes:
+        """The parts one after the other (what the compile cache stores)."""
+        return b"".join(self.parts)
+
 
 def part_texts(module: ir.Module, outlined: Sequence[ir.Function]) -> list[str]:
     """The LLVM IR of each part of `module` (see the module doc); part 0 first."""
@@ -207,8 +217,8 @@ def _compile(text: str, loops: bool, unlocked: tuple[Any, Any] | None) -> tuple[
         context = llvm.create_context()
         ref = llvm.parse_assembly(text, context=context)
         ref.verify()
-        pb = pass_builder(_new_target_machine())
         tm = _new_target_machine(3 if loops else 0)
+        pb = pass_builder(tm if loops else _new_target_machine())  # O3 tuned for level 3
         mpm = pb.getModulePassManager()
         if unlocked is None:
             mpm.run(ref, pb)

@@ -41,7 +41,7 @@ import dataclasses
 import islpy as isl
 
 from compiler import loops as L
-from compiler.frontend.ast import Access, AssignOp, Var
+from compiler.frontend.ast import Access, AssignOp, Expr, Let, Var
 from compiler.frontend.checked import StmtFacts
 from compiler.frontend.visit import walk
 from compiler.loops.ir import walk_stmts
@@ -109,9 +109,14 @@ def _host_of(nests: list[Nest], k: int, context: isl.Set) -> int | None:
 
 
 def _tensors_read(facts: StmtFacts) -> set[str]:
+    """Every tensor the statement names: its reads on the right, in its where clauses
+    and in its left-hand side's subscripts (`E(B(i, 0)) +=! ...` reads `B`), and its
+    output (a superset of its reads, which is all the moves need)."""
     stmt = facts.stmt
-    nodes = [stmt.rhs, *stmt.where]
-    return {n.name for node in nodes for n in walk(node) if isinstance(n, Access)}
+    exprs: list[Expr] = [stmt.lhs, stmt.rhs]
+    for c in stmt.where:
+        exprs += [c.value] if isinstance(c, Let) else [c.expr, c.lo, c.hi]
+    return {n.name for e in exprs for n in walk(e) if isinstance(n, Access)}
 
 
 def _same_domain(a: isl.Set, b: isl.Set, context: isl.Set) -> bool:

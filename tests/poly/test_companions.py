@@ -88,6 +88,17 @@ def test_the_pointwise_gradient_runs_in_the_column_reduction_nest() -> None:
             "    C(i + j) +=! A(i, j)\n}",
             "a serial host (a scatter) for a parallel statement",
         ),
+        (
+            "def f(float(M, N) A, int32(M) idx) -> (B, float(M) E, C) {\n"
+            "    B(i, j) = idx(i) + int32(A(i, j))\n    E(B(i, 0)) +=! A(i, 0) where i in 0:M\n"
+            "    C(j) +=! A(i, j) where i in 0:M\n}",
+            "a nest on the way reads the pointwise output in a subscript of its left side",
+        ),
+        (
+            "def f(float(M, N) A) -> (B, D, C) {\n    B(i, j) = A(i, j) * 2.0\n"
+            "    D(i) +=! t where t = B(i, j)\n    C(j) +=! A(i, j) where i in 0:M\n}",
+            "a nest on the way reads the pointwise output in a let",
+        ),
     ],
 )
 def test_no_companion_where_it_is_not_allowed(src: str, why: str) -> None:
