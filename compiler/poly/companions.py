@@ -41,7 +41,7 @@ import dataclasses
 import islpy as isl
 
 from compiler import loops as L
-from compiler.frontend.ast import Access, AssignOp, Expr, Let, Var
+from compiler.frontend.ast import Access, AssignOp, Exists, Expr, Let, RangeConstraint, Var
 from compiler.frontend.checked import StmtFacts
 from compiler.frontend.visit import walk
 from compiler.loops.ir import walk_stmts
@@ -115,8 +115,12 @@ def _tensors_read(facts: StmtFacts) -> set[str]:
     stmt = facts.stmt
     exprs: list[Expr] = [stmt.lhs, stmt.rhs]
     for c in stmt.where:
-        exprs += [c.value] if isinstance(c, Let) else [c.expr, c.lo, c.hi]
+        exprs += [c.value] if isinstance(c, Let) else [c.expr, *_bounds(c)]
     return {n.name for e in exprs for n in walk(e) if isinstance(n, Access)}
+
+
+def _bounds(c: RangeConstraint | Exists) -> list[Expr]:
+    return [c.lo, c.hi] if isinstance(c, RangeConstraint) else []
 
 
 def _same_domain(a: isl.Set, b: isl.Set, context: isl.Set) -> bool:
