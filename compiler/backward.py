@@ -112,6 +112,7 @@ def gradient_kernel(kernel: Kernel) -> Kernel:
     from compiler.kernel import Kernel, define_ranged
 
     cache = getattr(kernel, "cache", True)
+    cache = False if cache is None else cache  # the kernel was defined with cache=False
     # the CUDA targets' options (block sizes, atomics) apply to the gradient too; of
     # the CPU's, the thread count, the whole-def switches and the vector width do, while
     # the schedule knobs (tiles, lanes, blocks) were chosen for the forward def's statements

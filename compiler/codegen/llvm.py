@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import ctypes.util
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -41,7 +41,7 @@ from llvmlite import ir
 
 from compiler.codegen.llvm_emit import FunctionEmitter, symbol
 from compiler.codegen.llvm_math import LIBM_SYMBOLS, load_vector_math
-from compiler.codegen.llvm_split import Compiling, Objects, start_parts
+from compiler.codegen.llvm_split import Compiling, Objects
 from compiler.diagnostics import InternalError
 from compiler.loops import (
     Function,
@@ -102,14 +102,18 @@ def build_module(f: Function) -> ir.Module:
     return _build(f)[0]
 
 
-def _build(f: Function) -> tuple[ir.Module, list[ir.Function]]:
-    """`build_module(f)` and its outlined loop bodies (`codegen.llvm_split`)."""
+def _build(
+    f: Function, on_outlined: Callable[[ir.Module, ir.Function], None] | None = None
+) -> tuple[ir.Module, list[ir.Function]]:
+    """`build_module(f)` and its outlined loop bodies (`codegen.llvm_split`); each body
+    is handed to `on_outlined` as soon as its code is complete."""
     verify(f)
     module = ir.Module(name=f.name)
     tm = target_machine()
     module.triple = tm.triple
     module.data_layout = str(tm.target_data)
     emitter = FunctionEmitter(module, f)
+    emitter.on_outlined = on_outlined
     emitter.emit()
     _objects_entry(module, f, emitter.fn)
     return module, emitter.outlined
@@ -165,9 +169,15 @@ def compile_objects(f: Function) -> Objects:
 
 
 def start_objects(f: Function) -> Compiling:
-    """`compile_objects(f)` started: its `result()` waits for the threads."""
+    """`compile_objects(f)` started: its `result()` waits for the threads. Each outlined
+    loop body starts compiling as soon as it is built, while the next is built."""
     target_machine()
-    return start_parts(*_build(f))
+    compiling = Compiling()
+    try:
+        return compiling.finish(*_build(f, compiling.add))
+    except BaseException:
+        compiling.cancel()
+        raise
 
 
 @dataclass(frozen=True)

@@ -168,11 +168,12 @@ class FunctionEmitter:
         # the outlined loop bodies (`work` functions, codegen.llvm_parallel) of the whole
         # module, shared with every fork: each is compiled as a part of its own (llvm_split)
         self.outlined: list[ir.Function] = []
+        self.on_outlined: Callable[[ir.Module, ir.Function], None] | None = None  # each, built
 
     def fork(self, fn: ir.Function) -> FunctionEmitter:
         """An emitter for another function `fn` of the same module."""
         sub = type(self)(self.module, self.f, fn)
-        sub.outlined = self.outlined
+        sub.outlined, sub.on_outlined = self.outlined, self.on_outlined
         return sub
 
     def emit(self) -> None:

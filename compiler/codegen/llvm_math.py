@@ -161,6 +161,13 @@ def intrinsic(module: ir.Module, name: str, ty: ir.Type, arity: int) -> ir.Funct
     return module.declare_intrinsic(name, [ty], ir.FunctionType(ty, [ty] * arity))
 
 
+def vector_variants(module: ir.Module) -> list[ir.Function]:
+    """The libmvec vector variants declared in `module` (by any emitter of it), in
+    declaration order: what `@llvm.compiler.used` keeps for the vectoriser."""
+    names = {vector for variants in _STATE.variants.values() for _, vector in variants}
+    return [g for n, g in module.globals.items() if n in names]
+
+
 class MathEmitter:
     """Emits calls of builtins into one module, declaring each callee once."""
 
@@ -175,10 +182,8 @@ class MathEmitter:
         if "llvm.compiler.used" in self.module.globals:
             return
         # every variant declared in the module, by this emitter or a forked one
-        names = {vector for variants in _STATE.variants.values() for _, vector in variants}
-        kept = {n: g for n, g in self.module.globals.items() if n in names}
-        self.kept = kept
-        if not kept:
+        self.kept = {g.name: g for g in vector_variants(self.module)}
+        if not self.kept:
             return
         array = ir.ArrayType(ir.PointerType(), len(self.kept))
         used = ir.GlobalVariable(self.module, array, "llvm.compiler.used")

@@ -169,6 +169,8 @@ def _work_function(em: Any, loop: For, captured: _Captures) -> ir.Function:
     first, last = fn.args[-2], fn.args[-1]
     sub._loop(loop.var, first, last, loop.step, lambda: sub.stmt(loop.body))
     sub.builder.ret_void()
+    if em.on_outlined is not None:
+        em.on_outlined(em.module, fn)  # its part compiles while the rest is built
     return fn
 
 

@@ -1,10 +1,12 @@
 """One module compiled as several parts, the parts on threads at once.
 
-Requires: an llvmlite module built by `codegen.llvm.build_module`, and its outlined loop
-bodies (the `work` functions of `codegen.llvm_parallel`, `FunctionEmitter.outlined`).
-Ensures: `compile_parts(module, outlined) -> Objects`: one object file per part, which
+Requires: an llvmlite module being built by `codegen.llvm`, and its outlined loop bodies
+(the `work` functions of `codegen.llvm_parallel`, `FunctionEmitter.outlined`).
+Ensures: `Compiling`: `add(module, fn)` starts a work function's part as soon as the
+emitter has built it (`FunctionEmitter.on_outlined`), `finish(module, outlined)` starts
+part 0 of the complete module, `result() -> Objects`: one object file per part, which
 one MCJIT engine links into the program the whole module is (`codegen.llvm.load_objects`),
-and the parts' optimised IR as one text.
+and the parts' optimised IR as one text. `compile_parts` does the same for a built module.
 
 Why: LLVM's O3 pipeline and its machine-code emission take most of a cold compile (a
 conv2d gradient: 0.9 of 1.5 s) and run on one core. The `work` functions hold nearly all
@@ -18,8 +20,12 @@ The split depends only on the module, never on the thread count, so every machin
 compiles the same code for a def. A work function's linkage becomes external (part 0's
 calls and thunks reach it in another object; MCJIT resolves them within its engine,
 through a stub); in every other part each function is a declaration, and the module's
-metadata and its `llvm.compiler.used` list are repeated (only the references matter).
-A part would repeat a global variable too, so one that is not a constant is refused.
+metadata and its `llvm.compiler.used` list are repeated (only the references matter);
+a work function's part is printed before that list exists, so it gets one of its own
+naming the vector math variants declared so far. A part would repeat a global variable
+too, so one that is not a constant is refused. Each work function starts compiling
+while the emitter builds the rest, which took 0.2 to 0.3 s of a conv2d gradient's
+cold compile before its first part could start.
 
 A part without loops (part 0 where every loop is outlined: the entry's size checks, grain
 estimates and thread records, and the thunks) runs a few hundred instructions per call;
@@ -40,9 +46,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +55,7 @@ import llvmlite.binding as llvm
 from llvmlite import ir
 from llvmlite.binding import ffi
 
+from compiler.codegen.llvm_math import vector_variants
 from compiler.diagnostics import InternalError
 
 
@@ -79,12 +85,6 @@ class Objects:
     def code(self) -> bytes:
         """The parts one after the other (what the compile cache stores)."""
         return b"".join(self.parts)
-
-
-def part_texts(module: ir.Module, outlined: Sequence[ir.Function]) -> list[str]:
-    """The LLVM IR of each part of `module` (see the module doc); part 0 first."""
-    with closing(_printed(module, outlined)) as printed:
-        return [text for _, (text, _) in sorted(printed)]
 
 
 def _has_loop(fn: ir.Function) -> bool:
@@ -119,80 +119,123 @@ def _has_loop(fn: ir.Function) -> bool:
     return False
 
 
-def _printed(
-    module: ir.Module, outlined: Sequence[ir.Function]
-) -> Iterator[tuple[int, tuple[str, bool]]]:
-    """(number, (LLVM IR, has loops)) of each part, the largest (in instructions) first:
-    a part's text is printed by hiding the other parts' bodies, and restored after."""
+def _check_globals(module: ir.Module) -> None:
     for g in module.globals.values():
         if isinstance(g, ir.GlobalVariable) and not (
             g.global_constant or g.name == "llvm.compiler.used"
         ):
             raise InternalError(f"LLVM backend: a module split in parts repeats global {g.name}")
-    defined = [g for g in module.globals.values() if isinstance(g, ir.Function) and g.blocks]
-    alone = {id(g) for g in outlined}
-    parts = [[g for g in defined if id(g) not in alone], *([g] for g in outlined)]
-    sizes = [sum(len(b.instructions) for g in part for b in g.blocks) for part in parts]
-    for g in outlined:
-        g.linkage = ""  # called from part 0
-    saved = [(g, g.blocks, g.linkage) for g in defined]
+
+
+def _part_text(module: ir.Module, part: Sequence[ir.Function]) -> str:
+    """The LLVM IR of `module` with only the functions of `part` defined: the others'
+    bodies are hidden while it is printed, and restored after. A module still being
+    built has no `llvm.compiler.used` yet: the vector math variants declared so far are
+    kept alive by one written for the part (`MathEmitter.finish` writes the module's)."""
+    here = {id(g) for g in part}
+    saved = [
+        (g, g.blocks, g.linkage)
+        for g in module.globals.values()
+        if isinstance(g, ir.Function) and g.blocks and id(g) not in here
+    ]
     try:
-        for k in sorted(range(len(parts)), key=lambda k: -sizes[k]):
-            here = {id(g) for g in parts[k]}
-            for g, blocks, linkage in saved:
-                g.blocks = blocks if id(g) in here else []
-                g.linkage = linkage if id(g) in here else ""  # a declaration has no linkage
-            yield k, (str(module), any(_has_loop(g) for g in parts[k]))
+        for g, _, _ in saved:
+            g.blocks, g.linkage = [], ""  # a declaration has no linkage
+        text = str(module)
     finally:
         for g, blocks, linkage in saved:
             g.blocks, g.linkage = blocks, linkage
+    if "llvm.compiler.used" not in module.globals:
+        kept = vector_variants(module)
+        if kept:
+            refs = ", ".join(f"ptr {fn.get_reference()}" for fn in kept)
+            text += (
+                f"\n@llvm.compiler.used = appending global [{len(kept)} x ptr] [{refs}], "
+                'section "llvm.metadata"\n'
+            )
+    return text
+
+
+def _rest(module: ir.Module, outlined: Sequence[ir.Function]) -> list[ir.Function]:
+    """Part 0: every function `module` defines that is not an outlined loop body."""
+    alone = {id(g) for g in outlined}
+    return [
+        g
+        for g in module.globals.values()
+        if isinstance(g, ir.Function) and g.blocks and id(g) not in alone
+    ]
+
+
+def part_texts(module: ir.Module, outlined: Sequence[ir.Function]) -> list[str]:
+    """The LLVM IR of each part of a built `module` (see the module doc); part 0 first."""
+    _check_globals(module)
+    for g in outlined:
+        g.linkage = ""  # called from part 0
+    return [
+        _part_text(module, part) for part in [_rest(module, outlined), *([g] for g in outlined)]
+    ]
 
 
 class Compiling:
-    """The parts of one module on their way to object files (`start_parts`)."""
+    """The parts of one module on their way to object files: each outlined loop body is
+    printed and started as soon as it is built (`add`, while the emitter builds the
+    next), part 0 when the module is complete (`finish`); `result()` waits for all."""
 
-    def __init__(self, module: ir.Module, outlined: Sequence[ir.Function]) -> None:
-        count = 1 + len(outlined)
-        threads = min(COMPILE_THREADS, count)
-        unlocked = _unlocked() if threads > 1 else None
-        self._done: list[tuple[bytes, str]] | None = None
-        self._futures: list[tuple[int, Future[tuple[bytes, str]]]] = []
+    def __init__(self) -> None:
+        self._unlocked = _unlocked() if COMPILE_THREADS > 1 else None
+        self._jobs: list[Future[tuple[bytes, str]] | tuple[bytes, str]] = []
         self._pool: ThreadPoolExecutor | None = None
-        with closing(_printed(module, outlined)) as printed:
-            if unlocked is None:
-                done = sorted((k, _compile(t, loops, None)) for k, (t, loops) in printed)
-                self._done = [d for _, d in done]
-                return
-            self._pool = ThreadPoolExecutor(threads, thread_name_prefix="tcc-llvm")
-            try:  # each part starts while the next is printed (the GIL is free in LLVM)
-                for k, (text, loops) in printed:
-                    job = self._pool.submit(_compile, text, loops, unlocked)
-                    self._futures.append((k, job))
-            except BaseException:
-                self._pool.shutdown(wait=True, cancel_futures=True)
-                raise
+        self._first: Future[tuple[bytes, str]] | tuple[bytes, str] | None = None
+
+    def _start(self, text: str, loops: bool) -> Future[tuple[bytes, str]] | tuple[bytes, str]:
+        if self._unlocked is None:
+            return _compile(text, loops, None)  # here and now, locked
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="tcc-llvm")
+        return self._pool.submit(_compile, text, loops, self._unlocked)
+
+    def add(self, module: ir.Module, fn: ir.Function) -> None:
+        """Start compiling the part of `fn`, an outlined loop body whose code is complete
+        (called from the module's emitter: `FunctionEmitter.on_outlined`)."""
+        fn.linkage = ""  # called from part 0
+        self._jobs.append(self._start(_part_text(module, [fn]), _has_loop(fn)))
+
+    def finish(self, module: ir.Module, outlined: Sequence[ir.Function]) -> Compiling:
+        """Start part 0 of the complete `module`, once every outlined body was added."""
+        if len(outlined) != len(self._jobs):
+            raise InternalError("LLVM backend: an outlined loop body was not compiled")
+        _check_globals(module)
+        rest = _rest(module, outlined)
+        self._first = self._start(_part_text(module, rest), any(_has_loop(g) for g in rest))
+        return self
+
+    def cancel(self) -> None:
+        """Drop the parts started (the module could not be built)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
     def result(self) -> Objects:
         """Wait for every part; their object files and IR (LLVM's errors raised here)."""
-        if self._done is None:
-            assert self._pool is not None
-            try:
-                found = sorted((k, f.result()) for k, f in self._futures)
-            finally:
-                self._pool.shutdown(wait=True, cancel_futures=True)
-            self._done = [d for _, d in found]
-        return Objects(tuple(d for d, _ in self._done), "\n".join(t for _, t in self._done))
-
-
-def start_parts(module: ir.Module, outlined: Sequence[ir.Function]) -> Compiling:
-    """Print the parts of `module` and start compiling them on threads (see the module
-    doc); the caller may work meanwhile, then call `result()`."""
-    return Compiling(module, outlined)
+        if self._first is None:
+            raise InternalError("LLVM backend: result() of parts before finish()")
+        try:
+            done = [j.result() if isinstance(j, Future) else j for j in [self._first, *self._jobs]]
+        finally:
+            self.cancel()
+        self._first, self._jobs = done[0], done[1:]
+        return Objects(tuple(d for d, _ in done), "\n".join(t for _, t in done))
 
 
 def compile_parts(module: ir.Module, outlined: Sequence[ir.Function]) -> Objects:
-    """Optimise and compile each part of `module` (see the module doc)."""
-    return start_parts(module, outlined).result()
+    """Optimise and compile each part of a built `module` (see the module doc)."""
+    compiling = Compiling()
+    try:
+        for fn in outlined:
+            compiling.add(module, fn)
+        return compiling.finish(module, outlined).result()
+    except BaseException:
+        compiling.cancel()
+        raise
 
 
 def _unlocked() -> tuple[Any, Any] | None:
@@ -243,4 +286,4 @@ def _compile(text: str, loops: bool, unlocked: tuple[Any, Any] | None) -> tuple[
             ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
 
 
-__all__ = ["COMPILE_THREADS", "Compiling", "Objects", "compile_parts", "part_texts", "start_parts"]
+__all__ = ["COMPILE_THREADS", "Compiling", "Objects", "compile_parts", "part_texts"]

@@ -15,6 +15,7 @@ from compiler import pipeline
 from compiler.codegen import cache as C
 from compiler.codegen import llvm as backend
 from compiler.codegen import llvm_split
+from compiler.codegen.llvm_math import vector_math_available
 from compiler.codegen.runtime import compile_function
 from compiler.diagnostics import InternalError
 from compiler.options import Options
@@ -177,3 +178,35 @@ def test_only_parts_without_loops_get_the_fast_code_generator() -> None:
     a = np.arange(5, dtype=np.float32)
     got = compile_function(f)({"A": a, "O": np.zeros(5, np.float32)}, {"N": 5})["O"]
     np.testing.assert_array_equal(got, a)
+
+
+@pytest.mark.skipif(not vector_math_available(), reason="no libmvec on this host")
+def test_a_body_compiled_before_the_module_is_complete_calls_vector_math() -> None:
+    # the work function's part is printed before MathEmitter.finish writes the module's
+    # llvm.compiler.used: its own keeps the libmvec variants for the vectoriser
+    f = _function("def lg(float(N, M) A) -> (O) {\n    O(n, m) = log(A(n, m)) * 2.0\n}")
+    parts = backend.compile_objects(f).ir_text.split("\n; ModuleID")
+    defines = [[line for line in p.splitlines() if line.startswith("define")] for p in parts]
+    (work,) = [p for p, d in zip(parts, defines, strict=True) if ".work(" in d[0]]
+    assert any("call" in line and "@_ZGV" in line for line in work.splitlines())
+
+
+def test_bodies_start_compiling_while_the_module_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[tuple[str, int]] = []
+    real = llvm_split._compile
+
+    def spy(text: str, loops: bool, unlocked: object) -> tuple[bytes, str]:
+        defined = [line for line in text.splitlines() if line.startswith("define")]
+        started.append((defined[0], len(defined)))
+        return real(text, loops, unlocked)  # type: ignore[arg-type]
+
+    f = _function()
+    monkeypatch.setattr(llvm_split, "_compile", spy)
+    monkeypatch.setattr(llvm_split, "COMPILE_THREADS", 1)  # compiled when started, in order
+    objects = backend.compile_objects(f)
+    assert len(started) == len(objects.parts) >= 4
+    # every outlined body (one definition each) before part 0, the entry and its thunks
+    assert all(".work" in line and n == 1 for line, n in started[:-1])
+    assert (
+        f"@{backend.symbol(f)}(" in started[-1][0] or f'@"{backend.symbol(f)}"(' in started[-1][0]
+    )
