@@ -11,7 +11,10 @@ of `k.grad` on a freshly defined `k`):
 - warm memory: the same process, defining the same source again.
 
 Each new process imports tcc's modules and initialises LLVM before the clock starts
-(one-time costs of any first compile, cached or not).
+(one-time costs of any first compile, cached or not). Beside the cold wall time, the
+process CPU time of the same compile (every thread: LLVM compiles parts on threads, so
+on a machine of `c` cores a cold compile takes at least its CPU time over `c`).
+`--only CASE...` measures some of the cases.
 """
 
 from __future__ import annotations
@@ -40,18 +43,18 @@ src = open("examples/" + case.removesuffix("_grad") + ".tc").read()
 def once():
     if case.endswith("_grad"):
         k = compiler.define(src, target="llvm", cache=directory)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         k.grad
     else:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         compiler.define(src, target="llvm", cache=directory)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 print(json.dumps([once() for _ in range(repeats)]))
 """
 
 
-def _child(case: str, directory: Path, repeats: int) -> list[float]:
+def _child(case: str, directory: Path, repeats: int) -> list[tuple[float, float]]:
     out = subprocess.run(
         [sys.executable, "-c", _CHILD, case, str(directory), str(repeats)],
         cwd=ROOT,
@@ -59,20 +62,22 @@ def _child(case: str, directory: Path, repeats: int) -> list[float]:
         capture_output=True,
         text=True,
     ).stdout
-    return [float(x) for x in json.loads(out)]
+    return [(float(wall), float(cpu)) for wall, cpu in json.loads(out)]
 
 
 def measure(case: str, runs: int) -> dict[str, float]:
-    """Median milliseconds of each mode for `case`."""
-    cold, disk, memory = [], [], []
+    """Median milliseconds of each mode for `case` (and the cold compile's CPU time)."""
+    cold, cold_cpu, disk, memory = [], [], [], []
     for _ in range(runs):
         with tempfile.TemporaryDirectory() as tmp:
-            first, *again = _child(case, Path(tmp), 2)
+            (first, cpu), *again = _child(case, Path(tmp), 2)
             cold.append(first)
-            memory.extend(again)
-            disk.append(_child(case, Path(tmp), 1)[0])
+            cold_cpu.append(cpu)
+            memory.extend(wall for wall, _ in again)
+            disk.append(_child(case, Path(tmp), 1)[0][0])
     return {
         "cold": 1000 * statistics.median(cold),
+        "cold cpu": 1000 * statistics.median(cold_cpu),
         "warm disk": 1000 * statistics.median(disk),
         "warm memory": 1000 * statistics.median(memory),
     }
@@ -81,13 +86,20 @@ def measure(case: str, runs: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--only", nargs="+", choices=CASES, help="these cases only")
     args = parser.parse_args(argv)
-    print(f"{'kernel':<14}{'cold ms':>10}{'warm disk ms':>14}{'warm memory ms':>16}")
-    for case in CASES:
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    print(
+        f"{'kernel':<14}{'cold ms':>10}{'cold cpu ms':>13}{'warm disk ms':>14}"
+        f"{'warm memory ms':>16}"
+    )
+    for case in args.only or CASES:
         start = time.perf_counter()
         r = measure(case, args.runs)
         print(
-            f"{case:<14}{r['cold']:>10.1f}{r['warm disk']:>14.1f}{r['warm memory']:>16.2f}"
+            f"{case:<14}{r['cold']:>10.1f}{r['cold cpu']:>13.1f}{r['warm disk']:>14.1f}"
+            f"{r['warm memory']:>16.2f}"
             f"   ({time.perf_counter() - start:.0f} s)",
             flush=True,
         )
