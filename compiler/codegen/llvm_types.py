@@ -53,4 +53,28 @@ def cast(b: ir.IRBuilder, x: ir.Value, src: DType, dst: DType) -> ir.Value:
     return b.sext(x, to) if signed else b.zext(x, to)
 
 
-__all__ = ["CONTRACT_FLAGS", "DIVIDE_FLAGS", "I1", "I8", "cast", "ir_type", "memory_type"]
+class _LoopID(ir.values.MDValue):
+    """A distinct, self-referencing `!llvm.loop` node (llvmlite makes only uniqued ones)."""
+
+    def descr(self, buf: list[str]) -> None:
+        ops = ", ".join(op.get_reference() for op in self.operands)
+        buf += (f"distinct !{{ {self.get_reference()}, {ops} }}", "\n")
+
+
+def loop_id(module: ir.Module, *properties: list[object]) -> ir.values.MDValue:
+    """A loop's `!llvm.loop` node with these properties (each a metadata tuple), for the
+    `llvm.loop` metadata of its latch branch."""
+    ops = [module.add_metadata(p) for p in properties]
+    return _LoopID(module, ops, name=str(len(module.metadata)))
+
+
+__all__ = [
+    "CONTRACT_FLAGS",
+    "DIVIDE_FLAGS",
+    "I1",
+    "I8",
+    "cast",
+    "ir_type",
+    "loop_id",
+    "memory_type",
+]
