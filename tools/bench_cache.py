@@ -2,7 +2,7 @@
 
     python -m tools.bench_cache [--runs 5]
 
-For matmul, conv2d and the conv2d gradient (`Kernel.grad`), the median over `--runs`
+For matmul, conv2d and their gradients (`Kernel.grad`), the median over `--runs`
 of the time `compiler.define(..., target="llvm")` takes (for the gradient: the time
 of `k.grad` on a freshly defined `k`):
 
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = ("matmul", "conv2d", "conv2d_grad")
+CASES = ("matmul", "conv2d", "matmul_grad", "conv2d_grad")
 
 _CHILD = """
 import json, sys, time
