@@ -34,8 +34,9 @@ def test_only_loops_holding_a_loop_carry_unroll_disable() -> None:
 
 def test_the_outer_loop_is_not_unrolled_into_copies_of_the_inner_one() -> None:
     optimised = backend.compile_objects(_transpose_pack()).ir_text
-    # one vectorised inner loop, not 16 (LLVM unrolled the 16 and vectorised each)
-    assert len(re.findall(r"^vector\.body[\w.]*:", optimised, re.M)) == 1
+    # at most one vectorised inner loop, not 16 (LLVM unrolled the 16 and vectorised
+    # each: a test of this one without the hint finds 16 on AVX2)
+    assert len(re.findall(r"^vector\.body[\w.]*:", optimised, re.M)) <= 1
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 37])
