@@ -6,7 +6,7 @@ Ensures: `Compiling`: `add(module, fn)` starts a work function's part as soon as
 emitter has built it (`FunctionEmitter.on_outlined`), `finish(module, outlined)` starts
 part 0 of the complete module, `result() -> Objects`: one object file per part, which
 one MCJIT engine links into the program the whole module is (`codegen.llvm.load_objects`),
-and the parts' optimised IR as one text. `compile_parts` does the same for a built module.
+and the parts' optimised IR as one text.
 
 Why: LLVM's O3 pipeline and its machine-code emission take most of a cold compile (a
 conv2d gradient: 0.9 of 1.5 s) and run on one core. The `work` functions hold nearly all
@@ -183,22 +183,25 @@ class Compiling:
 
     def __init__(self) -> None:
         self._unlocked = _unlocked() if COMPILE_THREADS > 1 else None
-        self._jobs: list[Future[tuple[bytes, str]] | tuple[bytes, str]] = []
+        self._jobs: list[Future[tuple[bytes, str]]] = []  # the bodies, then part 0
         self._pool: ThreadPoolExecutor | None = None
-        self._first: Future[tuple[bytes, str]] | tuple[bytes, str] | None = None
+        self._finished = False
 
-    def _start(self, text: str, loops: bool) -> Future[tuple[bytes, str]] | tuple[bytes, str]:
-        if self._unlocked is None:
-            return _compile(text, loops, None)  # here and now, locked
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="tcc-llvm")
-        return self._pool.submit(_compile, text, loops, self._unlocked)
+    def _start(self, text: str, loops: bool) -> None:
+        if self._unlocked is None:  # here and now, locked
+            job: Future[tuple[bytes, str]] = Future()
+            job.set_result(_compile(text, loops, None))
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="tcc-llvm")
+            job = self._pool.submit(_compile, text, loops, self._unlocked)
+        self._jobs.append(job)
 
     def add(self, module: ir.Module, fn: ir.Function) -> None:
         """Start compiling the part of `fn`, an outlined loop body whose code is complete
         (called from the module's emitter: `FunctionEmitter.on_outlined`)."""
         fn.linkage = ""  # called from part 0
-        self._jobs.append(self._start(_part_text(module, [fn]), _has_loop(fn)))
+        self._start(_part_text(module, [fn]), _has_loop(fn))
 
     def finish(self, module: ir.Module, outlined: Sequence[ir.Function]) -> Compiling:
         """Start part 0 of the complete `module`, once every outlined body was added."""
@@ -206,7 +209,8 @@ class Compiling:
             raise InternalError("LLVM backend: an outlined loop body was not compiled")
         _check_globals(module)
         rest = _rest(module, outlined)
-        self._first = self._start(_part_text(module, rest), any(_has_loop(g) for g in rest))
+        self._start(_part_text(module, rest), any(_has_loop(g) for g in rest))
+        self._finished = True
         return self
 
     def cancel(self) -> None:
@@ -216,26 +220,13 @@ class Compiling:
 
     def result(self) -> Objects:
         """Wait for every part; their object files and IR (LLVM's errors raised here)."""
-        if self._first is None:
+        if not self._finished:
             raise InternalError("LLVM backend: result() of parts before finish()")
         try:
-            done = [j.result() if isinstance(j, Future) else j for j in [self._first, *self._jobs]]
+            done = [job.result() for job in [self._jobs[-1], *self._jobs[:-1]]]
         finally:
             self.cancel()
-        self._first, self._jobs = done[0], done[1:]
         return Objects(tuple(d for d, _ in done), "\n".join(t for _, t in done))
-
-
-def compile_parts(module: ir.Module, outlined: Sequence[ir.Function]) -> Objects:
-    """Optimise and compile each part of a built `module` (see the module doc)."""
-    compiling = Compiling()
-    try:
-        for fn in outlined:
-            compiling.add(module, fn)
-        return compiling.finish(module, outlined).result()
-    except BaseException:
-        compiling.cancel()
-        raise
 
 
 def _unlocked() -> tuple[Any, Any] | None:
@@ -286,4 +277,4 @@ def _compile(text: str, loops: bool, unlocked: tuple[Any, Any] | None) -> tuple[
             ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
 
 
-__all__ = ["COMPILE_THREADS", "Compiling", "Objects", "compile_parts", "part_texts"]
+__all__ = ["COMPILE_THREADS", "Compiling", "Objects", "part_texts"]
