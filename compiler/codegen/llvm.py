@@ -144,14 +144,16 @@ def _objects_entry(module: ir.Module, f: Function, entry: ir.Function) -> None:
     entry.attributes.add("noinline")  # one copy of the kernel's code, not two
 
 
-def pass_builder(tm: llvm.TargetMachine) -> llvm.PassBuilder:
-    """O3 with loop and SLP vectorisation, unrolling and interleaving, for `tm`."""
+def pass_builder(tm: llvm.TargetMachine, *, loops: bool = True) -> llvm.PassBuilder:
+    """O3 with loop and SLP vectorisation, unrolling and interleaving, for `tm`; for
+    code without `loops`, O1 without them (`codegen.llvm_split`: straight-line code
+    that runs once a call gains nothing from O3 and took twice as long)."""
     with _LLVM_LOCK:
-        pto = llvm.create_pipeline_tuning_options(speed_level=3)
-        pto.loop_vectorization = True
-        pto.slp_vectorization = True
-        pto.loop_unrolling = True
-        pto.loop_interleaving = True
+        pto = llvm.create_pipeline_tuning_options(speed_level=3 if loops else 1)
+        pto.loop_vectorization = loops
+        pto.slp_vectorization = loops
+        pto.loop_unrolling = loops
+        pto.loop_interleaving = loops
         return llvm.create_pass_builder(tm, pto)
 
 
