@@ -39,13 +39,14 @@ import islpy as isl
 import numpy as np
 
 from compiler import loops as L
-from compiler.diagnostics import InternalError, RangeError
+from compiler.diagnostics import InternalError
 from compiler.frontend.ast import AssignOp, Let
 from compiler.frontend.checked import RangedDef
 from compiler.frontend.types import stmt_env
 from compiler.loops.jam import unroll_and_jam
 from compiler.names import NameSupply
 from compiler.options import Options
+from compiler.poly import ast_tree as tree
 from compiler.poly.aliasing import ALIAS_BYTES
 from compiler.poly.colsum import block_column_sums
 from compiler.poly.companions import companion_versions
@@ -187,6 +188,18 @@ def build_ast(nest: Nest, context: isl.Set, tiled: TileBand | None) -> isl.AstNo
     return build.node_from_schedule(node.get_schedule())
 
 
+def nest_tree(nest: Nest, context: isl.Set, tiled: TileBand | None) -> tree.Tree:
+    """The Tree of one nest: built directly for a box (`poly.ast_tree.box_tree`), else
+    converted from isl's AST (`build_ast`)."""
+    if tiled is None:
+        order = nest.outer + nest.inner + nest.innermost
+        mark = len(nest.outer) if nest.accumulate else None
+        box = tree.box_tree(nest.domain, context, _positive_sizes(context), order, mark)
+        if box is not None:
+            return box
+    return tree.from_isl(build_ast(nest, context, tiled))
+
+
 def _positive_sizes(context: isl.Set) -> isl.Set:
     """The parameter space of `context` with every size >= 1 and nothing else."""
     result = isl.Set.universe(context.get_space())
@@ -231,103 +244,6 @@ def _aff_list(affs: list[isl.Aff]) -> isl.AffList:
     return result
 
 
-_BIN = {
-    isl.ast_expr_op_type.add: L.BinOp.ADD,
-    isl.ast_expr_op_type.sub: L.BinOp.SUB,
-    isl.ast_expr_op_type.mul: L.BinOp.MUL,
-    isl.ast_expr_op_type.div: L.BinOp.DIV,  # exact division
-    isl.ast_expr_op_type.eq: L.BinOp.EQ,
-    isl.ast_expr_op_type.le: L.BinOp.LE,
-    isl.ast_expr_op_type.lt: L.BinOp.LT,
-    isl.ast_expr_op_type.ge: L.BinOp.GE,
-    isl.ast_expr_op_type.gt: L.BinOp.GT,
-    isl.ast_expr_op_type.and_: L.BinOp.AND,
-    isl.ast_expr_op_type.and_then: L.BinOp.AND,
-    isl.ast_expr_op_type.or_: L.BinOp.OR,
-    isl.ast_expr_op_type.or_else: L.BinOp.OR,
-}
-_FLOOR = (isl.ast_expr_op_type.fdiv_q, isl.ast_expr_op_type.pdiv_q)
-_MOD = (isl.ast_expr_op_type.pdiv_r, isl.ast_expr_op_type.zdiv_r)
-
-
-def ast_expr(e: isl.AstExpr) -> L.Expr:
-    """An isl AST expression (iterators and sizes are int64) as loop IR."""
-    kind = e.get_type()
-    if kind == isl.ast_expr_type.int:
-        value = int(e.get_val().to_python())
-        if not -(2**63) <= value < 2**63:
-            raise RangeError(
-                f"a loop bound is the constant {value}, which does not fit in 64 bits",
-                hint="sizes and index values are 64-bit integers; use smaller constants",
-            )
-        return const(value, I64)
-    if kind == isl.ast_expr_type.id:
-        return L.VarRef(e.get_id().get_name())
-    op = e.get_op_type()
-    args = [ast_expr(e.get_op_arg(k)) for k in range(e.get_op_n_arg())]
-    if op == isl.ast_expr_op_type.minus:
-        return L.Unary(L.UnaryOp.NEG, args[0])
-    if op in (isl.ast_expr_op_type.min, isl.ast_expr_op_type.max):
-        combine = L.Min if op == isl.ast_expr_op_type.min else L.Max
-        result = args[0]
-        for a in args[1:]:
-            result = combine(result, a)
-        return result
-    if op in (isl.ast_expr_op_type.select, isl.ast_expr_op_type.cond):
-        return L.Select(args[0], args[1], args[2])
-    if op in _FLOOR:
-        return L.FloorDiv(args[0], args[1])
-    if op in _MOD:
-        return L.Mod(args[0], args[1])
-    if op in _BIN:
-        return simplify(L.Bin(_BIN[op], args[0], args[1]))
-    raise InternalError(f"unexpected isl AST expression {e.to_C_str()}")
-
-
-def simplify(e: L.Expr) -> L.Expr:
-    """Fold `x - c + c`, `x + 0` and constant arithmetic (readable loop bounds)."""
-    if not (isinstance(e, L.Bin) and e.op in (L.BinOp.ADD, L.BinOp.SUB)):
-        return e
-    a, b = e.a, e.b
-    if isinstance(a, L.Const) and isinstance(b, L.Const):
-        value = int(a.value) + int(b.value) if e.op is L.BinOp.ADD else int(a.value) - int(b.value)
-        return const(value, I64)
-    if not isinstance(b, L.Const):
-        return e
-    k = int(b.value) if e.op is L.BinOp.ADD else -int(b.value)
-    if isinstance(a, L.Bin) and a.op in (L.BinOp.ADD, L.BinOp.SUB) and isinstance(a.b, L.Const):
-        k += int(a.b.value) if a.op is L.BinOp.ADD else -int(a.b.value)
-        a = a.a
-    if k == 0:
-        return a
-    return L.Bin(L.BinOp.ADD, a, const(k, I64)) if k > 0 else L.Bin(L.BinOp.SUB, a, const(-k, I64))
-
-
-def _user_args(node: isl.AstNode) -> tuple[str, list[L.Expr]]:
-    call = node.user_get_expr()
-    name = call.get_op_arg(0).get_id().get_name()
-    return name, [ast_expr(call.get_op_arg(k)) for k in range(1, call.get_op_n_arg())]
-
-
-def _first_user(node: isl.AstNode) -> isl.AstNode | None:
-    kind = node.get_type()
-    if kind == isl.ast_node_type.user:
-        return node
-    if kind == isl.ast_node_type.for_:
-        return _first_user(node.for_get_body())
-    if kind == isl.ast_node_type.if_:
-        return _first_user(node.if_get_then_node())
-    if kind == isl.ast_node_type.mark:
-        return _first_user(node.mark_get_node())
-    if kind == isl.ast_node_type.block:
-        children = node.block_get_children()
-        for k in range(children.n_ast_node()):
-            found = _first_user(children.get_at(k))
-            if found is not None:
-                return found
-    return None
-
-
 # ------------------------------------------------------------------ one nest
 
 
@@ -350,7 +266,7 @@ class _NestLowering:
             self.buffers = {**state.buffers, nest.target: old}
 
     def run(self) -> L.Stmt:
-        body = self._node(build_ast(self.nest, self.sched.context, self.band), False)
+        body = self._node(nest_tree(self.nest, self.sched.context, self.band), False)
         # jams would change which failed check comes first
         if not (self.nest.unproven or self.nest.write_checks):
             if self.nest.lanes > 1 and self.nest.innermost:
@@ -403,49 +319,21 @@ class _NestLowering:
             and self.target.dtype.is_float
         )
 
-    def _node(self, node: isl.AstNode, in_parallel: bool) -> L.Stmt:
-        kind = node.get_type()
-        if kind == isl.ast_node_type.for_:
-            return self._for(node, in_parallel)
-        if kind == isl.ast_node_type.if_:
-            then = self._node(node.if_get_then_node(), in_parallel)
-            otherwise = (
-                self._node(node.if_get_else_node(), in_parallel)
-                if node.if_has_else_node()
-                else None
-            )
-            return L.If(ast_expr(node.if_get_cond()), then, otherwise)
-        if kind == isl.ast_node_type.block:
-            children = node.block_get_children()
-            return L.Block(
-                tuple(
-                    self._node(children.get_at(k), in_parallel)
-                    for k in range(children.n_ast_node())
-                )
-            )
-        if kind == isl.ast_node_type.mark:
-            return self._reduce(node.mark_get_node(), in_parallel)
-        if kind == isl.ast_node_type.user:
-            _, args = _user_args(node)
-            return self._instance(args)
-        raise InternalError(f"unexpected isl AST node {node.to_C_str()}")
-
-    def _for(self, node: isl.AstNode, in_parallel: bool) -> L.Stmt:
-        var = node.for_get_iterator().get_id().get_name()
-        lo = ast_expr(node.for_get_init())
-        cond = node.for_get_cond()
-        if cond.get_op_type() not in (isl.ast_expr_op_type.le, isl.ast_expr_op_type.lt) or (
-            ast_expr(cond.get_op_arg(0)) != L.VarRef(var)
-        ):
-            raise InternalError(f"unexpected loop condition {cond.to_C_str()}")
-        hi = ast_expr(cond.get_op_arg(1))
-        if cond.get_op_type() == isl.ast_expr_op_type.le:
-            hi = simplify(L.Bin(L.BinOp.ADD, hi, const(1, I64)))
-        step = int(node.for_get_inc().get_val().to_python())
-        parallel = self.nest.parallel and not in_parallel and var in self.parallel_vars
-        body = self._node(node.for_get_body(), in_parallel or parallel)
-        kind = L.LoopKind.PARALLEL if parallel else L.LoopKind.SERIAL
-        return L.For(var, lo, hi, step, body, kind)
+    def _node(self, node: tree.Tree, in_parallel: bool) -> L.Stmt:
+        if isinstance(node, tree.For):
+            parallel = self.nest.parallel and not in_parallel and node.var in self.parallel_vars
+            body = self._node(node.body, in_parallel or parallel)
+            kind = L.LoopKind.PARALLEL if parallel else L.LoopKind.SERIAL
+            return L.For(node.var, node.lo, node.hi, node.step, body, kind)
+        if isinstance(node, tree.If):
+            then = self._node(node.then, in_parallel)
+            otherwise = None if node.otherwise is None else self._node(node.otherwise, in_parallel)
+            return L.If(node.cond, then, otherwise)
+        if isinstance(node, tree.Block):
+            return L.Block(tuple(self._node(c, in_parallel) for c in node.children))
+        if isinstance(node, tree.Mark):
+            return self._reduce(node.child, in_parallel)
+        return self._instance(list(node.args))
 
     # ------------------------------------------------------------ statements
 
@@ -506,13 +394,12 @@ class _NestLowering:
             body = L.Let(name, v, body)
         return body
 
-    def _reduce(self, child: isl.AstNode, in_parallel: bool) -> L.Stmt:
+    def _reduce(self, child: tree.Tree, in_parallel: bool) -> L.Stmt:
         """A register accumulator around the reduction loops, stored once."""
-        user = _first_user(child)
+        user = tree.first_user(child)
         if user is None:
             raise InternalError("a reduce mark without a statement")
-        _, args = _user_args(user)
-        values = self._values(args)
+        values = self._values(list(user.args))
         inner = set(self.nest.inner)
         for v in self.nest.outer:
             if L.var_names(values[v]) & inner:
@@ -587,9 +474,9 @@ def identity(op: AssignOp, dtype: L.DType) -> L.Const:
 __all__ = [
     "ERROR_BUFFER",
     "Lowered",
-    "ast_expr",
     "build_ast",
     "lower",
     "lower_kernel",
     "lower_schedule",
+    "nest_tree",
 ]
