@@ -210,3 +210,38 @@ def test_bodies_start_compiling_while_the_module_is_built(monkeypatch: pytest.Mo
     assert (
         f"@{backend.symbol(f)}(" in started[-1][0] or f'@"{backend.symbol(f)}"(' in started[-1][0]
     )
+
+
+def test_parts_on_threads_shorten_the_switch_interval_and_restore_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    seen: list[float] = []
+    real = llvm_split._compile
+
+    def spy(text: str, loops: bool, unlocked: object) -> tuple[bytes, str]:
+        seen.append(sys.getswitchinterval())
+        return real(text, loops, unlocked)  # type: ignore[arg-type]
+
+    f = _function()
+    monkeypatch.setattr(llvm_split, "_compile", spy)
+    before = sys.getswitchinterval()
+    try:
+        sys.setswitchinterval(0.01)
+        monkeypatch.setattr(llvm_split, "COMPILE_THREADS", 2)
+        backend.compile_objects(f)
+        assert seen and max(seen) <= llvm_split.HANDOFF_SECONDS
+        assert sys.getswitchinterval() == pytest.approx(0.01)
+        # a compile that fails while its bodies compile restores it too
+        compiling = llvm_split.Compiling()
+        module, outlined = backend._build(f, compiling.add)
+        compiling.cancel()
+        assert sys.getswitchinterval() == pytest.approx(0.01)
+        # on the calling thread (one thread, or llvmlite without unlocked calls) it stays
+        seen.clear()
+        monkeypatch.setattr(llvm_split, "COMPILE_THREADS", 1)
+        backend.compile_objects(f)
+        assert seen and min(seen) == pytest.approx(0.01)
+    finally:
+        sys.setswitchinterval(before)
