@@ -14,9 +14,10 @@ basic set without existential variables or equalities, each of its constraints o
 loop variable with coefficient 1 or -1 and the sizes, exactly one lower and one upper
 bound for each variable. isl builds for it the loops in band order with those
 bounds, and the statement called with the loop variables, when no guard is needed:
-when the context implies that every loop runs (the domain's projection on the sizes
-holds), and when no loop is a single iteration (isl writes its value instead; such a
-domain is left to isl). The bound expressions are isl's own (its AST expression
+when the context implies the domain's constraints on the sizes alone (isl guards the
+nest with the others; a loop that may not run needs no guard, its bounds keep it from
+running), and when no loop is a single iteration (isl writes its value instead; such
+a domain is left to isl). The bound expressions are isl's own (its AST expression
 builder), so a box's loops are the ones isl's AST gives (tests compare them on
 every nest of the examples' defs and gradients).
 
@@ -243,12 +244,14 @@ def _box_bounds(
     pieces = domain.get_basic_sets()
     if len(pieces) != 1 or pieces[0].dim(isl.dim_type.div) != 0:
         return None
+    sizes_only: list[isl.Constraint] = []
     lower: dict[int, list[isl.Aff]] = {}
     upper: dict[int, list[isl.Aff]] = {}
     for c in pieces[0].get_constraints():
         on = [k for k in range(n) if not c.get_coefficient_val(isl.dim_type.set, k).is_zero()]
         if not on:
-            continue  # on the sizes alone: the projection below checks them
+            sizes_only.append(c)
+            continue
         if len(on) != 1 or c.is_equality():
             return None
         k = on[0]
@@ -261,8 +264,13 @@ def _box_bounds(
         return None
     if any(lower[k][0].plain_is_equal(upper[k][0]) for k in range(n)):
         return None  # a single iteration
-    if not context.is_subset(domain.params()):
-        return None  # some loop may not run: isl guards it
+    if sizes_only:  # conditions on the sizes alone: isl guards the nest with any that
+        # the context does not imply
+        conditions = isl.BasicSet.universe(pieces[0].get_space())
+        for c in sizes_only:
+            conditions = conditions.add_constraint(c)
+        if not context.is_subset(isl.Set.from_basic_set(conditions).params()):
+            return None
     return {names[k]: (lower[k][0], upper[k][0]) for k in range(n)}
 
 
