@@ -66,6 +66,8 @@ Worked example (conv, `m` jammed by 2, width 2), the reduction `c, kw`:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 from compiler import loops as L
 from compiler.poly.lower_expr import I64, const
@@ -260,10 +262,16 @@ class _Lanes(L.StmtMutator):
         for st in stores:
             assert isinstance(st, L.Store)
             name = self.names[_Target(st.buffer, st.index)]
+            # the nodes a lane rewrites: those above a read of `j` or of the output
+            out_name = st.buffer.name
+            touched = _above(st.value, lambda n, b=out_name: _reads(n, self.j, b))
             for lane in range(self.width):
                 acc = L.VarRef(_lane(name, lane), st.buffer.dtype)
-                value = _Replace(st.buffer.name, acc).mutate(st.value)
-                out.append(L.Assign(acc.name, _shift(value, self.j, lane, self.base)))
+                at = L.VarRef(self.base)
+                if lane:
+                    at = L.Bin(L.BinOp.ADD, at, const(lane, I64))
+                value = _LaneOf(touched, self.j, at, st.buffer.name, acc).mutate(st.value)
+                out.append(L.Assign(acc.name, value))
         return L.Block(tuple(out))
 
 
@@ -291,10 +299,43 @@ def _fresh(base: str, node: L.Node) -> str:
     return name
 
 
-class _Replace(L.Mutator):
-    def __init__(self, buffer: str, acc: L.VarRef) -> None:
+def _reads(node: L.Node, var: str, buffer: str) -> bool:
+    return (isinstance(node, L.VarRef) and node.name == var) or (
+        isinstance(node, L.Load) and node.buffer.name == buffer
+    )
+
+
+def _above(root: L.Expr, hit: Callable[[L.Node], bool]) -> set[int]:
+    """The ids of the nodes of `root` that are, or hold below them, a node `hit` accepts."""
+    found: set[int] = set()
+
+    def visit(node: L.Node) -> bool:
+        below = [visit(c) for c in L.children(node)]
+        if hit(node) or any(below):
+            found.add(id(node))
+            return True
+        return False
+
+    visit(root)
+    return found
+
+
+class _LaneOf(L.Mutator):
+    """One lane of a tile's statement: `var` read as `at`, the output's read as `acc`,
+    descending only into the `touched` nodes (the others are the lane's as they are)."""
+
+    def __init__(self, touched: set[int], var: str, at: L.Expr, buffer: str, acc: L.VarRef):
+        self.touched = touched
+        self.var = var
+        self.at = at
         self.buffer = buffer
         self.acc = acc
+
+    def mutate(self, node: Any) -> Any:
+        return super().mutate(node) if id(node) in self.touched else node
+
+    def mutate_VarRef(self, node: L.VarRef) -> L.Expr:
+        return self.at if node.name == self.var else node
 
     def mutate_Load(self, node: L.Load) -> L.Expr:
         return self.acc if node.buffer.name == self.buffer else self.generic_mutate(node)
