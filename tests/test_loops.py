@@ -186,6 +186,21 @@ def test_verify_rejects(body: object, message: str) -> None:
         verify(func("bad", [A, OUT], "N", body))
 
 
+def test_verify_checks_a_shared_subexpression_again_in_another_scope() -> None:
+    # one Load object read inside the loop (i bound) and after it (i unbound): verify
+    # remembers the checks of an expression only while the scope stays the same
+    read = load(A, "i")
+    ok = loop("i", 0, "N", Block((store(OUT, ("i",), read), store(OUT, ("i",), read))))
+    verify(func("shared", [A, OUT], "N", ok))
+    bad = Block((ok, store(OUT, (c(0),), read)))
+    with pytest.raises(InternalError, match="i is read but not bound"):
+        verify(func("shared", [A, OUT], "N", bad))
+    x = v("x", F32)
+    mutable = Local("x", F32, c(0.0, F32), store(OUT, (c(0),), x))
+    with pytest.raises(InternalError, match="x is read but not bound"):
+        verify(func("after", [A, OUT], "N", Block((mutable, store(OUT, (c(0),), x)))))
+
+
 def test_node_invariants() -> None:
     with pytest.raises(InternalError, match="arguments"):
         Call("pow", (c(1.0, F32),))

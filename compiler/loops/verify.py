@@ -54,6 +54,9 @@ class _Scope:
         self.vars: dict[str, DType] = {}
         self.mutable: set[str] = set()
         self.buffers: dict[str, Buffer] = {}
+        # id -> dtype of the expressions checked since the scope last changed (a tile's
+        # lanes share subexpressions: one check each); emptied by every change
+        self.checked: dict[int, DType] = {}
 
 
 def verify(f: Function) -> None:
@@ -76,6 +79,7 @@ def _bind(scope: _Scope, name: str, dtype: DType, where: str) -> None:
     if name in scope.vars:
         _fail(f"{name} is bound twice (in {where})")
     scope.vars[name] = dtype
+    scope.checked.clear()
 
 
 def _declare(scope: _Scope, b: Buffer) -> None:
@@ -86,6 +90,7 @@ def _declare(scope: _Scope, b: Buffer) -> None:
         if not _reads_only(d, scope):
             _fail(f"the shape of {b.name} reads a loop variable: {print_expr(d)}")
     scope.buffers[b.name] = b
+    scope.checked.clear()
 
 
 def _reads_only(e: Expr, scope: _Scope) -> bool:
@@ -125,6 +130,7 @@ def _stmt(s: Stmt, scope: _Scope) -> None:
         _declare(scope, s.buffer)
         _stmt(s.body, scope)
         del scope.buffers[s.buffer.name]
+        scope.checked.clear()
     else:
         _fail(f"unknown statement {type(s).__name__}")
 
@@ -136,6 +142,7 @@ def _scoped(scope: _Scope, var: str, dtype: DType, body: Stmt, *, mutable: bool)
     _stmt(body, scope)
     del scope.vars[var]
     scope.mutable.discard(var)
+    scope.checked.clear()
 
 
 def _access(b: Buffer, index: tuple[Expr, ...], kinds: list[DType], scope: _Scope) -> Buffer:
@@ -178,6 +185,14 @@ def _expr_children(e: Expr) -> tuple[Expr, ...]:
 
 def _dtype(e: Expr, scope: _Scope) -> DType:
     """Check `e` and its children; return its dtype."""
+    known = scope.checked.get(id(e))
+    if known is not None:
+        return known
+    scope.checked[id(e)] = found = _check(e, scope)
+    return found
+
+
+def _check(e: Expr, scope: _Scope) -> DType:
     kids = [_dtype(c, scope) for c in _expr_children(e)]
 
     def text() -> str:  # only for a message: printing every node was most of verify
@@ -219,15 +234,27 @@ def _same(dtypes: list[DType], text: Callable[[], str]) -> None:
         _fail(f"operands of different dtypes ({', '.join(d.value for d in dtypes)}): {text()}")
 
 
+# dtype -> (min, max) of an integer dtype, None for float and bool (np.iinfo and the
+# DType properties were a third of verify's time: a tiled tree holds thousands of Consts)
+_INT_LIMITS: dict[DType, tuple[int, int] | None] = {}
+
+
+def _int_limits(dtype: DType) -> tuple[int, int] | None:
+    if dtype not in _INT_LIMITS:
+        integer = not dtype.is_float and dtype is not DType.BOOL
+        info = np.iinfo(dtype.np) if integer else None
+        _INT_LIMITS[dtype] = None if info is None else (int(info.min), int(info.max))
+    return _INT_LIMITS[dtype]
+
+
 def _check_const(c: Const) -> None:
-    kind = {True: float, False: int}[c.dtype.is_float]
+    value = c.value
     if c.dtype is DType.BOOL:
-        ok = isinstance(c.value, bool)
-    elif kind is int:
-        info = np.iinfo(c.dtype.np)
-        ok = isinstance(c.value, int) and not isinstance(c.value, bool)
-        ok = ok and info.min <= c.value <= info.max
+        ok = isinstance(value, bool)
+    elif (limits := _int_limits(c.dtype)) is not None:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        ok = ok and limits[0] <= value <= limits[1]
     else:
-        ok = isinstance(c.value, (int, float)) and not isinstance(c.value, bool)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     if not ok:
-        _fail(f"constant {c.value!r} does not fit {c.dtype.value}")
+        _fail(f"constant {value!r} does not fit {c.dtype.value}")
