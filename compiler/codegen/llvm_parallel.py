@@ -214,6 +214,7 @@ class _Cost:
         self.trips: list[ir.Value] = []
         self._known: dict[tuple[Expr, Expr, int], int | float] = {}
         self.names: set[str] = set()  # the variables and buffers the walked code names
+        self._counted: dict[int, int] = {}  # id -> `_size` of the nodes counted
         self.buffers: set[str] = set()
 
     def value(self, body: Stmt) -> ir.Value:
@@ -265,19 +266,21 @@ class _Cost:
 
     def _size(self, node: Node) -> int:
         """The loop-IR nodes of `node`, buffers' shapes not counted (the names they
-        read are recorded all the same)."""
-        count, stack = 0, [node]
-        while stack:
-            n = stack.pop()
-            if isinstance(n, VarRef):
-                self.names.add(n.name)
-            elif isinstance(n, Buffer):
-                if n.name not in self.buffers:
-                    self.buffers.add(n.name)
-                    self.names.update(var_names(*n.shape))
-                continue
-            count += 1
-            stack.extend(children(n))
+        read are recorded all the same). A subtree met again (a tile's lanes share
+        their subexpressions) is counted from its first count: the names it reads are
+        recorded already."""
+        known = self._counted.get(id(node))
+        if known is not None:
+            return known
+        if isinstance(node, Buffer):
+            if node.name not in self.buffers:
+                self.buffers.add(node.name)
+                self.names.update(var_names(*node.shape))
+            return 0
+        if isinstance(node, VarRef):
+            self.names.add(node.name)
+        count = 1 + sum(self._size(c) for c in children(node))
+        self._counted[id(node)] = count
         return count
 
     def _trips(self, s: For, inner: frozenset[str]) -> int | float:
