@@ -107,6 +107,13 @@ def _build(
 ) -> tuple[ir.Module, list[ir.Function]]:
     """`build_module(f)` and its outlined loop bodies (`codegen.llvm_split`); each body
     is handed to `on_outlined` as soon as its code is complete."""
+    module, emitter = _emit(f, on_outlined)
+    return module, emitter.outlined
+
+
+def _emit(
+    f: Function, on_outlined: Callable[[ir.Module, ir.Function], None] | None
+) -> tuple[ir.Module, FunctionEmitter]:
     verify(f)
     module = ir.Module(name=f.name)
     tm = target_machine()
@@ -116,7 +123,7 @@ def _build(
     emitter.on_outlined = on_outlined
     emitter.emit()
     _objects_entry(module, f, emitter.fn)
-    return module, emitter.outlined
+    return module, emitter
 
 
 def objects_symbol(f: Function) -> str:
@@ -176,7 +183,9 @@ def start_objects(f: Function) -> Compiling:
     target_machine()
     compiling = Compiling()
     try:
-        return compiling.finish(*_build(f, compiling.add))
+        module, emitter = _emit(f, compiling.add)
+        # the entry's loops that only launch outlined bodies need no O3 (llvm_split)
+        return compiling.finish(module, emitter.outlined, emitter.compute_loops > 0)
     except BaseException:
         compiling.cancel()
         raise

@@ -15,7 +15,7 @@ Unrolling: a loop whose body holds a loop carries `llvm.loop.unroll.disable` (tc
 unrolls register tiles itself). LLVM fully unrolled `for k_lane in 0:16 { for n ... }`
 (a matmul gradient's packing loop) and vectorised each of the 16 copies: 40% of that
 gradient's LLVM time. Innermost loops keep LLVM's unrolling (the packed micro-kernel
-needs it). README "Compile cache" has the figures.
+needs it; README "Compile cache"). `compute_loops`: loops launching no outlined body.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ class FunctionEmitter:
         # the outlined loop bodies (`work` functions, codegen.llvm_parallel) of the whole
         # module, shared with every fork: each is compiled as a part of its own (llvm_split)
         self.outlined: list[ir.Function] = []
-        self.loops_emitted = 0  # loops built so far (an outer loop sees its inner ones)
+        self.loops_emitted = self.compute_loops = 0  # loops built so far (module doc)
         self.on_outlined: Callable[[ir.Module, ir.Function], None] | None = None  # each, built
 
     def fork(self, fn: ir.Function) -> FunctionEmitter:
@@ -250,10 +250,11 @@ class FunctionEmitter:
         b.cbranch(b.icmp_signed("<", i, hi), loop_body, after)
         b.position_at_end(loop_body)
         self.values[var] = i
-        inner_before = self.loops_emitted
+        inner_before, outlined_before = self.loops_emitted, len(self.outlined)
         body()
         holds_loop = self.loops_emitted > inner_before
         self.loops_emitted += 1
+        self.compute_loops += len(self.outlined) == outlined_before
         del self.values[var]
         i.add_incoming(b.add(i, ir.Constant(I64, step), flags=["nsw"]), b.block)
         latch = b.branch(header)

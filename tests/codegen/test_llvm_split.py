@@ -180,6 +180,32 @@ def test_only_parts_without_loops_get_the_fast_code_generator() -> None:
     np.testing.assert_array_equal(got, a)
 
 
+def test_an_entry_whose_loops_only_launch_bodies_gets_the_fast_pipeline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # SRC's packed matmul: a serial loop over blocks in the entry, launching the packing
+    # and the tile loops; the serial `f` below: a loop that computes in the entry
+    module, emitter = backend._emit(_function(), None)
+    assert llvm_split._has_loop(module.globals[emitter.fn.name]) and emitter.compute_loops == 0
+    A, Out = buf("A", F32, "N"), out("O", F32, "N")
+    f = func("serial", [A, Out], "N", loop("i", 0, "N", store(Out, ("i",), load(A, "i"))))
+    assert backend._emit(f, None)[1].compute_loops == 1
+    loops: list[bool] = []
+    real = llvm_split._compile
+
+    def spy(text: str, has_loops: bool, unlocked: object) -> tuple[bytes, str]:
+        loops.append(has_loops)
+        return real(text, has_loops, unlocked)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(llvm_split, "_compile", spy)
+    monkeypatch.setattr(llvm_split, "COMPILE_THREADS", 1)  # in order: part 0 last
+    backend.compile_objects(_function())
+    assert loops[-1] is False and all(loops[:-1])
+    loops.clear()
+    backend.compile_objects(f)
+    assert loops == [True]
+
+
 @pytest.mark.skipif(not vector_math_available(), reason="no libmvec on this host")
 def test_a_body_compiled_before_the_module_is_complete_calls_vector_math() -> None:
     # the work function's part is printed before MathEmitter.finish writes the module's
