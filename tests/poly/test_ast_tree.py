@@ -11,6 +11,7 @@ import pytest
 from compiler import pipeline
 from compiler.poly import ast_tree, astgen
 from compiler.poly.ast_tree import For, Mark, User, box_tree
+from compiler.poly.gpu_lower import lower_gpu
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.tc"))
@@ -111,7 +112,9 @@ def test_every_nest_of_the_examples_lowers_as_through_isl(
     monkeypatch.setattr(astgen, "nest_tree", compared)
     source = path.read_text()
     pipeline.run(source, upto="lower")
-    pipeline.run(source, upto="lower", grad=True)
+    gradient = pipeline.run(source, upto="gather", grad=True)
+    pipeline.lower(gradient)
+    lower_gpu(gradient)  # the CUDA target's nests, through the same trees
     assert seen["nests"] > 0
     if path.stem in ("conv2d", "matmul", "softmax"):
         assert seen["box"] > 0
