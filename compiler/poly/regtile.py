@@ -267,9 +267,7 @@ class _Lanes(L.StmtMutator):
             touched = _above(st.value, lambda n, b=out_name: _reads(n, self.j, b))
             for lane in range(self.width):
                 acc = L.VarRef(_lane(name, lane), st.buffer.dtype)
-                at = L.VarRef(self.base)
-                if lane:
-                    at = L.Bin(L.BinOp.ADD, at, const(lane, I64))
+                at = _lane_at(self.base, lane)
                 value = _LaneOf(touched, self.j, at, st.buffer.name, acc).mutate(st.value)
                 out.append(L.Assign(acc.name, value))
         return L.Block(tuple(out))
@@ -351,9 +349,15 @@ def _at(index: tuple[L.Expr, ...], j: str, lane: int, base: str) -> tuple[L.Expr
 
 def _shift(e: L.Expr, var: str, offset: int, base: str) -> L.Expr:
     """`e` with `var` read as `base + offset`."""
-    if offset == 0:
-        return e if base == var else _Shift(var, L.VarRef(base)).mutate(e)
-    return _Shift(var, L.Bin(L.BinOp.ADD, L.VarRef(base), const(offset, I64))).mutate(e)
+    if offset == 0 and base == var:
+        return e
+    return _Shift(var, _lane_at(base, offset)).mutate(e)
+
+
+def _lane_at(base: str, lane: int) -> L.Expr:
+    """Where lane `lane` reads the tile variable: `base + lane`."""
+    at = L.VarRef(base)
+    return L.Bin(L.BinOp.ADD, at, const(lane, I64)) if lane else at
 
 
 class _Shift(L.Mutator):
