@@ -78,14 +78,15 @@ class StmtSpace:
         )
         zero = self._vars[0]
         ctx = zero.domain()
-        # sizes are positive int64s (bounds set directly: building each from affine
-        # expressions took most of this constructor's 1.7 ms, called ~40 times a gradient)
-        one, top = isl.Val.int_from_si(ctx.get_ctx(), 1), isl.Val(str(2**63 - 1))
+        # sizes are positive (bounds set directly: building each from affine expressions
+        # took most of this constructor's 1.7 ms, called ~40 times a gradient). No upper
+        # bound: int64's 2**63-1 only added a constraint isl carried through every
+        # operation (a third of the gather pass), and nothing exact depends on it.
+        one = isl.Val.int_from_si(ctx.get_ctx(), 1)
         for p in self.params:
-            k = ctx.find_dim_by_name(_PARAM, p)
-            ctx = ctx.lower_bound_val(_PARAM, k, one).upper_bound_val(_PARAM, k, top)
+            ctx = ctx.lower_bound_val(_PARAM, ctx.find_dim_by_name(_PARAM, p), one)
         self.universe: isl.Set = zero.domain()
-        self.context: isl.Set = ctx  # every size in 1:2**63
+        self.context: isl.Set = ctx  # every size >= 1
 
     def var(self, name: str) -> isl.PwAff:
         return self._vars[name]
