@@ -78,7 +78,7 @@ def pad_gathers(ranged: RangedDef) -> RangedDef:
         name = _fresh(f"{found.read.name}_pad", taken)
         taken.add(name)
         copy, rewritten, param = found.rewrite(name)
-        stmts += [copy, rewritten]
+        stmts += [copy, *found.versions(rewritten)]
         outputs.append(param)
         bounds.append((name, tuple(Bound(Const(0, ScalarType.INT32), d) for d in param.dims or ())))
     if not outputs:
@@ -105,6 +105,18 @@ class _Padding:
     extents: tuple[Expr, ...]  # the read tensor's shape
     pads: dict[int, tuple[Expr, Expr, Expr]]  # subscript -> (before, before + extent, padded)
     natural: dict[str, tuple[Expr, Expr]]  # clamped variable -> its unclamped range
+    # `(padded, exact)`: size-only guards choosing the padded statement or the clamped
+    # one (`_choice`); None: the padded one for every size
+    guards: tuple[RangeConstraint, RangeConstraint] | None
+
+    def versions(self, padded: Stmt) -> tuple[Stmt, ...]:
+        """The padded statement alone, or guarded by the sizes that make it pay and
+        followed by the clamped statement, `+=`, for the other sizes (module doc)."""
+        if self.guards is None:
+            return (padded,)
+        pays, not_pays = self.guards
+        exact = dataclasses.replace(self.stmt, op=AssignOp.PLUS, where=(*self.stmt.where, not_pays))
+        return dataclasses.replace(padded, where=(*padded.where, pays)), exact
 
     def rewrite(self, name: str) -> tuple[Stmt, Stmt, Param]:
         dims = tuple(self.pads[d][2] if d in self.pads else e for d, e in enumerate(self.extents))
@@ -198,9 +210,48 @@ def _padding(facts: StmtFacts, ranged: RangedDef) -> _Padding | None:
         pads = _pads(domains, read, dims, extents)
         if pads is None or not _in_bounds(domains, others, other_extents):
             return None
+        choice = _choice(domains, clamped, [extents[d] for d in dims])
     except NotAffine:
         return None
-    return _Padding(stmt, read, tensor.dtype, extents, pads, clamped)
+    if choice is False:
+        return None
+    guards = None if choice is True else choice
+    return _Padding(stmt, read, tensor.dtype, extents, pads, clamped, guards)
+
+
+def _choice(
+    domains: _Domains, natural: dict[str, tuple[Expr, Expr]], extents: list[Expr]
+) -> bool | tuple[RangeConstraint, RangeConstraint]:
+    """Whether padding pays: True for every size, False for none, else the guards
+    `(pays, does not)`. The padded nest runs each clamped variable over its whole
+    range (sum of extents X); the clamped one over at most the read's extents in its
+    subscripts (sum D). Padding pays while X <= 2 D: a convolution's input gradient
+    (X = KH + KW against the output's extents). A correlation-shaped gradient (the
+    weight gradient `WG(kh) += G(h) * I(h + kh)` differentiated) has the roles
+    reversed: X is the image's extent, D the window's, and padding did 18x the
+    work. Which holds depends on the sizes, so both statements are kept."""
+    zero = Const(0, ScalarType.INT32)
+    x: Expr = zero
+    for lo, hi in natural.values():
+        x = _add(x, _sub(hi, lo)) if x != zero else _sub(hi, lo)
+    d: Expr = extents[0]
+    for e in extents[1:]:
+        d = _add(d, e)
+    one = Const(1, ScalarType.INT32)
+    twice = Binary(BinOp.MUL, Const(2, ScalarType.INT32), d)
+    slack = Binary(BinOp.SUB, twice, x)  # 2 D - X (never a bare size: a range needs a variable)
+    space, context = domains.space, domains.context
+    pays_set = expr_to_aff(slack, space).ge_set(space.const(0))
+    if context.is_subset(pays_set):
+        return True
+    if (context & pays_set).is_empty():
+        return False
+    # pays: 0 <= 2 D - X <= 2 D (X >= 0 wherever the statement runs); not: X - 2 D >= 1
+    excess = Binary(BinOp.SUB, x, twice)
+    return (
+        RangeConstraint(slack, zero, Binary(BinOp.ADD, twice, one)),
+        RangeConstraint(excess, one, Binary(BinOp.ADD, x, one)),
+    )
 
 
 @dataclasses.dataclass(frozen=True)

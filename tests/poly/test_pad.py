@@ -69,6 +69,51 @@ def test_conv_gradients_equal_torch(
         np.testing.assert_allclose(a, b.grad.numpy(), rtol=1e-12, atol=1e-12)
 
 
+WGRAD = (
+    "def wgrad(double(N, C, H, W) I, double(N, M, HO, WO) G) -> (WG) {\n"
+    "    WG(m, c, kh, kw) +=! G(n, m, h, w) * I(n, c, h + kh, w + kw)\n}"
+)
+
+
+def test_padding_that_may_not_pay_is_guarded_by_the_sizes() -> None:
+    # The weight gradient's own input gradient: the gather runs `h` over 0:HO, whose
+    # padded box is HO wide, against the H - HO + 1 (the window) the clamps allow.
+    # Which is smaller depends on the sizes: the padded statement runs where
+    # X = HO + WO <= 2 D (D = the window's extents), the clamped one elsewhere.
+    text = _grad_text(WGRAD)
+    padded, exact = (line for line in text.splitlines() if line.lstrip().startswith("I_grad("))
+    assert "WG_grad_pad(" in padded and "+=!" in padded
+    assert "2 * (H - HO + 1 + (W - WO + 1)) - (HO + WO) in 0:" in padded
+    assert "WG_grad(m, c, y - h, x - w)" in exact and " += " in exact and "max(" in exact
+    assert "HO + WO - 2 * (H - HO + 1 + (W - WO + 1)) in 1:" in exact
+    # a convolution's window is a size of its own: padding may not pay there either
+    assert "in 1:KH + KW + 1" in _grad_text(CONV)
+
+
+@pytest.mark.parametrize(
+    ("n", "c", "h", "w", "m", "ho", "wo"),
+    [(2, 3, 9, 8, 2, 7, 6), (1, 2, 6, 6, 3, 2, 2), (2, 1, 5, 7, 2, 5, 1), (1, 1, 1, 1, 1, 1, 1),
+     (2, 2, 11, 4, 3, 10, 4)],
+)  # fmt: skip
+def test_weight_gradient_gradients_equal_torch_on_both_sides_of_the_guard(
+    n: int, c: int, h: int, w: int, m: int, ho: int, wo: int
+) -> None:
+    # (9, 8; 7, 6) and (11, 4; 10, 4) take the clamped statement, (6, 6; 2, 2) the padded
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(h * w + ho)
+    i, g = rng.standard_normal((n, c, h, w)), rng.standard_normal((n, m, ho, wo))
+    k = compiler.define(WGRAD)
+    (wg,) = k(i, g)
+    gw = rng.standard_normal(wg.shape)
+    got = k.vjp(i, g, grad_outputs=(gw,))
+    ti, tg = (torch.from_numpy(a).requires_grad_() for a in (i, g))
+    want = torch.conv2d(ti.transpose(0, 1), tg.transpose(0, 1)).transpose(0, 1)
+    np.testing.assert_allclose(wg, want.detach().numpy(), rtol=1e-12, atol=1e-12)
+    want.backward(torch.from_numpy(gw))
+    for a, b in zip(got, (ti, tg), strict=True):
+        np.testing.assert_allclose(a, b.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize(
     "src",
     [
