@@ -13,11 +13,12 @@ nests, 70 ms of a front end of 0.47 s before LLVM can start). A box domain is on
 basic set without existential variables or equalities, each of its constraints on one
 loop variable with coefficient 1 or -1 and the sizes, exactly one lower and one upper
 bound for each variable. isl builds for it the loops in band order with those
-bounds, and the statement called with the loop variables, when no guard is needed:
-when the context implies the domain's constraints on the sizes alone (isl guards the
-nest with the others; a loop that may not run needs no guard, its bounds keep it from
-running), and when no loop is a single iteration (isl writes its value instead; such
-a domain is left to isl). The bound expressions are isl's own (its AST expression
+bounds, and the statement called with the loop variables, when no loop is a single
+iteration (isl writes its value instead; such a domain is left to isl). The domain's
+constraints on the sizes alone that the context does not imply (a version of a
+statement chosen by the sizes, `poly.pad`) become one `If` around the loops, its
+condition isl's expression of them; a loop that may not run needs no guard, its
+bounds keep it from running. The bound expressions are isl's own (its AST expression
 builder), so a box's loops are the ones isl's AST gives (tests compare them on
 every nest of the examples' defs and gradients).
 
@@ -207,11 +208,13 @@ def box_tree(
 ) -> Tree | None:
     """The Tree isl builds for `domain` (its context `context`, its expressions under
     `positive`) with loops in `order` and the `reduce` mark before loop number `mark`
-    (None: no mark), when `domain` is a box that needs no guard (module doc); else None."""
-    bounds = _box_bounds(domain, context, order)
-    if bounds is None:
+    (None: no mark), when `domain` is a box (module doc); else None."""
+    box = _box_bounds(domain, context, order)
+    if box is None:
         return None
-    build = isl.AstBuild.from_context(positive)
+    bounds, guard = box
+    outer = isl.AstBuild.from_context(positive)
+    build = outer if guard is None else isl.AstBuild.from_context(positive & guard)
     tree: Tree = User(
         tuple(
             L.VarRef(domain.get_dim_name(isl.dim_type.set, k))
@@ -229,14 +232,18 @@ def box_tree(
             )
         )
         tree = For(order[k], lo, hi, 1, Mark(tree) if mark == k + 1 else tree)
-    return Mark(tree) if mark == 0 else tree
+    tree = Mark(tree) if mark == 0 else tree
+    if guard is None:
+        return tree
+    return If(ast_expr(outer.expr_from_set(guard)), tree, None)
 
 
 def _box_bounds(
     domain: isl.Set, context: isl.Set, order: tuple[str, ...]
-) -> dict[str, tuple[isl.Aff, isl.Aff]] | None:
+) -> tuple[dict[str, tuple[isl.Aff, isl.Aff]], isl.Set | None] | None:
     """Each loop variable's lower and upper bound (affine in the sizes alone) of a box
-    `domain` whose loops all run under `context`; None for any other domain."""
+    `domain`, and the conditions on the sizes alone that `context` does not imply (a
+    set of parameters; None: no guard); None for any other domain."""
     n = domain.dim(isl.dim_type.set)
     names = [domain.get_dim_name(isl.dim_type.set, k) for k in range(n)]
     if sorted(order) != sorted(names) or len(set(names)) != n:
@@ -264,14 +271,16 @@ def _box_bounds(
         return None
     if any(lower[k][0].plain_is_equal(upper[k][0]) for k in range(n)):
         return None  # a single iteration
-    if sizes_only:  # conditions on the sizes alone: isl guards the nest with any that
-        # the context does not imply
+    guard = None
+    if sizes_only:  # conditions on the sizes alone: the nest runs under those that the
+        # context does not imply (a version chosen by the sizes: `poly.pad`)
         conditions = isl.BasicSet.universe(pieces[0].get_space())
         for c in sizes_only:
             conditions = conditions.add_constraint(c)
-        if not context.is_subset(isl.Set.from_basic_set(conditions).params()):
-            return None
-    return {names[k]: (lower[k][0], upper[k][0]) for k in range(n)}
+        params, implied = isl.Set.from_basic_set(conditions).params(), context.params()
+        if not implied.is_subset(params):
+            guard = params.gist(implied)
+    return {names[k]: (lower[k][0], upper[k][0]) for k in range(n)}, guard
 
 
 __all__ = [

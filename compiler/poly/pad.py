@@ -26,6 +26,12 @@ read only, in one subscript `v - r` or `v + r` (`v` an output variable), and isl
 proves that the statement's domain is exactly the unclamped domain intersected with
 "the read is in bounds" (so the clamps come from that read and from nothing else),
 and that the pads are non-negative. Anything else is left as it is.
+
+Whether it pays: the padded statement runs each clamped variable over its whole range,
+the clamped one over at most the read's extent in that subscript. Where the sizes may
+make the padded box the larger (a correlation-shaped gather, `_choice`), the padded
+statement is guarded by the sizes for which it pays and the clamped statement follows,
+`+=` and guarded by the others: the code keeps both and the sizes of the call pick one.
 """
 
 from __future__ import annotations

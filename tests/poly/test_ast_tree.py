@@ -44,6 +44,12 @@ def _isl_tree(domain: str, order: tuple[str, ...]) -> ast_tree.Tree:
         # loops that may not run: isl writes no guard, the bounds keep them from running
         ("[N, K] -> { S[i] : 0 <= i < N - K }", ("i",)),
         ("[N, K] -> { S[i, k] : 0 <= i < N and 0 <= k < K - N }", ("i", "k")),
+        # conditions on the sizes alone that the context does not imply: one guard
+        ("[N, K] -> { S[i] : 0 <= i < N and K >= 3 }", ("i",)),
+        ("[N, K] -> { S[i, k] : 0 <= i < N and 0 <= k < K and 3K >= 2N + 5 }", ("k", "i")),
+        ("[N, K] -> { S[i] : 0 <= i < N and K >= 3 and N <= 2K + 1 }", ("i",)),
+        # ...and those it implies: none
+        ("[N, K] -> { S[i] : 0 <= i < N and K <= 1000 }", ("i",)),
     ],
 )
 def test_a_box_is_the_tree_isl_builds(domain: str, order: tuple[str, ...]) -> None:
@@ -70,7 +76,6 @@ def test_the_mark_sits_before_its_loop() -> None:
         ("[N, K] -> { S[i] : 0 <= i < N and 0 <= i < K }", "two upper bounds"),
         ("[N, K] -> { S[i] : 0 <= i < N or N + 5 <= i < N + 9 }", "two pieces"),
         ("[N, K] -> { S[i] : exists (e : i = 2e and 0 <= i < N) }", "a stride"),
-        ("[N, K] -> { S[i] : 0 <= i < N and K >= 3 }", "a guard on the sizes"),
         ("[N, K] -> { S[i] : K <= i <= K }", "a single iteration"),
     ],
 )
