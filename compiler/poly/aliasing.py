@@ -70,8 +70,12 @@ def alias_check(
 
 
 def _extent(facts: StmtFacts, v: str) -> Expr | None:
+    """`v`'s extent as an expression of the sizes alone (the test runs before any loop),
+    or None: a range relative to another variable (`y in z:z + KH`) has none written."""
     for c in facts.stmt.where:
         if isinstance(c, RangeConstraint) and isinstance(c.expr, Var) and c.expr.name == v:
+            if any(mentions(b, u, {}) for b in (c.lo, c.hi) for u in facts.all_vars):
+                return None
             return Binary(BinOp.SUB, c.hi, c.lo)
     return None
 
