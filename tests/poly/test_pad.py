@@ -59,13 +59,22 @@ def test_conv_gradients_equal_torch(
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(n + c + h + w + m + kh + kw)
     i, wt = rng.standard_normal((n, c, h, w)), rng.standard_normal((m, c, kh, kw))
-    k = compiler.define(CONV)
-    (o,) = k(i, wt)
-    g = rng.standard_normal(o.shape)
-    got = k.vjp(i, wt, grad_outputs=(g,))
-    ti, tw = (torch.from_numpy(a).requires_grad_() for a in (i, wt))
-    torch.conv2d(ti, tw).backward(torch.from_numpy(g))
-    for a, b in zip(got, (ti, tw), strict=True):
+    _equals_torch(CONV, (i, wt), torch.conv2d, rng)
+
+
+def _equals_torch(src: str, arrays: tuple[np.ndarray, ...], fn: object, rng: object) -> None:
+    """The def's output and its vjp (a random cotangent) against torch's `fn` and
+    autograd, in float64."""
+    torch = pytest.importorskip("torch")
+    k = compiler.define(src)
+    (o,) = k(*arrays)
+    leaves = [torch.from_numpy(a).requires_grad_() for a in arrays]
+    want = fn(*leaves)  # type: ignore[operator]
+    np.testing.assert_allclose(o, want.detach().numpy(), rtol=1e-12, atol=1e-12)
+    g = rng.standard_normal(o.shape)  # type: ignore[attr-defined]
+    got = k.vjp(*arrays, grad_outputs=(g,))
+    want.backward(torch.from_numpy(g))
+    for a, b in zip(got, leaves, strict=True):
         np.testing.assert_allclose(a, b.grad.numpy(), rtol=1e-12, atol=1e-12)
 
 
@@ -102,16 +111,11 @@ def test_weight_gradient_gradients_equal_torch_on_both_sides_of_the_guard(
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(h * w + ho)
     i, g = rng.standard_normal((n, c, h, w)), rng.standard_normal((n, m, ho, wo))
-    k = compiler.define(WGRAD)
-    (wg,) = k(i, g)
-    gw = rng.standard_normal(wg.shape)
-    got = k.vjp(i, g, grad_outputs=(gw,))
-    ti, tg = (torch.from_numpy(a).requires_grad_() for a in (i, g))
-    want = torch.conv2d(ti.transpose(0, 1), tg.transpose(0, 1)).transpose(0, 1)
-    np.testing.assert_allclose(wg, want.detach().numpy(), rtol=1e-12, atol=1e-12)
-    want.backward(torch.from_numpy(gw))
-    for a, b in zip(got, (ti, tg), strict=True):
-        np.testing.assert_allclose(a, b.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+    def wgrad(ti: object, tg: object) -> object:
+        return torch.conv2d(ti.transpose(0, 1), tg.transpose(0, 1)).transpose(0, 1)  # type: ignore[attr-defined]
+
+    _equals_torch(WGRAD, (i, g), wgrad, rng)
 
 
 @pytest.mark.parametrize(
