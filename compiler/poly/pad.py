@@ -236,14 +236,9 @@ def _choice(
     weight gradient `WG(kh) += G(h) * I(h + kh)` differentiated) has the roles
     reversed: X is the image's extent, D the window's, and padding did 18x the
     work. Which holds depends on the sizes, so both statements are kept."""
-    zero = Const(0, ScalarType.INT32)
-    x: Expr = zero
-    for lo, hi in natural.values():
-        x = _add(x, _sub(hi, lo)) if x != zero else _sub(hi, lo)
-    d: Expr = extents[0]
-    for e in extents[1:]:
-        d = _add(d, e)
-    one = Const(1, ScalarType.INT32)
+    x = _sum([_sub(hi, lo) for lo, hi in natural.values()])
+    d = _sum(extents)
+    zero, one = Const(0, ScalarType.INT32), Const(1, ScalarType.INT32)
     twice = Binary(BinOp.MUL, Const(2, ScalarType.INT32), d)
     slack = Binary(BinOp.SUB, twice, x)  # 2 D - X (never a bare size: a range needs a variable)
     space, context = domains.space, domains.context
@@ -426,6 +421,13 @@ def _sub(a: Expr, b: Expr) -> Expr:
     if isinstance(b, Const) and b.value == 0:
         return a
     return Binary(BinOp.SUB, a, b)
+
+
+def _sum(terms: list[Expr]) -> Expr:
+    total = terms[0]
+    for t in terms[1:]:
+        total = _add(total, t)
+    return total
 
 
 def _fresh(base: str, taken: set[str]) -> str:
