@@ -3,8 +3,12 @@
     python -m tools.bench_cache [--runs 5]
 
 For matmul, conv2d and their gradients (`Kernel.grad`), the median over `--runs`
-of the time `compiler.define(..., target="llvm")` takes (for the gradient: the time
-of `k.grad` on a freshly defined `k`):
+of the time from `compiler.define(..., target="llvm")` to its first result: the
+define and one call (for the gradient: `k.grad` on a freshly defined `k`, which has
+run once, and one call of it). A def whose versions are picked by the sizes compiles
+at its first call (`runtime.native`), so the call is part of the latency; the inputs
+are small (`INPUTS`: matmul 256^3, conv2d N1 C16 32^2 M16 3x3, a call of 0.5-3 ms
+warm) with the sizes of `tools.bench`'s cases otherwise:
 
 - cold: a new process with an empty cache directory;
 - warm disk: a new process whose cache directory holds the entry;
@@ -31,23 +35,31 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ("matmul", "conv2d", "matmul_grad", "conv2d_grad")
 
+# The inputs of the first call, by example (float32, seeded).
+INPUTS = {"matmul": [(256, 256), (256, 256)], "conv2d": [(1, 16, 32, 32), (16, 16, 3, 3), (16,)]}
+
 _CHILD = """
 import json, sys, time
+import numpy as np
 import compiler, compiler.runtime.native, compiler.backward, compiler.autodiff
 from compiler.codegen.llvm import target_machine
 target_machine()
 compiler.define("def f(float(N) A) -> (B) { B(i) = A(i) }")  # imports of the front end
 case, directory, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
-src = open("examples/" + case.removesuffix("_grad") + ".tc").read()
+example = case.removesuffix("_grad")
+src = open("examples/" + example + ".tc").read()
+rng = np.random.default_rng(0)
+inputs = [rng.standard_normal(s).astype(np.float32) for s in json.loads(sys.argv[4])]
 
 def once():
     if case.endswith("_grad"):
         k = compiler.define(src, target="llvm", cache=directory)
+        seeds = [np.ones_like(o) for o in k(*inputs)]
         t0, c0 = time.perf_counter(), time.process_time()
-        k.grad
+        k.grad(*inputs, *seeds)
     else:
         t0, c0 = time.perf_counter(), time.process_time()
-        compiler.define(src, target="llvm", cache=directory)
+        compiler.define(src, target="llvm", cache=directory)(*inputs)
     return time.perf_counter() - t0, time.process_time() - c0
 
 print(json.dumps([once() for _ in range(repeats)]))
@@ -55,8 +67,9 @@ print(json.dumps([once() for _ in range(repeats)]))
 
 
 def _child(case: str, directory: Path, repeats: int) -> list[tuple[float, float]]:
+    shapes = json.dumps(INPUTS[case.removesuffix("_grad")])
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, case, str(directory), str(repeats)],
+        [sys.executable, "-c", _CHILD, case, str(directory), str(repeats), shapes],
         cwd=ROOT,
         check=True,
         capture_output=True,

@@ -62,7 +62,7 @@ import threading
 import time
 import warnings
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata as importlib_metadata
@@ -447,18 +447,30 @@ _ENUM_OF: dict[str, type[enum.Enum]] = {
 
 
 def function_to_json(f: L.Function) -> Any:
-    """`f` as JSON data (see above); `function_from_json` inverts it exactly."""
+    """`f` as JSON data (see above; tuples stand for JSON arrays): `function_from_json`
+    inverts it exactly, before or after a round trip through JSON text."""
     rows: list[list[Any]] = []
     by_row: dict[tuple[Any, ...], int] = {}  # exact: Const(1) and Const(1.0) stay apart
     by_id: dict[int, tuple[L.Node, int]] = {}
+    enum_type = enum.Enum
 
     def node(n: L.Node) -> int:
         seen = by_id.get(id(n))
         if seen is not None:
             return seen[1]
         cls = type(n)
-        row: list[Any] = [cls.__name__, *(field(cls, k, getattr(n, k)) for k in _FIELDS[cls])]
-        key = tuple(tuple(x) if isinstance(x, list) else x for x in row)
+        row: list[Any] = [cls.__name__]
+        for name, plain in _SPEC[cls]:
+            value = getattr(n, name)
+            if plain or value is None:
+                row.append(value)
+            elif type(value) is tuple:
+                row.append(tuple([node(v) for v in value]))
+            elif isinstance(value, enum_type):
+                row.append(value.value)
+            else:
+                row.append(node(value))
+        key = tuple(row)
         if cls is L.Const:
             key += (type(n.value).__name__,)  # type: ignore[attr-defined]
         found = by_row.get(key)
@@ -468,21 +480,18 @@ def function_to_json(f: L.Function) -> Any:
         by_id[id(n)] = (n, found)
         return found
 
-    def field(cls: type, name: str, value: Any) -> Any:
-        if _plain(cls, name):
-            return list(value) if isinstance(value, tuple) else value
-        if isinstance(value, enum.Enum):
-            return value.value
-        if isinstance(value, tuple):
-            return [node(v) for v in value]
-        return None if value is None else node(value)
-
     root = node(f)
     return {"nodes": rows, "root": root}
 
 
 def _plain(cls: type, name: str) -> bool:
     return name in _PLAIN if name != "value" else cls is L.Const
+
+
+# per node class: (field, whether it is written as it is) for function_to_json
+_SPEC: dict[type, tuple[tuple[str, bool], ...]] = {
+    cls: tuple((name, _plain(cls, name)) for name in names) for cls, names in _FIELDS.items()
+}
 
 
 def function_from_json(data: Any) -> L.Function:
@@ -510,7 +519,7 @@ def _field(cls: type, name: str, value: Any, objs: list[L.Node]) -> Any:
         return tuple(value) if isinstance(value, list) else value
     if name in _ENUM_OF:
         return (L.UnaryOp if cls is L.Unary else _ENUM_OF[name])(value)
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return tuple(_node(objs, v) for v in value)
     return None if value is None else _node(objs, value)
 
@@ -524,15 +533,25 @@ def _node(objs: list[L.Node], i: Any) -> L.Node:
 # ------------------------------------------------------------- object code
 
 
-def compile_to_object(f: L.Function) -> tuple[CompiledFunction, StoredEntry]:
+def compile_to_object(
+    f: L.Function, *, function: bool = True, meanwhile: Callable[[], None] | None = None
+) -> tuple[CompiledFunction, StoredEntry]:
     """JIT-compile `f` through object files; returns the code and what to store
-    (metadata `{"function": ..., "objects": [sizes]}`; callers may add to it)."""
+    (metadata `{"function": ..., "objects": [sizes]}`, without `"function"` unless
+    `function`; callers may add to it). `meanwhile` runs while LLVM compiles."""
     compiling = backend.start_objects(f)
-    function = function_to_json(f)  # while LLVM runs on its threads
+    metadata: dict[str, Any] = {}
+    try:
+        if function:
+            metadata["function"] = function_to_json(f)  # while LLVM runs on its threads
+        if meanwhile is not None:
+            meanwhile()
+    except BaseException:
+        compiling.cancel()
+        raise
     objects = compiling.result()
-    entry = StoredEntry(
-        {"function": function, "objects": objects.sizes}, objects.code, objects.ir_text
-    )
+    metadata["objects"] = objects.sizes
+    entry = StoredEntry(metadata, objects.code, objects.ir_text)
     return load_object(f, objects.code, objects.ir_text, objects.sizes), entry
 
 

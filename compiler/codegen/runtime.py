@@ -55,7 +55,7 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 DEFAULT_THREADS = os.cpu_count() or 1
 MEMORY_CACHE_SIZE = 64  # compiled Functions kept alive by compile_function's table
 
-_CACHE: OrderedDict[str, CompiledFunction] = OrderedDict()
+_CACHE: OrderedDict[str, object] = OrderedDict()  # CompiledFunctions, ProgramCodes
 _CACHE_LOCK = threading.Lock()
 _LIVE: weakref.WeakSet[CompiledFunction] = weakref.WeakSet()
 _POOL: list[ThreadPoolExecutor] = []
@@ -69,20 +69,21 @@ def compile_function(f: Function) -> CompiledFunction:
     key = repr(f)
     with _CACHE_LOCK:
         cached = _CACHE.get(key)
-        if cached is not None:
+        if isinstance(cached, CompiledFunction):
             _CACHE.move_to_end(key)
             return cached
     g = cpu_parallel.run(f)
     compiled = CompiledFunction(g, jit(g))
     with _CACHE_LOCK:
-        compiled = _CACHE.get(key, compiled)  # another thread's, if it was first
+        first = _CACHE.get(key)  # another thread's, if it was first
+        compiled = first if isinstance(first, CompiledFunction) else compiled
     keep(key, compiled)
     return compiled
 
 
-def keep(key: str, compiled: CompiledFunction) -> None:
-    """Hold `compiled` in the table of recent code (at most MEMORY_CACHE_SIZE entries;
-    the least recently used is dropped first)."""
+def keep(key: str, compiled: object) -> None:
+    """Hold `compiled` (code, or a `runtime.native.ProgramCode`) in the table of recent
+    code (at most MEMORY_CACHE_SIZE entries; the least recently used is dropped first)."""
     with _CACHE_LOCK:
         _CACHE[key] = compiled
         _CACHE.move_to_end(key)

@@ -84,16 +84,17 @@ def make_plan(
     f = program.function
     if any(b.name not in index for b in f.buffers) or any(n not in sizes for n in f.size_params):
         return None
+    values = tuple(int(sizes[n]) for n in f.size_params)
     return CallPlan(
         program=program,
         output_shapes=dict(shapes),
         outputs=tuple((tuple(shapes[name]), np.dtype(dtype)) for name, dtype in outputs),
         slots=tuple(index[b.name] for b in f.buffers),
-        sizes=tuple(int(sizes[n]) for n in f.size_params),
+        sizes=values,
         threads=program.threads,
         checked=bool(program.lowered.checks),
         names=names,
-        call=program.compiled.bind(),
+        call=program.code.for_sizes(values).bind(),  # the versions these sizes take
     )
 
 

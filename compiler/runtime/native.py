@@ -9,6 +9,15 @@ order; each statement's outermost parallel loop runs on the native thread pool o
 `compiler.codegen.runtime` (libgomp, or the Python fallback) when it has enough work.
 `run` makes one ctypes call.
 
+Versions. Where the lowering chose between forms of a statement by the sizes (padded
+or clamped gathers, loop orders for L1-aliasing strides: the choice points of
+`loops.versions`), a `Kernel`'s program compiles nothing at define time: the first
+call compiles the Function restricted to the branches its sizes take, and a later
+call whose sizes take a branch not compiled yet compiles the union of both
+(`ProgramCode`; at most one compile per branch, plus one). The conv2d gradient's code
+is a third smaller for any one call, and a version no call selects costs nothing.
+`compile_lowered` (the pipeline's codegen pass, `tcc compile`) compiles every branch.
+
 Reads that `poly.schedule` could not prove in bounds report into a small error
 buffer (`poly.astgen.ERROR_BUFFER`); after the run a record there becomes the same
 ShapeError the reference evaluator raises, naming the tensor, dimension and index.
@@ -19,8 +28,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,9 +41,11 @@ from compiler.codegen.cache import (
     CacheFormatError,
     CompileCache,
     cache_key,
+    StoredEntry,
     compile_to_object,
     environment_key,
     function_from_json,
+    function_to_json,
     load_object,
 )
 from compiler.codegen.runtime import (
@@ -49,6 +61,7 @@ from compiler.frontend.ast import Access
 from compiler.frontend.checked import RangedDef
 from compiler.frontend.printer import print_def, print_expr
 from compiler.loops import Function, check_arguments
+from compiler.loops.versions import Branch, branches, describe, every_branch, restrict
 from compiler.options import Options
 from compiler.poly.astgen import ERROR_BUFFER, Lowered
 from compiler.poly.lower_expr import ReadCheck
@@ -56,12 +69,87 @@ from compiler.poly.lower_expr import ReadCheck
 TARGET = "llvm"
 
 
+Build = Callable[[Function, frozenset[Branch]], CompiledFunction]
+
+
+class ProgramCode:
+    """A Function's machine code, compiled per set of branches (see the module doc):
+    `build(restricted function, its branches)` compiles; `compiled`, code already
+    compiled for every branch. Each code compiled stays alive with this object (call
+    plans hold its entry)."""
+
+    MAX_SIGNATURES = 64  # sizes whose code is remembered (then forgotten all at once)
+
+    def __init__(self, function: Function, build: Build, compiled: CompiledFunction | None = None):
+        self.function = function
+        self.build = build
+        self._every = every_branch(function)
+        self._codes: list[tuple[frozenset[Branch], CompiledFunction]] = []
+        if compiled is not None:
+            self._codes.append((self._every, compiled))
+        self._by_sizes: dict[tuple[int, ...], CompiledFunction] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def versions(self) -> bool:
+        """Whether the Function has versions (else it compiles once, whole)."""
+        return bool(self._every)
+
+    @property
+    def compiled_branches(self) -> frozenset[Branch] | None:
+        """The branches of the latest code (each earlier code's are among them)."""
+        return self._codes[-1][0] if self._codes else None
+
+    @property
+    def compiles(self) -> int:
+        """How many times this Function was compiled (or loaded from the disk cache)."""
+        return len(self._codes)
+
+    def for_sizes(self, sizes: Sequence[int]) -> CompiledFunction:
+        """Code that runs `function` right for `sizes` (the size parameters' values)."""
+        codes = self._codes
+        if codes and codes[-1][0] == self._every:
+            return codes[-1][1]
+        key = tuple(sizes)
+        found = self._by_sizes.get(key)
+        if found is None:
+            env = dict(zip(self.function.size_params, key, strict=True))
+            found = self.for_branches(branches(self.function, env))
+            if len(self._by_sizes) >= self.MAX_SIGNATURES:
+                self._by_sizes.clear()
+            self._by_sizes[key] = found
+        return found
+
+    def for_branches(self, needed: frozenset[Branch]) -> CompiledFunction:
+        """Code holding at least the branches `needed` (compiled now if none does)."""
+        with self._lock:
+            if self._codes and needed <= self._codes[-1][0]:
+                return self._codes[-1][1]
+            kept = needed | (self._codes[-1][0] if self._codes else frozenset())
+            compiled = self.build(restrict(self.function, kept), kept)
+            self._codes.append((kept, compiled))
+            return compiled
+
+    def whole(self) -> CompiledFunction:
+        """Code of every branch (compiled now unless a call needed them all)."""
+        return self.for_branches(self._every)
+
+
+def _compile_restricted(g: Function, kept: frozenset[Branch]) -> CompiledFunction:
+    return compile_function(g)
+
+
 @dataclass(frozen=True)
 class NativeProgram:
     lowered: Lowered
     function: Function  # what is compiled: the lowered Function after the CPU passes
-    compiled: CompiledFunction
+    code: ProgramCode
     options: Options
+
+    @property
+    def compiled(self) -> CompiledFunction:
+        """The code of every version (compiled now if calls compiled fewer)."""
+        return self.code.whole()
 
     @property
     def threads(self) -> int:
@@ -81,7 +169,8 @@ class NativeProgram:
             error = arrays[ERROR_BUFFER] = np.zeros(2, dtype=np.int64)
         env = check_arguments(self.function, arrays, sizes)
         pointers = [arrays[b.name].ctypes.data for b in self.function.buffers]
-        self.compiled.call(pointers, [env[n] for n in self.function.size_params], self.threads)
+        sizes_ = [env[n] for n in self.function.size_params]
+        self.code.for_sizes(sizes_).call(pointers, sizes_, self.threads)
         if error is not None and error[0]:
             raise self.read_error(error, arrays)
 
@@ -131,33 +220,51 @@ def check_failure(
 def compile_native(
     ranged: RangedDef, options: Options | None = None, *, cache: CompileCache | None = None
 ) -> NativeProgram:
-    """Lower `ranged` and JIT-compile it (see the module doc); with a `cache`
-    (`compiler.codegen.cache`), reuse the code compiled for an equal def."""
+    """Lower `ranged` and JIT-compile it (see the module doc: a def with versions
+    compiles at its first call); with a `cache` (`compiler.codegen.cache`), reuse the
+    code compiled for an equal def."""
     options = options or Options()
     if cache is not None:
         return _cached_program(ranged, options, cache)
-    return compile_lowered(pipeline.lower(ranged, options), options)
+    return compile_lowered(pipeline.lower(ranged, options), options, every=False)
 
 
-def compile_lowered(lowered: Lowered, options: Options) -> NativeProgram:
-    """JIT-compile lowered loops (the pipeline's `codegen` pass for the CPU)."""
+def compile_lowered(lowered: Lowered, options: Options, *, every: bool = True) -> NativeProgram:
+    """JIT-compile lowered loops (the pipeline's `codegen` pass for the CPU): all of
+    them now, or with `every=False` only for a def without versions (the others at
+    their first call)."""
     f = prepare(get_target(TARGET), lowered.function, options)
-    return NativeProgram(lowered, f, compile_function(f), options)
+    return NativeProgram(lowered, f, _code(f, _compile_restricted, every), options)
+
+
+def _versions(f: Function) -> bool:
+    return bool(every_branch(f))
+
+
+def _code(f: Function, build: Build, every: bool) -> ProgramCode:
+    """`f`'s ProgramCode, compiled now if `every` or if `f` has no versions."""
+    code = ProgramCode(f, build)
+    if every or not code.versions:
+        code.whole()
+    return code
 
 
 # ------------------------------------------------------------ the compile cache
 # An entry holds the compiled Function (after the CPU passes), a weak reference to its
-# code, and the run-time checks as (number of the Access in a walk of the ranged def,
-# dimension): spans come from the def at hand, so sources that differ only in layout
-# share the entry. The code (and its JIT engine) lives while a program uses it or the
-# runtime's bounded table of recent code (`runtime.keep`) holds it; after that a define
-# reloads it from disk (or compiles it again, for an in-memory cache).
+# ProgramCode, and the run-time checks as (number of the Access in a walk of the ranged
+# def, dimension): spans come from the def at hand, so sources that differ only in
+# layout share the entry. The code (and its JIT engines) lives while a program uses it
+# or the runtime's bounded table of recent code (`runtime.keep`) holds it; after that a
+# define reloads it from disk (or compiles it again, for an in-memory cache). On disk,
+# the entry of a def without versions holds its object code; a def with versions has
+# an entry without code (`"versions": true`) and one per set of branches compiled
+# (`_branches_key`), each holding that restriction's object code.
 
 
 @dataclass(frozen=True)
 class _Cached:
     function: Function
-    code: weakref.ref[CompiledFunction]
+    code: weakref.ref[ProgramCode]
     checks: tuple[tuple[int, int, bool], ...]  # (Access number, dimension, write)
     notes: tuple[str, ...] = ()
 
@@ -187,14 +294,14 @@ def _cached_program(ranged: RangedDef, options: Options, cache: CompileCache) ->
     key = cache_key(program_key(ranged, options))
     with cache.lock(key):
         entry = cache.get(key)
-        compiled = entry.code() if isinstance(entry, _Cached) else None
-        if compiled is None or not isinstance(entry, _Cached):
+        code = entry.code() if isinstance(entry, _Cached) else None
+        if code is None or not isinstance(entry, _Cached):
             found = _load(cache, key) or _build(ranged, options, cache, key)
             if found is None:  # a check that cannot be named by position: no caching
                 return compile_native(ranged, options)
-            entry, compiled = found
+            entry, code = found
             cache.put(key, entry)
-        keep(key, compiled)
+        keep(key, code)
     accesses = _accesses(ranged.checked.definition)
     if any(not 0 <= i < len(accesses) for i, _, _ in entry.checks):
         return compile_native(ranged, options)
@@ -202,12 +309,12 @@ def _cached_program(ranged: RangedDef, options: Options, cache: CompileCache) ->
     lowered = Lowered(entry.function, checks)
     if entry.notes:
         lowered = dataclasses.replace(lowered, notes=entry.notes)
-    return NativeProgram(lowered, entry.function, compiled, options)
+    return NativeProgram(lowered, entry.function, code, options)
 
 
 def _build(
     ranged: RangedDef, options: Options, cache: CompileCache, key: str
-) -> tuple[_Cached, CompiledFunction] | None:
+) -> tuple[_Cached, ProgramCode] | None:
     lowered = pipeline.lower(ranged, options)
     accesses = _accesses(ranged.checked.definition)
     checks = []
@@ -220,13 +327,25 @@ def _build(
         checks.append((found[0], check.dim, check.write))
     notes = tuple(getattr(lowered, "notes", ()))
     f = prepare(get_target(TARGET), lowered.function, options)
-    compiled, stored = compile_to_object(f)
-    metadata = {**stored.metadata, "checks": checks, "notes": list(notes)}
-    cache.write(key, dataclasses.replace(stored, metadata=metadata))
-    return _Cached(f, weakref.ref(compiled), tuple(checks), notes), compiled
+    metadata = {"checks": checks, "notes": list(notes)}
+    if _versions(f):  # compiled by the calls; the entry written while the first compiles
+
+        def write() -> None:
+            entry = {**metadata, "function": function_to_json(f), "objects": [], "versions": True}
+            cache.write(key, StoredEntry(entry, b"", ""))
+
+        code = ProgramCode(f, _from_disk(cache, key, write))
+    else:
+        compiled, stored = compile_to_object(f)
+        cache.write(key, dataclasses.replace(stored, metadata={**stored.metadata, **metadata}))
+        code = ProgramCode(f, _from_disk(cache, key), compiled)
+    return _Cached(f, weakref.ref(code), tuple(checks), notes), code
 
 
-def _load(cache: CompileCache, key: str) -> tuple[_Cached, CompiledFunction] | None:
+_UNUSABLE = (CacheFormatError, InternalError, KeyError, TypeError, ValueError, RuntimeError)
+
+
+def _load(cache: CompileCache, key: str) -> tuple[_Cached, ProgramCode] | None:
     stored = cache.read(key)
     if stored is None:
         return None
@@ -234,14 +353,52 @@ def _load(cache: CompileCache, key: str) -> tuple[_Cached, CompiledFunction] | N
         f = function_from_json(stored.metadata["function"])
         checks = tuple(_check_entry(c) for c in stored.metadata["checks"])
         notes = tuple(str(n) for n in stored.metadata.get("notes", ()))
-        sizes = stored.metadata["objects"]
-        if not isinstance(sizes, list):
-            raise CacheFormatError("object sizes are not a list")
-        compiled = load_object(f, stored.object_code, stored.ir_text, sizes)
-    except (CacheFormatError, InternalError, KeyError, TypeError, ValueError, RuntimeError) as err:
+        code = ProgramCode(f, _from_disk(cache, key))
+        if stored.metadata.get("versions") is not True:
+            code = ProgramCode(f, code.build, _load_code(f, stored))
+        elif not code.versions:
+            raise CacheFormatError("an entry without code for a def without versions")
+    except _UNUSABLE as err:
         logging.getLogger("compiler.cache").debug("compile cache: entry %s unusable: %s", key, err)
         return None
-    return _Cached(f, weakref.ref(compiled), checks, notes), compiled
+    return _Cached(f, weakref.ref(code), checks, notes), code
+
+
+def _load_code(f: Function, stored: StoredEntry) -> CompiledFunction:
+    sizes = stored.metadata["objects"]
+    if not isinstance(sizes, list):
+        raise CacheFormatError("object sizes are not a list")
+    return load_object(f, stored.object_code, stored.ir_text, sizes)
+
+
+def _branches_key(key: str, kept: frozenset[Branch]) -> str:
+    """The entry of the code of program `key` restricted to the branches `kept`."""
+    return cache_key({"program": key, "branches": describe(kept)})
+
+
+def _from_disk(
+    cache: CompileCache, key: str, program: Callable[[], None] | None = None
+) -> Build:
+    """A ProgramCode's `build` for program `key`: each restriction's code from its
+    entry, else compiled and stored there; `program` (writing the program's entry)
+    runs once, while the first compile's LLVM runs (a define that is never called
+    writes nothing)."""
+    pending = [program] if program is not None else []
+
+    def build(g: Function, kept: frozenset[Branch]) -> CompiledFunction:
+        where = _branches_key(key, kept)
+        stored = cache.read(where)
+        if stored is not None:
+            try:
+                return _load_code(g, stored)
+            except _UNUSABLE as err:
+                logging.getLogger("compiler.cache").debug("compile cache: %s: %s", where, err)
+        meanwhile = pending.pop() if pending else None
+        compiled, stored = compile_to_object(g, function=False, meanwhile=meanwhile)
+        cache.write(where, stored)
+        return compiled
+
+    return build
 
 
 def _check_entry(stored: list) -> tuple[int, int, bool]:
@@ -266,4 +423,4 @@ def _accesses(node: object) -> list[Access]:
     return found
 
 
-__all__ = ["NativeProgram", "compile_native", "program_key"]
+__all__ = ["NativeProgram", "ProgramCode", "compile_native", "program_key"]

@@ -21,6 +21,7 @@ import compiler
 from compiler.codegen import runtime
 from compiler.codegen.cache import compile_to_object
 from compiler.options import Options
+from compiler.runtime.native import ProgramCode
 
 MATMUL = "def matmul(float(M, K) A, float(K, N) B) -> (C) {\n    C(m, n) +=! A(m, k) * B(k, n)\n}\n"
 SCALE = "def scale(float(N) A) -> (B) {{\n    B(i) = A(i) * {s}\n}}\n"
@@ -119,7 +120,8 @@ def test_concurrent_defines_of_different_sources(tmp_path: Path) -> None:
 def test_the_engine_lives_as_long_as_its_compiled_function() -> None:
     k = compiler.define(MATMUL, target="llvm", cache=False, options=Options(threads=2))
     compiled, _ = compile_to_object(k._native.function)  # held by nothing else
-    program = dataclasses.replace(k._native, compiled=compiled)
+    code = ProgramCode(compiled.function, k._native.code.build, compiled)
+    program = dataclasses.replace(k._native, code=code)
     engine = weakref.ref(compiled.code.engine)
     del k, compiled
     gc.collect()
@@ -130,6 +132,6 @@ def test_the_engine_lives_as_long_as_its_compiled_function() -> None:
     out = {"C": np.zeros((33, 9), np.float32)}
     program.run({"A": a, "B": b}, {"M": 33, "K": 17, "N": 9}, out)
     np.testing.assert_allclose(out["C"], a @ b, rtol=1e-5, atol=1e-5)
-    del program
+    del program, code
     gc.collect()
     assert engine() is None  # freed with its last function: no leak per compilation
