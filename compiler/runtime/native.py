@@ -40,8 +40,8 @@ from compiler import pipeline
 from compiler.codegen.cache import (
     CacheFormatError,
     CompileCache,
-    cache_key,
     StoredEntry,
+    cache_key,
     compile_to_object,
     environment_key,
     function_from_json,
@@ -376,9 +376,7 @@ def _branches_key(key: str, kept: frozenset[Branch]) -> str:
     return cache_key({"program": key, "branches": describe(kept)})
 
 
-def _from_disk(
-    cache: CompileCache, key: str, program: Callable[[], None] | None = None
-) -> Build:
+def _from_disk(cache: CompileCache, key: str, program: Callable[[], None] | None = None) -> Build:
     """A ProgramCode's `build` for program `key`: each restriction's code from its
     entry, else compiled and stored there; `program` (writing the program's entry)
     runs once, while the first compile's LLVM runs (a define that is never called

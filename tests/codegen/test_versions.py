@@ -19,9 +19,20 @@ from compiler import pipeline
 from compiler.codegen.cache import CompileCache
 from compiler.codegen.target import get_target, prepare
 from compiler.loops import Block, If
-from compiler.loops.ir import Bin, BinOp, Buffer, Const, DType, For, Function, Load, Role
-from compiler.loops.ir import Store, VarRef
 from compiler.loops import versions as V
+from compiler.loops.ir import (
+    Bin,
+    BinOp,
+    Buffer,
+    Const,
+    DType,
+    For,
+    Function,
+    Load,
+    Role,
+    Store,
+    VarRef,
+)
 from compiler.options import Options
 from compiler.runtime import native
 
@@ -119,7 +130,9 @@ def test_a_gradient_compiles_at_its_first_call_the_versions_its_sizes_take(conv_
     assert code.compiles == 1  # the same sizes: the same code
 
 
-@pytest.mark.parametrize("shapes", [ALIASING, CLAMPED, DEFAULT], ids=["aliasing", "clamped", "default"])
+@pytest.mark.parametrize(
+    "shapes", [ALIASING, CLAMPED, DEFAULT], ids=["aliasing", "clamped", "default"]
+)
 def test_sizes_that_take_another_version_compile_the_union(conv_grad, shapes) -> None:
     code = conv_grad._native.code
     arrays = _inputs(shapes, seed=2)
