@@ -1,24 +1,30 @@
-"""Versions of a Function selected by its sizes: which a call takes, and the Function
-holding only some of them.
+"""The code a call runs, decided by its sizes alone: which branches a call takes, and
+the Function holding only some of them.
 
-    points = choice_points(f)                # the If statements that pick a version
+    points = choice_points(f)                # statements the sizes alone decide
     taken = branches(f, sizes)               # the branches these sizes run
-    g = restrict(f, taken | earlier)         # f without the branches no call took
+    g = restrict(f, taken)                   # f without the others
 
-A choice point is an `If` reached from the body through blocks, allocations and other
-choice points only (outside every loop and binding), whose condition reads size
-parameters and constants alone: the lowering emits one for each version of a statement
-whose best form depends on the sizes (padded or clamped gathers, L1-aliasing loop
-orders: `poly.pad`, `poly.aliasing`). A branch is `(point, side)`: `point` the choice
-point's number in a pre-order walk of `f` (then before otherwise), `side` True for
-`then`. `branches(f, sizes)` are the branches a run with `sizes` executes; a branch
-with no statement (an If without `otherwise`) is never one.
+A choice point is a statement whose condition reads size parameters and constants
+alone, so that one call evaluates it the same way wherever it runs, inside loops too:
+- an `If` (the lowering's versions of a statement whose best form depends on the
+  sizes -- padded or clamped gathers, L1-aliasing loop orders: `poly.pad`,
+  `poly.aliasing` -- and a register tile's fallback for rows narrower than its
+  lanes: `poly.regtile`);
+- a `For` whose bounds may leave it empty (a tile's remainder, `c in 8 (C / 8):C`):
+  every For of size-only bounds but those from 0 (or a constant) to a size or a
+  positive constant, which sizes (at least 1) never empty.
+A name bound by an enclosing loop, `Let` or `Local` is not a size there. A branch is
+`(point, side)`: `point` the choice point's position in a pre-order walk of `f` (a
+statement held at two places is two points, decided alike), `side`
+True for an If's `then` and a loop's body, False for an If's `otherwise`; a branch
+with no statement (an If without `otherwise`, an empty loop) is never one.
 
-`restrict(f, kept)` is `f` with every branch not in `kept` emptied: on any sizes whose
-`branches` lie in `kept` it runs exactly what `f` runs, and its code is smaller, so a
-target compiles a version only once a call's sizes first select it
-(`runtime.native`). Anything else makes it compute nothing where `f` would: callers
-must route each call by its sizes.
+`branches(f, sizes)` are the branches that a run with `sizes` takes (of the points
+it reaches). `restrict(f, kept)` empties every branch not in `kept`: on
+any sizes whose `branches` lie in `kept` it runs exactly what `f` runs, with less
+code, so a target compiles what a call's sizes select (`runtime.native`). On other
+sizes it computes nothing where `f` would: callers route each call by its sizes.
 """
 
 from __future__ import annotations
@@ -30,100 +36,174 @@ from typing import TypeAlias
 import numpy as np
 
 from compiler.loops.interp import eval_expr
-from compiler.loops.ir import Alloc, Block, Function, If, Load, Node, Stmt, VarRef, walk
+from compiler.loops.ir import (
+    Block,
+    Const,
+    Expr,
+    For,
+    Function,
+    If,
+    Let,
+    Load,
+    Local,
+    Node,
+    Stmt,
+    VarRef,
+    child_fields,
+    children,
+    walk,
+)
 
 Branch: TypeAlias = tuple[int, bool]
+Point: TypeAlias = If | For
 
 
-def _is_choice(s: If, sizes: frozenset[str]) -> bool:
-    for n in walk(s.cond):
+def _reads_sizes_only(e: Expr, sizes: frozenset[str]) -> bool:
+    for n in walk(e):
         if isinstance(n, Load) or (isinstance(n, VarRef) and n.name not in sizes):
             return False
     return True
 
 
-def _points(s: Stmt, sizes: frozenset[str]) -> Iterator[If]:
-    if isinstance(s, Block):
-        for t in s.stmts:
-            yield from _points(t, sizes)
-    elif isinstance(s, Alloc):
-        yield from _points(s.body, sizes)
-    elif isinstance(s, If) and _is_choice(s, sizes):
-        yield s
-        yield from _points(s.then, sizes)
-        if s.otherwise is not None:
-            yield from _points(s.otherwise, sizes)
+def _never_empty(s: For, sizes: frozenset[str]) -> bool:
+    """Whether `s` runs at least once for every sizes (each at least 1)."""
+    if not isinstance(s.lo, Const):
+        return False
+    hi = s.hi
+    if isinstance(hi, VarRef):
+        return hi.name in sizes and int(s.lo.value) <= 0
+    return isinstance(hi, Const) and int(hi.value) > int(s.lo.value)
 
 
-def choice_points(f: Function) -> tuple[If, ...]:
+def _is_point(s: Stmt, sizes: frozenset[str]) -> bool:
+    if isinstance(s, If):
+        return _reads_sizes_only(s.cond, sizes)
+    return (
+        isinstance(s, For)
+        and _reads_sizes_only(s.lo, sizes)
+        and _reads_sizes_only(s.hi, sizes)
+        and not _never_empty(s, sizes)
+    )
+
+
+def _inner(s: Stmt, sizes: frozenset[str]) -> frozenset[str]:
+    """The size names not bound inside `s`'s body."""
+    return sizes - {s.var} if isinstance(s, (For, Let, Local)) else sizes
+
+
+def _points(s: Stmt, sizes: frozenset[str]) -> Iterator[Point]:
+    """The choice points in `s`, pre-order; `sizes`: the size names not bound here. A
+    statement the tree holds at two places is a point at each (numbers are positions,
+    the same however equal subtrees are shared)."""
+    if _is_point(s, sizes):
+        yield s  # type: ignore[misc]
+    inner = _inner(s, sizes)
+    for child in children(s):
+        if isinstance(child, Stmt):
+            yield from _points(child, inner)
+
+
+def choice_points(f: Function) -> tuple[Point, ...]:
     """The choice points of `f` in pre-order (see the module doc)."""
     return tuple(_points(f.body, frozenset(f.size_params)))
 
 
-def _numbers(f: Function) -> dict[int, int]:
-    return {id(p): k for k, p in enumerate(choice_points(f))}
+class Choices:
+    """`f`'s choice points, found once: `branches` and `restrict` for many sizes."""
+
+    def __init__(self, f: Function) -> None:
+        self.function = f
+        self.points = choice_points(f)
+        every: set[Branch] = set()
+        for k, p in enumerate(self.points):
+            every.add((k, True))
+            if isinstance(p, If) and p.otherwise is not None:
+                every.add((k, False))
+        self.every = frozenset(every)
+
+    def branches(self, sizes: Mapping[str, int]) -> frozenset[Branch]:
+        """The branches a run with `sizes` (every size parameter) takes."""
+        env = {n: np.int64(sizes[n]) for n in self.function.size_params}
+        taken: set[Branch] = set()
+        number = iter(range(len(self.points)))
+
+        def visit(s: Stmt, scope: frozenset[str], reached: bool) -> None:
+            if _is_point(s, scope):
+                k = next(number)
+                if isinstance(s, If):
+                    side = reached and bool(eval_expr(s.cond, env))
+                    if reached and (side or s.otherwise is not None):
+                        taken.add((k, side))
+                    visit(s.then, scope, side)
+                    if s.otherwise is not None:
+                        visit(s.otherwise, scope, reached and not side)
+                    return
+                assert isinstance(s, For)
+                runs = reached and int(eval_expr(s.hi, env)) > int(eval_expr(s.lo, env))
+                if runs:
+                    taken.add((k, True))
+                visit(s.body, scope - {s.var}, runs)
+                return
+            inner = _inner(s, scope)
+            for child in children(s):
+                if isinstance(child, Stmt):
+                    visit(child, inner, reached)
+
+        visit(self.function.body, frozenset(self.function.size_params), True)
+        return frozenset(taken)
+
+    def restrict(self, kept: frozenset[Branch]) -> Function:
+        """`function` with every branch not in `kept` emptied."""
+        if kept >= self.every:
+            return self.function
+        number = iter(range(len(self.points)))
+
+        def keep(s: Stmt, scope: frozenset[str]) -> Stmt:
+            k = next(number) if _is_point(s, scope) else None
+            inner = _inner(s, scope)
+            changes = {}
+            for name in child_fields(s):
+                value = getattr(s, name)
+                if isinstance(value, Stmt):
+                    new = keep(value, inner)
+                    if new is not value:
+                        changes[name] = new
+                elif isinstance(value, tuple) and value and isinstance(value[0], Stmt):
+                    stmts = tuple(keep(t, inner) for t in value)
+                    if any(a is not b for a, b in zip(stmts, value, strict=True)):
+                        changes[name] = stmts
+            if k is not None:
+                if isinstance(s, If):
+                    if (k, True) not in kept:
+                        changes["then"] = Block(())
+                    if s.otherwise is not None and (k, False) not in kept:
+                        changes["otherwise"] = None
+                elif (k, True) not in kept:
+                    return Block(())  # a loop that these sizes leave empty
+            return dataclasses.replace(s, **changes) if changes else s
+
+        return _with_body(
+            self.function, keep(self.function.body, frozenset(self.function.size_params))
+        )
+
+
+def _with_body(f: Function, body: Stmt) -> Function:
+    return dataclasses.replace(f, body=body)
 
 
 def branches(f: Function, sizes: Mapping[str, int]) -> frozenset[Branch]:
-    """The branches that a run of `f` with `sizes` (every size parameter) executes."""
-    numbers = _numbers(f)
-    env = {n: np.int64(sizes[n]) for n in f.size_params}
-    taken: set[Branch] = set()
-
-    def visit(s: Stmt) -> None:
-        if isinstance(s, Block):
-            for t in s.stmts:
-                visit(t)
-        elif isinstance(s, Alloc):
-            visit(s.body)
-        elif isinstance(s, If) and id(s) in numbers:
-            side = bool(eval_expr(s.cond, env))
-            body = s.then if side else s.otherwise
-            if body is not None:
-                taken.add((numbers[id(s)], side))
-                visit(body)
-
-    visit(f.body)
-    return frozenset(taken)
+    """The branches that a run of `f` with `sizes` (every size parameter) takes."""
+    return Choices(f).branches(sizes)
 
 
 def every_branch(f: Function) -> frozenset[Branch]:
     """Every branch of `f` (restricting to it changes nothing)."""
-    found: set[Branch] = set()
-    for k, p in enumerate(choice_points(f)):
-        found.add((k, True))
-        if p.otherwise is not None:
-            found.add((k, False))
-    return frozenset(found)
+    return Choices(f).every
 
 
 def restrict(f: Function, kept: frozenset[Branch]) -> Function:
     """`f` with every branch not in `kept` emptied (see the module doc)."""
-    numbers = _numbers(f)
-
-    def keep(s: Stmt) -> Stmt:
-        if isinstance(s, Block):
-            stmts = tuple(keep(t) for t in s.stmts)
-            changed = any(a is not b for a, b in zip(stmts, s.stmts, strict=True))
-            return Block(stmts) if changed else s
-        if isinstance(s, Alloc):
-            body = keep(s.body)
-            return s if body is s.body else Alloc(s.buffer, body)
-        if isinstance(s, If) and id(s) in numbers:
-            k = numbers[id(s)]
-            then = keep(s.then) if (k, True) in kept else Block(())
-            otherwise = s.otherwise
-            if otherwise is not None:
-                otherwise = keep(otherwise) if (k, False) in kept else None
-            if then is s.then and otherwise is s.otherwise:
-                return s
-            return If(s.cond, then, otherwise)
-        return s
-
-    body = keep(f.body)
-    if body is f.body:
-        return f
-    return dataclasses.replace(f, body=body)
+    return Choices(f).restrict(kept)
 
 
 def describe(kept: frozenset[Branch]) -> str:
@@ -138,9 +218,11 @@ def nodes(f: Node) -> int:
 
 __all__ = [
     "Branch",
+    "Choices",
     "branches",
     "choice_points",
     "describe",
     "every_branch",
+    "nodes",
     "restrict",
 ]

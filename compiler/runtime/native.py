@@ -9,14 +9,15 @@ order; each statement's outermost parallel loop runs on the native thread pool o
 `compiler.codegen.runtime` (libgomp, or the Python fallback) when it has enough work.
 `run` makes one ctypes call.
 
-Versions. Where the lowering chose between forms of a statement by the sizes (padded
-or clamped gathers, loop orders for L1-aliasing strides: the choice points of
-`loops.versions`), a `Kernel`'s program compiles nothing at define time: the first
-call compiles the Function restricted to the branches its sizes take, and a later
-call whose sizes take a branch not compiled yet compiles the union of both
-(`ProgramCode`; at most one compile per branch, plus one). The conv2d gradient's code
-is a third smaller for any one call, and a version no call selects costs nothing.
-`compile_lowered` (the pipeline's codegen pass, `tcc compile`) compiles every branch.
+Code the sizes decide. Where the sizes alone decide what runs (the lowering's
+versions of a statement -- padded or clamped gathers, loop orders for L1-aliasing
+strides --, a register tile's fallback for narrow rows, a tile's remainder loop:
+the choice points of `loops.versions`), a `Kernel`'s program compiles nothing at
+define time: its first call compiles the Function restricted to the branches its
+sizes take, and a later call whose sizes take a branch not compiled compiles every
+branch (`ProgramCode`: at most two compiles). The conv2d gradient's code for one
+call is half of the whole. `compile_lowered` (the pipeline's codegen pass, `tcc
+compile`) compiles every branch at once.
 
 Reads that `poly.schedule` could not prove in bounds report into a small error
 buffer (`poly.astgen.ERROR_BUFFER`); after the run a record there becomes the same
@@ -61,7 +62,7 @@ from compiler.frontend.ast import Access
 from compiler.frontend.checked import RangedDef
 from compiler.frontend.printer import print_def, print_expr
 from compiler.loops import Function, check_arguments
-from compiler.loops.versions import Branch, branches, describe, every_branch, restrict
+from compiler.loops.versions import Branch, Choices, describe
 from compiler.options import Options
 from compiler.poly.astgen import ERROR_BUFFER, Lowered
 from compiler.poly.lower_expr import ReadCheck
@@ -73,27 +74,27 @@ Build = Callable[[Function, frozenset[Branch]], CompiledFunction]
 
 
 class ProgramCode:
-    """A Function's machine code, compiled per set of branches (see the module doc):
-    `build(restricted function, its branches)` compiles; `compiled`, code already
-    compiled for every branch. Each code compiled stays alive with this object (call
-    plans hold its entry)."""
+    """A Function's machine code, compiled for the branches its calls take (see the
+    module doc): `build(restricted function, its branches)` compiles; `compiled`,
+    code already compiled for every branch. Each code compiled stays alive with this
+    object (call plans hold its entry)."""
 
     MAX_SIGNATURES = 64  # sizes whose code is remembered (then forgotten all at once)
 
     def __init__(self, function: Function, build: Build, compiled: CompiledFunction | None = None):
         self.function = function
         self.build = build
-        self._every = every_branch(function)
+        self._choices = Choices(function)
         self._codes: list[tuple[frozenset[Branch], CompiledFunction]] = []
         if compiled is not None:
-            self._codes.append((self._every, compiled))
+            self._codes.append((self._choices.every, compiled))
         self._by_sizes: dict[tuple[int, ...], CompiledFunction] = {}
         self._lock = threading.Lock()
 
     @property
     def versions(self) -> bool:
-        """Whether the Function has versions (else it compiles once, whole)."""
-        return bool(self._every)
+        """Whether the sizes decide some of the code (else it compiles once, whole)."""
+        return bool(self._choices.every)
 
     @property
     def compiled_branches(self) -> frozenset[Branch] | None:
@@ -108,31 +109,40 @@ class ProgramCode:
     def for_sizes(self, sizes: Sequence[int]) -> CompiledFunction:
         """Code that runs `function` right for `sizes` (the size parameters' values)."""
         codes = self._codes
-        if codes and codes[-1][0] == self._every:
+        if codes and codes[-1][0] == self._choices.every:
             return codes[-1][1]
         key = tuple(sizes)
         found = self._by_sizes.get(key)
         if found is None:
             env = dict(zip(self.function.size_params, key, strict=True))
-            found = self.for_branches(branches(self.function, env))
+            found = self.for_branches(self._choices.branches(env))
             if len(self._by_sizes) >= self.MAX_SIGNATURES:
                 self._by_sizes.clear()
             self._by_sizes[key] = found
         return found
 
     def for_branches(self, needed: frozenset[Branch]) -> CompiledFunction:
-        """Code holding at least the branches `needed` (compiled now if none does)."""
+        """Code holding at least the branches `needed`: the latest if it does, else
+        compiled now -- the first time just those, after that every branch (so a
+        Function compiles at most twice)."""
         with self._lock:
             if self._codes and needed <= self._codes[-1][0]:
                 return self._codes[-1][1]
-            kept = needed | (self._codes[-1][0] if self._codes else frozenset())
-            compiled = self.build(restrict(self.function, kept), kept)
+            kept = self._choices.every if self._codes else needed
+            compiled = self.build(self._choices.restrict(kept), kept)
             self._codes.append((kept, compiled))
             return compiled
 
     def whole(self) -> CompiledFunction:
-        """Code of every branch (compiled now unless a call needed them all)."""
-        return self.for_branches(self._every)
+        """Code of every branch (compiled now unless it was)."""
+        return self.for_branches(self._choices.every)
+
+    def adopt(self, compiled: CompiledFunction) -> ProgramCode:
+        """This code with `compiled`, the code of every branch (loaded, or compiled
+        elsewhere), as its latest."""
+        with self._lock:
+            self._codes.append((self._choices.every, compiled))
+        return self
 
 
 def _compile_restricted(g: Function, kept: frozenset[Branch]) -> CompiledFunction:
@@ -237,10 +247,6 @@ def compile_lowered(lowered: Lowered, options: Options, *, every: bool = True) -
     return NativeProgram(lowered, f, _code(f, _compile_restricted, every), options)
 
 
-def _versions(f: Function) -> bool:
-    return bool(every_branch(f))
-
-
 def _code(f: Function, build: Build, every: bool) -> ProgramCode:
     """`f`'s ProgramCode, compiled now if `every` or if `f` has no versions."""
     code = ProgramCode(f, build)
@@ -328,17 +334,19 @@ def _build(
     notes = tuple(getattr(lowered, "notes", ()))
     f = prepare(get_target(TARGET), lowered.function, options)
     metadata = {"checks": checks, "notes": list(notes)}
-    if _versions(f):  # compiled by the calls; the entry written while the first compiles
+    pending: list[Callable[[], None]] = []
+    code = ProgramCode(f, _from_disk(cache, key, pending))
+    if code.versions:  # compiled by the calls; the entry written while the first compiles
 
         def write() -> None:
             entry = {**metadata, "function": function_to_json(f), "objects": [], "versions": True}
             cache.write(key, StoredEntry(entry, b"", ""))
 
-        code = ProgramCode(f, _from_disk(cache, key, write))
+        pending.append(write)
     else:
         compiled, stored = compile_to_object(f)
         cache.write(key, dataclasses.replace(stored, metadata={**stored.metadata, **metadata}))
-        code = ProgramCode(f, _from_disk(cache, key), compiled)
+        code.adopt(compiled)
     return _Cached(f, weakref.ref(code), tuple(checks), notes), code
 
 
@@ -353,9 +361,9 @@ def _load(cache: CompileCache, key: str) -> tuple[_Cached, ProgramCode] | None:
         f = function_from_json(stored.metadata["function"])
         checks = tuple(_check_entry(c) for c in stored.metadata["checks"])
         notes = tuple(str(n) for n in stored.metadata.get("notes", ()))
-        code = ProgramCode(f, _from_disk(cache, key))
+        code = ProgramCode(f, _from_disk(cache, key, []))
         if stored.metadata.get("versions") is not True:
-            code = ProgramCode(f, code.build, _load_code(f, stored))
+            code.adopt(_load_code(f, stored))
         elif not code.versions:
             raise CacheFormatError("an entry without code for a def without versions")
     except _UNUSABLE as err:
@@ -376,12 +384,11 @@ def _branches_key(key: str, kept: frozenset[Branch]) -> str:
     return cache_key({"program": key, "branches": describe(kept)})
 
 
-def _from_disk(cache: CompileCache, key: str, program: Callable[[], None] | None = None) -> Build:
+def _from_disk(cache: CompileCache, key: str, pending: list[Callable[[], None]]) -> Build:
     """A ProgramCode's `build` for program `key`: each restriction's code from its
-    entry, else compiled and stored there; `program` (writing the program's entry)
-    runs once, while the first compile's LLVM runs (a define that is never called
-    writes nothing)."""
-    pending = [program] if program is not None else []
+    entry, else compiled and stored there; what is `pending` (writing the program's
+    entry) runs while the first compile's LLVM runs (a define never called writes
+    nothing)."""
 
     def build(g: Function, kept: frozenset[Branch]) -> CompiledFunction:
         where = _branches_key(key, kept)
