@@ -137,12 +137,19 @@ class ProgramCode:
         """Code of every branch (compiled now unless it was)."""
         return self.for_branches(self._choices.every)
 
-    def adopt(self, compiled: CompiledFunction) -> ProgramCode:
-        """This code with `compiled`, the code of every branch (loaded, or compiled
-        elsewhere), as its latest."""
+    def adopt(
+        self, compiled: CompiledFunction, kept: frozenset[Branch] | None = None
+    ) -> ProgramCode:
+        """This code with `compiled` (loaded, or compiled elsewhere), the code of the
+        branches `kept` (None: every branch), as its latest."""
         with self._lock:
-            self._codes.append((self._choices.every, compiled))
+            self._codes.append((self.every if kept is None else kept, compiled))
         return self
+
+    @property
+    def every(self) -> frozenset[Branch]:
+        """Every branch of the Function."""
+        return self._choices.every
 
 
 def _compile_restricted(g: Function, kept: frozenset[Branch]) -> CompiledFunction:
@@ -334,19 +341,9 @@ def _build(
     notes = tuple(getattr(lowered, "notes", ()))
     f = prepare(get_target(TARGET), lowered.function, options)
     metadata = {"checks": checks, "notes": list(notes)}
-    pending: list[Callable[[], None]] = []
-    code = ProgramCode(f, _from_disk(cache, key, pending))
-    if code.versions:  # compiled by the calls; the entry written while the first compiles
-
-        def write() -> None:
-            entry = {**metadata, "function": function_to_json(f), "objects": [], "versions": True}
-            cache.write(key, StoredEntry(entry, b"", ""))
-
-        pending.append(write)
-    else:
-        compiled, stored = compile_to_object(f)
-        cache.write(key, dataclasses.replace(stored, metadata={**stored.metadata, **metadata}))
-        code.adopt(compiled)
+    code = ProgramCode(f, _from_disk(cache, key, f, metadata))
+    if not code.versions:
+        code.whole()  # at define time: the sizes decide nothing
     return _Cached(f, weakref.ref(code), tuple(checks), notes), code
 
 
@@ -361,11 +358,13 @@ def _load(cache: CompileCache, key: str) -> tuple[_Cached, ProgramCode] | None:
         f = function_from_json(stored.metadata["function"])
         checks = tuple(_check_entry(c) for c in stored.metadata["checks"])
         notes = tuple(str(n) for n in stored.metadata.get("notes", ()))
-        code = ProgramCode(f, _from_disk(cache, key, []))
-        if stored.metadata.get("versions") is not True:
-            code.adopt(_load_code(f, stored))
-        elif not code.versions:
-            raise CacheFormatError("an entry without code for a def without versions")
+        code = ProgramCode(f, _from_disk(cache, key))
+        kept = stored.metadata.get("branches")
+        if kept is not None:
+            kept = frozenset((int(k), bool(side)) for k, side in kept)
+            if not kept <= code.every:
+                raise CacheFormatError("branches that the Function does not have")
+        code.adopt(_load_code(f, stored), kept)
     except _UNUSABLE as err:
         logging.getLogger("compiler.cache").debug("compile cache: entry %s unusable: %s", key, err)
         return None
@@ -384,13 +383,34 @@ def _branches_key(key: str, kept: frozenset[Branch]) -> str:
     return cache_key({"program": key, "branches": describe(kept)})
 
 
-def _from_disk(cache: CompileCache, key: str, pending: list[Callable[[], None]]) -> Build:
-    """A ProgramCode's `build` for program `key`: each restriction's code from its
-    entry, else compiled and stored there; what is `pending` (writing the program's
-    entry) runs while the first compile's LLVM runs (a define never called writes
-    nothing)."""
+def _from_disk(
+    cache: CompileCache,
+    key: str,
+    f: Function | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> Build:
+    """A ProgramCode's `build` for program `key`. Given the program's Function `f` and
+    `metadata` (a program just lowered), its first compile writes the program's entry:
+    `f`, the metadata, and the code with the branches it holds. Every other compile
+    (or one of a program loaded from its entry) reads and writes the entry of its set
+    of branches (`_branches_key`), which holds only code."""
+    first = [(f, metadata)] if f is not None and metadata is not None else []
 
     def build(g: Function, kept: frozenset[Branch]) -> CompiledFunction:
+        if first:
+            whole, data = first.pop()
+            entry: dict[str, Any] = {**data}
+
+            def describe_program() -> None:  # while LLVM compiles
+                entry["function"] = function_to_json(whole)
+                if g is not whole:
+                    entry["branches"] = sorted([k, side] for k, side in kept)
+
+            compiled, stored = compile_to_object(g, function=False, meanwhile=describe_program)
+            cache.write(
+                key, StoredEntry({**stored.metadata, **entry}, stored.object_code, stored.ir_text)
+            )
+            return compiled
         where = _branches_key(key, kept)
         stored = cache.read(where)
         if stored is not None:
@@ -398,8 +418,7 @@ def _from_disk(cache: CompileCache, key: str, pending: list[Callable[[], None]])
                 return _load_code(g, stored)
             except _UNUSABLE as err:
                 logging.getLogger("compiler.cache").debug("compile cache: %s: %s", where, err)
-        meanwhile = pending.pop() if pending else None
-        compiled, stored = compile_to_object(g, function=False, meanwhile=meanwhile)
+        compiled, stored = compile_to_object(g, function=False)
         cache.write(where, stored)
         return compiled
 

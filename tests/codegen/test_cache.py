@@ -46,6 +46,19 @@ def _check_matmul(k: compiler.kernel.Kernel) -> None:
     np.testing.assert_allclose(got, a @ b, rtol=1e-5, atol=1e-5)
 
 
+def _define_and_run(src: str, cache: object) -> compiler.kernel.Kernel:
+    """A kernel run once: a def whose sizes decide some of its code compiles, and
+    writes its entry, at its first call (`runtime.native`)."""
+    k = compiler.define(src, target="llvm", cache=cache)
+    if src == GATHER:
+        k(np.arange(4, dtype=np.float32), np.array([3, 0], np.int32))
+    elif src == TWO_STMTS:
+        k(np.arange(6, dtype=np.float32))
+    else:
+        k(*_arrays(np.random.default_rng(0)))
+    return k
+
+
 def _no_lowering(monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(*args: object, **kwargs: object) -> None:
         raise AssertionError("lowered although the entry was on disk")
@@ -136,7 +149,7 @@ def test_memory_hit_reuses_the_compiled_code(tmp_path: Path) -> None:
 
 
 def test_disk_hit_skips_lowering(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    compiler.define(MATMUL, target="llvm", cache=C.CompileCache(tmp_path))
+    _define_and_run(MATMUL, C.CompileCache(tmp_path))
     _no_lowering(monkeypatch)
     fresh = C.CompileCache(tmp_path)  # a new process sees only the disk
     k = compiler.define(MATMUL_REFORMATTED, target="llvm", cache=fresh)
@@ -145,7 +158,7 @@ def test_disk_hit_skips_lowering(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def test_disk_hit_of_a_phased_def(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    first = compiler.define(TWO_STMTS, target="llvm", cache=C.CompileCache(tmp_path))
+    first = _define_and_run(TWO_STMTS, C.CompileCache(tmp_path))
     _no_lowering(monkeypatch)
     k = compiler.define(TWO_STMTS, target="llvm", cache=C.CompileCache(tmp_path))
     assert k._native.function == first._native.function
@@ -158,7 +171,7 @@ def test_disk_hit_of_a_phased_def(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_run_time_checks_point_into_the_current_source(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    compiler.define(GATHER, target="llvm", cache=C.CompileCache(tmp_path))
+    _define_and_run(GATHER, C.CompileCache(tmp_path))
     _no_lowering(monkeypatch)
     moved = "\n\n# moved down two lines\n" + GATHER.replace("= A(idx(i))", "=   A( idx(i) )")
     k = compiler.define(moved, target="llvm", cache=C.CompileCache(tmp_path))
@@ -223,7 +236,7 @@ def _damage_cases(data: bytes) -> dict[str, bytes]:
     ["truncated", "empty", "flipped byte", "garbage", "other schema", "other key", "bad header"],
 )
 def test_a_damaged_entry_is_rebuilt(tmp_path: Path, case: str) -> None:
-    compiler.define(MATMUL, target="llvm", cache=C.CompileCache(tmp_path))
+    _define_and_run(MATMUL, C.CompileCache(tmp_path))
     (path,) = _entries(tmp_path)
     good = path.read_bytes()
     path.write_bytes(_damage_cases(good)[case])
@@ -236,7 +249,7 @@ def test_a_damaged_entry_is_rebuilt(tmp_path: Path, case: str) -> None:
 
 def test_metadata_that_is_not_loop_ir_is_a_miss(tmp_path: Path) -> None:
     cache = C.CompileCache(tmp_path)
-    compiler.define(MATMUL, target="llvm", cache=cache)
+    _define_and_run(MATMUL, cache)
     (path,) = _entries(tmp_path)
     entry = _decode(path)
     bad = C.StoredEntry({"function": {"@": "os.system", "x": 1}, "checks": []}, b"", "")
@@ -251,9 +264,8 @@ def test_an_unwritable_directory_warns_once_and_caches_in_memory(tmp_path: Path)
     blocker.write_text("a file where the directory should be")
     cache = C.CompileCache(blocker / "tcc")
     with pytest.warns(C.CacheWarning, match="memory only") as record:
-        k1 = compiler.define(MATMUL, target="llvm", cache=cache)
-        src2 = MATMUL.replace("+=!", "max=!")
-        compiler.define(src2, target="llvm", cache=cache)
+        k1 = _define_and_run(MATMUL, cache)
+        _define_and_run(MATMUL.replace("+=!", "max=!"), cache)
     assert len(record) == 1 and not cache.on_disk
     k2 = compiler.define(MATMUL, target="llvm", cache=cache)
     assert k2._native.compiled is k1._native.compiled
@@ -332,8 +344,8 @@ def test_concurrent_writers_never_leave_a_partial_entry(tmp_path: Path) -> None:
 def test_info_and_clear(tmp_path: Path) -> None:
     cache = C.CompileCache(tmp_path / "c")
     assert cache.info() == C.CacheInfo(tmp_path / "c", 0, 0)
-    compiler.define(MATMUL, target="llvm", cache=cache)
-    compiler.define(GATHER, target="llvm", cache=cache)
+    _define_and_run(MATMUL, cache)
+    _define_and_run(GATHER, cache)
     info = cache.info()
     assert info.entries == 2 and info.size_bytes == sum(
         p.stat().st_size for p in _entries(info.directory)
@@ -355,7 +367,11 @@ def test_cli_cache_info_and_clear(tmp_path: Path) -> None:
     empty = _tcc("cache", "info", home=tmp_path)
     assert empty.returncode == 0, empty.stderr
     assert str(tmp_path / "tcc") in empty.stdout and "entries: 0" in empty.stdout
-    script = "import compiler, sys; compiler.define(open(sys.argv[1]).read(), target='llvm')"
+    script = (  # a define and its first call, which compiles and writes the entry
+        "import compiler, sys, numpy as np; "
+        "k = compiler.define(open(sys.argv[1]).read(), target='llvm'); "
+        "k(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32))"
+    )
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path))
     subprocess.run([sys.executable, "-c", script, str(tc)], cwd=ROOT, env=env, check=True)
     full = _tcc("cache", "info", home=tmp_path)

@@ -39,7 +39,11 @@ def _check(k: compiler.kernel.Kernel, src: str = MATMUL) -> None:
 
 
 def _define(directory: Path, src: str = MATMUL) -> compiler.kernel.Kernel:
-    return compiler.define(src, target="llvm", cache=C.CompileCache(directory))
+    """A kernel of a fresh cache on `directory`, run once (its first call compiles and
+    writes the entry: `runtime.native`)."""
+    k = compiler.define(src, target="llvm", cache=C.CompileCache(directory))
+    _check(k, src)
+    return k
 
 
 def _entry(directory: Path) -> Path:

@@ -190,6 +190,13 @@ def test_the_disk_cache_holds_each_set_of_versions(tmp_path: Path, monkeypatch) 
     assert sorted(p.name for p in tmp_path.glob("*.tcc")) == entries
     for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(a, b)
+    again(*_inputs(DEFAULT))  # not among the stored branches: every branch, compiled
+    assert len(compiles) == 2 and len(list(tmp_path.glob("*.tcc"))) == len(entries) + 1
+    third = compiler.define(CONV, target="llvm", cache=CompileCache(tmp_path)).grad
+    got = third(*_inputs(DEFAULT))
+    assert len(compiles) == 2  # the program's entry, then the entry of every branch
+    for a, b in zip(got, _reference(third, _inputs(DEFAULT)), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
 
 
 def test_the_pipeline_codegen_pass_compiles_every_version() -> None:
