@@ -113,7 +113,10 @@ class Choices:
 
     def __init__(self, f: Function) -> None:
         self.function = f
-        self.points = choice_points(f)
+        self._holds: set[int] = set()  # ids of the statements with a point in them
+        points: list[Point] = []
+        self._find(f.body, frozenset(f.size_params), points)
+        self.points = tuple(points)
         every: set[Branch] = set()
         for k, p in enumerate(self.points):
             every.add((k, True))
@@ -121,13 +124,31 @@ class Choices:
                 every.add((k, False))
         self.every = frozenset(every)
 
+    def _find(self, s: Stmt, sizes: frozenset[str], points: list[Point]) -> bool:
+        """Append the points in `s` to `points` (as `_points`); whether there are any."""
+        count = len(points)
+        if _is_point(s, sizes):
+            points.append(s)  # type: ignore[arg-type]
+        inner = _inner(s, sizes)
+        for child in children(s):
+            if isinstance(child, Stmt):
+                self._find(child, inner, points)
+        if len(points) > count:
+            self._holds.add(id(s))
+            return True
+        return False
+
     def branches(self, sizes: Mapping[str, int]) -> frozenset[Branch]:
         """The branches a run with `sizes` (every size parameter) takes."""
         env = {n: np.int64(sizes[n]) for n in self.function.size_params}
         taken: set[Branch] = set()
         number = iter(range(len(self.points)))
 
+        holds = self._holds
+
         def visit(s: Stmt, scope: frozenset[str], reached: bool) -> None:
+            if id(s) not in holds:
+                return
             if _is_point(s, scope):
                 k = next(number)
                 if isinstance(s, If):
@@ -158,7 +179,11 @@ class Choices:
             return self.function
         number = iter(range(len(self.points)))
 
+        holds = self._holds
+
         def keep(s: Stmt, scope: frozenset[str]) -> Stmt:
+            if id(s) not in holds:
+                return s
             k = next(number) if _is_point(s, scope) else None
             inner = _inner(s, scope)
             changes = {}
