@@ -75,19 +75,17 @@ Build = Callable[[Function, frozenset[Branch]], CompiledFunction]
 
 class ProgramCode:
     """A Function's machine code, compiled for the branches its calls take (see the
-    module doc): `build(restricted function, its branches)` compiles; `compiled`,
-    code already compiled for every branch. Each code compiled stays alive with this
-    object (call plans hold its entry)."""
+    module doc): `build(restricted function, its branches)` compiles; `adopt` takes
+    code compiled or loaded elsewhere. Each code compiled stays alive with this object
+    (call plans hold its entry)."""
 
     MAX_SIGNATURES = 64  # sizes whose code is remembered (then forgotten all at once)
 
-    def __init__(self, function: Function, build: Build, compiled: CompiledFunction | None = None):
+    def __init__(self, function: Function, build: Build) -> None:
         self.function = function
         self.build = build
         self._choices = Choices(function)
         self._codes: list[tuple[frozenset[Branch], CompiledFunction]] = []
-        if compiled is not None:
-            self._codes.append((self._choices.every, compiled))
         self._by_sizes: dict[tuple[int, ...], CompiledFunction] = {}
         self._lock = threading.Lock()
 
@@ -153,6 +151,8 @@ class ProgramCode:
 
 
 def _compile_restricted(g: Function, kept: frozenset[Branch]) -> CompiledFunction:
+    """A ProgramCode's `build` without a compile cache (the runtime's table of recent
+    code still shares equal Functions)."""
     return compile_function(g)
 
 

@@ -120,7 +120,7 @@ def test_concurrent_defines_of_different_sources(tmp_path: Path) -> None:
 def test_the_engine_lives_as_long_as_its_compiled_function() -> None:
     k = compiler.define(MATMUL, target="llvm", cache=False, options=Options(threads=2))
     compiled, _ = compile_to_object(k._native.function)  # held by nothing else
-    code = ProgramCode(compiled.function, k._native.code.build, compiled)
+    code = ProgramCode(compiled.function, k._native.code.build).adopt(compiled)
     program = dataclasses.replace(k._native, code=code)
     engine = weakref.ref(compiled.code.engine)
     del k, compiled
