@@ -169,7 +169,8 @@ class Kernel:
     def info(self) -> dict[str, Any]:
         """How this kernel runs: `target`, `runtime` (the thread pool: "gomp", "python",
         or "interp" for the reference evaluator), `threads`, `parallel_loops` (regions
-        that may run on threads), `native_calls_per_run`, `notes`."""
+        that may run on threads), `native_calls_per_run`, `notes`; on "llvm" also
+        `choice_points` and `compiles` (`runtime.native`: code the sizes decide)."""
         if self._native is None:
             return {
                 "name": self.name,

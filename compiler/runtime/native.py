@@ -149,6 +149,11 @@ class ProgramCode:
         """Every branch of the Function."""
         return self._choices.every
 
+    @property
+    def points(self) -> tuple[Any, ...]:
+        """The Function's choice points (`loops.versions`)."""
+        return self._choices.points
+
 
 def _compile_restricted(g: Function, kept: frozenset[Branch]) -> CompiledFunction:
     """A ProgramCode's `build` without a compile cache (the runtime's table of recent
@@ -196,7 +201,8 @@ class NativeProgram:
         return check_failure(self.lowered.checks, error, {n: a.shape for n, a in arrays.items()})
 
     def info(self) -> dict[str, Any]:
-        """How this program runs: target, thread pool, threads, parallel regions."""
+        """How this program runs: target, thread pool, threads, parallel regions, and
+        its code: `choice_points` (statements the sizes decide), `compiles` so far."""
         from compiler.codegen.cpu_parallel import parallel_loops
 
         return {
@@ -205,6 +211,8 @@ class NativeProgram:
             "threads": self.threads,
             "parallel_loops": len(parallel_loops(self.function)),
             "native_calls_per_run": 1,
+            "choice_points": len(self.code.points),
+            "compiles": self.code.compiles,
             "notes": list(getattr(self.lowered, "notes", ())),
         }
 

@@ -143,6 +143,7 @@ def test_conditions_and_bounds_of_the_sizes_alone_choose() -> None:
 def test_a_gradient_compiles_at_its_first_call_the_versions_its_sizes_take(conv_grad) -> None:
     code = conv_grad._native.code
     assert code.versions and code.compiles == 0  # nothing compiled at define
+    assert conv_grad.info()["choice_points"] == 40 and conv_grad.info()["compiles"] == 0
     arrays = _inputs(DEFAULT)
     got = conv_grad(*arrays)
     assert code.compiles == 1
@@ -150,7 +151,7 @@ def test_a_gradient_compiles_at_its_first_call_the_versions_its_sizes_take(conv_
     for a, b in zip(got, _reference(conv_grad, arrays), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
     conv_grad(*_inputs(DEFAULT, seed=1))
-    assert code.compiles == 1  # the same sizes: the same code
+    assert code.compiles == 1 == conv_grad.info()["compiles"]  # the same sizes, the same code
 
 
 def test_sizes_that_take_another_branch_compile_every_branch() -> None:
