@@ -12,8 +12,9 @@ alone, so that one call evaluates it the same way wherever it runs, inside loops
   `poly.aliasing` -- and a register tile's fallback for rows narrower than its
   lanes: `poly.regtile`);
 - a `For` whose bounds may leave it empty (a tile's remainder, `c in 8 (C / 8):C`):
-  every For of size-only bounds but those from 0 (or a constant) to a size or a
-  positive constant, which sizes (at least 1) never empty.
+  every For of size-only bounds but those from 0 (or less) to a size, or between
+  constants that it runs at least once (empty at most for a zero size, such loops
+  are kept as they are).
 A name bound by an enclosing loop, `Let` or `Local` is not a size there. A branch is
 `(point, side)`: `point` the choice point's position in a pre-order walk of `f` (a
 statement held at two places is two points, decided alike), `side`
@@ -30,7 +31,7 @@ sizes it computes nothing where `f` would: callers route each call by its sizes.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import TypeAlias
 
 import numpy as np
@@ -91,21 +92,11 @@ def _inner(s: Stmt, sizes: frozenset[str]) -> frozenset[str]:
     return sizes - {s.var} if isinstance(s, (For, Let, Local)) else sizes
 
 
-def _points(s: Stmt, sizes: frozenset[str]) -> Iterator[Point]:
-    """The choice points in `s`, pre-order; `sizes`: the size names not bound here. A
-    statement the tree holds at two places is a point at each (numbers are positions,
-    the same however equal subtrees are shared)."""
-    if _is_point(s, sizes):
-        yield s  # type: ignore[misc]
-    inner = _inner(s, sizes)
-    for child in children(s):
-        if isinstance(child, Stmt):
-            yield from _points(child, inner)
-
-
 def choice_points(f: Function) -> tuple[Point, ...]:
-    """The choice points of `f` in pre-order (see the module doc)."""
-    return tuple(_points(f.body, frozenset(f.size_params)))
+    """The choice points of `f` in pre-order (see the module doc). A statement the
+    tree holds at two places is a point at each: numbers are positions, the same
+    however equal subtrees are shared (a Function loaded from the compile cache)."""
+    return Choices(f).points
 
 
 class Choices:
@@ -125,7 +116,8 @@ class Choices:
         self.every = frozenset(every)
 
     def _find(self, s: Stmt, sizes: frozenset[str], points: list[Point]) -> bool:
-        """Append the points in `s` to `points` (as `_points`); whether there are any."""
+        """Append the points in `s` to `points`, pre-order (`sizes`: the size names not
+        bound here); whether there are any."""
         count = len(points)
         if _is_point(s, sizes):
             points.append(s)  # type: ignore[arg-type]
