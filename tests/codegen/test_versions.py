@@ -10,6 +10,7 @@ evaluator, and the compiles are counted.
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -205,3 +206,15 @@ def test_the_pipeline_codegen_pass_compiles_every_version() -> None:
     assert isinstance(program, native.NativeProgram)
     assert program.code.compiles == 1
     assert program.code.compiled_branches == V.every_branch(program.function)
+
+
+def test_concurrent_first_calls_compile_at_most_twice() -> None:
+    g = compiler.define(CONV, target="llvm", cache=False).grad
+    cases = [DEFAULT, CLAMPED] * 3
+    arrays = [_inputs(shapes, seed=k) for k, shapes in enumerate(cases)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda a: g(*a), arrays, timeout=600))
+    assert g._native.code.compiles <= 2
+    for a, got in zip(arrays, results, strict=True):
+        for x, y in zip(got, _reference(g, a), strict=True):
+            np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-4)
