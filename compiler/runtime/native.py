@@ -16,7 +16,7 @@ the choice points of `loops.versions`), a `Kernel`'s program compiles nothing at
 define time: its first call compiles the Function restricted to the branches its
 sizes take, and a later call whose sizes take a branch not compiled compiles every
 branch (`ProgramCode`: at most two compiles). The conv2d gradient's code for one
-call is half of the whole. `compile_lowered` (the pipeline's codegen pass, `tcc
+call is about half of the whole. `compile_lowered` (the pipeline's codegen pass, `tcc
 compile`) compiles every branch at once.
 
 Reads that `poly.schedule` could not prove in bounds report into a small error
