@@ -18,9 +18,10 @@ where re-JITting the optimised IR took 50-170 ms; one object file per part of
 `codegen.llvm_split`, one after the other, their sizes in the metadata's
 `"objects"`), the optimised IR text (zlib) for
 `CompiledFunction.ir()`, and JSON metadata (the loop-IR Function, by
-`function_to_json`). A def whose versions are compiled at its first call
-(`runtime.native`) has an entry of metadata alone and one entry of code per set of
-versions compiled, without the Function. Nothing is ever unpickled.
+`function_to_json`). A def whose code is compiled at its first call
+(`runtime.native`: code the sizes decide) stores that first code in its entry, with
+the branches it holds (`"branches"`); code for another set of branches goes to an
+entry of its own, of code alone. Nothing is ever unpickled.
 
 One entry is one file `<key>.tcc`:
 
