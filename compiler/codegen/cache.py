@@ -537,24 +537,20 @@ def _node(objs: list[L.Node], i: Any) -> L.Node:
 
 
 def compile_to_object(
-    f: L.Function, *, function: bool = True, meanwhile: Callable[[], None] | None = None
+    f: L.Function, *, meanwhile: Callable[[], None] | None = None
 ) -> tuple[CompiledFunction, StoredEntry]:
     """JIT-compile `f` through object files; returns the code and what to store
-    (metadata `{"function": ..., "objects": [sizes]}`, without `"function"` unless
-    `function`; callers may add to it). `meanwhile` runs while LLVM compiles."""
+    (metadata `{"objects": [sizes]}`; callers add to it, e.g. the Function's JSON,
+    made by `meanwhile`, which runs while LLVM compiles on its threads)."""
     compiling = backend.start_objects(f)
-    metadata: dict[str, Any] = {}
-    try:
-        if function:
-            metadata["function"] = function_to_json(f)  # while LLVM runs on its threads
-        if meanwhile is not None:
+    if meanwhile is not None:
+        try:
             meanwhile()
-    except BaseException:
-        compiling.cancel()
-        raise
+        except BaseException:
+            compiling.cancel()
+            raise
     objects = compiling.result()
-    metadata["objects"] = objects.sizes
-    entry = StoredEntry(metadata, objects.code, objects.ir_text)
+    entry = StoredEntry({"objects": objects.sizes}, objects.code, objects.ir_text)
     return load_object(f, objects.code, objects.ir_text, objects.sizes), entry
 
 

@@ -67,7 +67,7 @@ def _reads_sizes_only(e: Expr, sizes: frozenset[str]) -> bool:
 
 
 def _never_empty(s: For, sizes: frozenset[str]) -> bool:
-    """Whether `s` runs at least once for every sizes (each at least 1)."""
+    """Whether `s` runs at least once for all sizes but zero ones."""
     if not isinstance(s.lo, Const):
         return False
     hi = s.hi
@@ -135,7 +135,6 @@ class Choices:
         env = {n: np.int64(sizes[n]) for n in self.function.size_params}
         taken: set[Branch] = set()
         number = iter(range(len(self.points)))
-
         holds = self._holds
 
         def visit(s: Stmt, scope: frozenset[str], reached: bool) -> None:
@@ -170,7 +169,6 @@ class Choices:
         if kept >= self.every:
             return self.function
         number = iter(range(len(self.points)))
-
         holds = self._holds
 
         def keep(s: Stmt, scope: frozenset[str]) -> Stmt:
@@ -199,13 +197,8 @@ class Choices:
                     return Block(())  # a loop that these sizes leave empty
             return dataclasses.replace(s, **changes) if changes else s
 
-        return _with_body(
-            self.function, keep(self.function.body, frozenset(self.function.size_params))
-        )
-
-
-def _with_body(f: Function, body: Stmt) -> Function:
-    return dataclasses.replace(f, body=body)
+        body = keep(self.function.body, frozenset(self.function.size_params))
+        return dataclasses.replace(self.function, body=body)
 
 
 def branches(f: Function, sizes: Mapping[str, int]) -> frozenset[Branch]:

@@ -277,9 +277,9 @@ def _code(f: Function, build: Build, every: bool) -> ProgramCode:
 # layout share the entry. The code (and its JIT engines) lives while a program uses it
 # or the runtime's bounded table of recent code (`runtime.keep`) holds it; after that a
 # define reloads it from disk (or compiles it again, for an in-memory cache). On disk,
-# the entry of a def without versions holds its object code; a def with versions has
-# an entry without code (`"versions": true`) and one per set of branches compiled
-# (`_branches_key`), each holding that restriction's object code.
+# a def's entry holds its Function and the code of its first compile, with the
+# branches that code holds (`"branches"`; none: every branch); code for any other set
+# of branches has an entry of its own (`_branches_key`), of code alone.
 
 
 @dataclass(frozen=True)
@@ -414,7 +414,7 @@ def _from_disk(
                 if g is not whole:
                     entry["branches"] = sorted([k, side] for k, side in kept)
 
-            compiled, stored = compile_to_object(g, function=False, meanwhile=describe_program)
+            compiled, stored = compile_to_object(g, meanwhile=describe_program)
             cache.write(
                 key, StoredEntry({**stored.metadata, **entry}, stored.object_code, stored.ir_text)
             )
@@ -426,7 +426,7 @@ def _from_disk(
                 return _load_code(g, stored)
             except _UNUSABLE as err:
                 logging.getLogger("compiler.cache").debug("compile cache: %s: %s", where, err)
-        compiled, stored = compile_to_object(g, function=False)
+        compiled, stored = compile_to_object(g)
         cache.write(where, stored)
         return compiled
 
