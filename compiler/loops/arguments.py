@@ -13,7 +13,20 @@ from collections.abc import Mapping
 import numpy as np
 
 from compiler.diagnostics import InternalError, ShapeError
-from compiler.loops.ir import Bin, BinOp, Const, Expr, FloorDiv, Function, Max, Min, Mod, VarRef
+from compiler.loops.ir import (
+    Bin,
+    BinOp,
+    Const,
+    Expr,
+    FloorDiv,
+    Function,
+    Max,
+    Min,
+    Mod,
+    Unary,
+    UnaryOp,
+    VarRef,
+)
 from compiler.loops.printer import print_expr
 
 
@@ -93,6 +106,8 @@ def eval_size_expr(e: Expr, env: Mapping[str, int]) -> int:
         return a // b if isinstance(e, FloorDiv) else a % b
     if isinstance(e, Bin) and e.op in _ARITH:
         return _ARITH[e.op](eval_size_expr(e.a, env), eval_size_expr(e.b, env))
+    if isinstance(e, Unary) and e.op is UnaryOp.NEG:
+        return -eval_size_expr(e.x, env)
     raise InternalError(f"not an expression of size parameters: {print_expr(e)}")
 
 

@@ -5,7 +5,10 @@ binds the size parameters, computes the output shapes and lays out the native
 arguments. All of that depends only on the inputs' shapes and dtypes, so the first call
 with a new signature builds a `CallPlan`, and a later call whose arrays have the same
 shapes and dtypes (and are C-contiguous NumPy arrays, called without `out=`) only
-allocates the outputs and makes one native call:
+allocates the outputs and makes one native call. An output the program overwrites
+before reading it (`loops.overwrite`, e.g. the init nest of `C(m, n) +=! ...`) is
+allocated uninitialised when the plan's outputs hold `OVERWRITE_BYTES` or more (below
+that, zeroing costs less than finding out, once per program); the others are zeroed:
 
     plan = make_plan(program, input_names, output_names, sizes, shapes)
     outputs = plan.run(arrays)          # a tuple in declaration order
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
     from compiler.runtime.native import NativeProgram
 
 MAX_PLANS = 32
+OVERWRITE_BYTES = 1 << 18  # outputs' bytes from which a plan asks what is overwritten
 _NDARRAY = np.ndarray
 
 
@@ -47,6 +51,7 @@ class CallPlan:
     program: NativeProgram
     output_shapes: Mapping[str, tuple[int, ...]]
     outputs: tuple[tuple[tuple[int, ...], np.dtype[Any]], ...]  # shape, dtype per output
+    allocate: tuple[Callable[..., np.ndarray], ...]  # per output: np.empty or np.zeros
     slots: tuple[int, ...]  # per buffer: index into (inputs..., outputs..., error buffer)
     sizes: tuple[int, ...]
     threads: int
@@ -55,8 +60,9 @@ class CallPlan:
     call: Callable[..., None]
 
     def run(self, arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
-        """Fresh zeroed outputs, computed from `arrays` (the plan's signature)."""
-        outs = [np.zeros(shape, dtype) for shape, dtype in self.outputs]
+        """Fresh outputs (zeroed unless overwritten), computed from `arrays` (the plan's
+        signature)."""
+        outs = [new(*out) for new, out in zip(self.allocate, self.outputs, strict=True)]
         values = [*arrays, *outs]
         if self.checked:
             error = np.zeros(2, np.int64)
@@ -85,10 +91,18 @@ def make_plan(
     if any(b.name not in index for b in f.buffers) or any(n not in sizes for n in f.size_params):
         return None
     values = tuple(int(sizes[n]) for n in f.size_params)
+    layout = tuple((tuple(shapes[name]), np.dtype(dtype)) for name, dtype in outputs)
+    nbytes = sum(int(np.prod(shape)) * dtype.itemsize for shape, dtype in layout)
+    overwritten = (
+        program.code.overwritten(dict(zip(f.size_params, values, strict=True)))
+        if nbytes >= OVERWRITE_BYTES
+        else frozenset()
+    )
     return CallPlan(
         program=program,
         output_shapes=dict(shapes),
-        outputs=tuple((tuple(shapes[name]), np.dtype(dtype)) for name, dtype in outputs),
+        outputs=layout,
+        allocate=tuple(np.empty if name in overwritten else np.zeros for name, _ in outputs),
         slots=tuple(index[b.name] for b in f.buffers),
         sizes=values,
         threads=program.threads,
@@ -98,4 +112,4 @@ def make_plan(
     )
 
 
-__all__ = ["MAX_PLANS", "CallPlan", "make_plan", "signature"]
+__all__ = ["MAX_PLANS", "OVERWRITE_BYTES", "CallPlan", "make_plan", "signature"]

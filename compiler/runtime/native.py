@@ -62,6 +62,7 @@ from compiler.frontend.ast import Access
 from compiler.frontend.checked import RangedDef
 from compiler.frontend.printer import print_def, print_expr
 from compiler.loops import Function, check_arguments
+from compiler.loops.overwrite import Overwrites
 from compiler.loops.versions import Branch, Choices, describe
 from compiler.options import Options
 from compiler.poly.astgen import ERROR_BUFFER, Lowered
@@ -88,6 +89,14 @@ class ProgramCode:
         self._codes: list[tuple[frozenset[Branch], CompiledFunction]] = []
         self._by_sizes: dict[tuple[int, ...], CompiledFunction] = {}
         self._lock = threading.Lock()
+        self._overwrites: Overwrites | None = None
+
+    def overwritten(self, sizes: Mapping[str, int]) -> frozenset[str]:
+        """The outputs whose first statement writes all of them for `sizes`
+        (`loops.overwrite`: their starting contents are never read)."""
+        if self._overwrites is None:
+            self._overwrites = Overwrites(self.function)
+        return self._overwrites.outputs(sizes)
 
     @property
     def versions(self) -> bool:
