@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tools.bench import CONV, Case, _conv_case, _f32
+from tools.bench import CONV, MATMUL, Case, _conv_case, _f32
 
 IGRAD = (
     "def conv_igrad(float(N, M, HO, WO) G, float(M, C, KH, KW) W1) -> (IG) {\n"
@@ -153,6 +153,20 @@ def extra_cases() -> tuple[Case, ...]:
             mm_in,
             lambda a, b: np.exp(a) @ b,
             lambda a, b: a.exp() @ b,
+        ),
+        # odd and skinny products (a classifier's last layer, a small batch): remainder
+        # tiles, few rows or columns per register tile, little work per thread
+        *(
+            Case(
+                f"matmul {m}x{k}x{n}",
+                MATMUL,
+                {"M": m, "K": k, "N": n},
+                {"M": min(m, 5), "K": 3, "N": min(n, 4)},
+                mm_in,
+                np.matmul,
+                lambda a, b: a @ b,
+            )
+            for m, k, n in ((300, 300, 7), (7, 300, 300), (129, 257, 65))
         ),
         *_grad_cases(),
     )
