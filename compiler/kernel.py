@@ -263,13 +263,19 @@ class Kernel:
             from compiler.runtime.cuda_device import device_call
 
             return device_call(self, arrays, out, _scalar_input)  # stays on the device
-        key = signature(arrays) if out is None and self.target == "llvm" else None
+        key = signature(arrays) if self.target == "llvm" else None
         if key is not None:
             plan = self._plans.get(key)
-            if plan is not None:  # this signature was checked before: only allocate and run
+            if plan is not None and out is None:  # checked before: only allocate and run
                 if self._accumulating:
                     self._warn_accumulating({})
                 return plan.run(arrays)
+            if plan is not None:  # out= arrays the code may write in place
+                given = self._outputs_given(out, plan.output_shapes)
+                into = plan.into(arrays, [given.get(t.name) for t in self._outputs])
+                if into is not None:
+                    self._warn_accumulating(given)
+                    return plan.run(arrays, into)
         inputs, sizes = self._bind(arrays)
         shapes = output_shapes(self.ranged, sizes)
         given = self._outputs_given(out, shapes)

@@ -94,3 +94,64 @@ def test_scalars_and_out_take_the_checked_path() -> None:
     (o,) = k(np.float32(3.0), b, out=(out,))
     assert o is out and out.tolist() == [0.0, 3.0, 6.0]
     assert k._plans == {}  # neither call qualified (a Python number, out=)
+
+
+REVERSE = "def rev(float(N) A) -> (O) { O(i) = A(N - 1 - i) }"
+STRIDED = "def st(float(N) A) -> (O) { O(2 * i) = A(i) }"  # odd elements never written
+
+
+def _twice(k: compiler.kernel.Kernel, *args: object, out: object) -> tuple[np.ndarray, ...]:
+    k(*args, out=out)  # the first call of a signature makes its plan
+    return k(*args, out=out)
+
+
+def test_out_is_written_in_place_with_the_copying_result() -> None:
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((3, 7)).astype(np.float32)
+    b = rng.standard_normal(7).astype(np.float32)
+    k = compiler.define(ADD, cache=None)
+    c = np.full((3, 7), 5, np.float32)
+    (got,) = _twice(k, a, b, out=(c,))
+    assert got is c
+    np.testing.assert_array_equal(c, a + b)
+    plan = k._plans[signature((a, b))]
+    assert plan.into((a, b), [c]) is not None  # the in-place path, not a copy
+    acc = compiler.define(ACC, cache=None)  # reads its output's starting contents
+    x = rng.standard_normal(9).astype(np.float32)
+    o = np.ones(9, np.float32)
+    acc(x, out=(o,))
+    acc(x, out=(o,))
+    np.testing.assert_allclose(o, 1 + 2 * x, rtol=1e-6)
+    st = compiler.define(STRIDED, cache=None)  # keeps what it does not write
+    s = np.full(9, 7, np.float32)
+    _twice(st, x[:5], out=(s,))
+    np.testing.assert_array_equal(s[1::2], 7)
+    np.testing.assert_array_equal(s[::2], x[:5])
+
+
+def test_out_sharing_memory_with_an_input_is_copied() -> None:
+    k = compiler.define(REVERSE, cache=None)
+    a = np.arange(8, dtype=np.float32)
+    (got,) = _twice(k, a, out=(a,))  # in place, later reads would see earlier writes
+    assert got is a
+    np.testing.assert_array_equal(a, np.arange(8, dtype=np.float32))  # reversed twice
+    b = np.arange(8, dtype=np.float32)
+    k(b, out=(b,))
+    np.testing.assert_array_equal(b, np.arange(8, dtype=np.float32)[::-1])
+    plan = k._plans[signature((b,))]
+    assert plan.into((b,), [b]) is None
+    wide = np.zeros((8, 2), np.float32)
+    k(b, out=(wide[:, 0],))  # not contiguous: copied back
+    np.testing.assert_array_equal(wide[:, 0], np.arange(8, dtype=np.float32))
+
+
+def test_out_of_a_checked_program_is_untouched_by_a_failed_call() -> None:
+    k = compiler.define(GATHER, cache=None)
+    a = np.arange(5, dtype=np.float32)
+    o = np.full(3, -1, np.float32)
+    _twice(k, a, np.array([0, 4, 2], np.int32), out=(o,))
+    np.testing.assert_array_equal(o, [0, 4, 2])
+    o[:] = -1
+    with pytest.raises(ShapeError):
+        k(a, np.array([1, 9, 2], np.int32), out=(o,))
+    np.testing.assert_array_equal(o, [-1, -1, -1])

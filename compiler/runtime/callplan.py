@@ -4,14 +4,17 @@ A `Kernel` call validates its arguments (count, rank, dtype, sizes: `Kernel._bin
 binds the size parameters, computes the output shapes and lays out the native
 arguments. All of that depends only on the inputs' shapes and dtypes, so the first call
 with a new signature builds a `CallPlan`, and a later call whose arrays have the same
-shapes and dtypes (and are C-contiguous NumPy arrays, called without `out=`) only
+shapes and dtypes (and are C-contiguous NumPy arrays) only
 allocates the outputs and makes one native call. An output the program overwrites
 before reading it (`loops.overwrite`, e.g. the init nest of `C(m, n) +=! ...`) is
 allocated uninitialised when the plan's outputs hold `OVERWRITE_BYTES` or more (below
-that, zeroing costs less than finding out, once per program); the others are zeroed:
+that, zeroing costs less than finding out, once per program); the others are zeroed.
+A call with `out=` runs the plan too, writing the given arrays in place, unless a copy
+is needed for the same result (`CallPlan.into`):
 
     plan = make_plan(program, input_names, output_names, sizes, shapes)
     outputs = plan.run(arrays)          # a tuple in declaration order
+    outputs = plan.run(arrays, plan.into(arrays, given))   # out=, unless into() is None
 
 `signature(arrays)` is the plan's key, or None when the arrays do not qualify (then
 the full checks run, and raise the same ShapeErrors as ever). A Kernel keeps at most
@@ -59,10 +62,15 @@ class CallPlan:
     names: tuple[str, ...]  # of inputs and outputs, in the order of the slots' values
     call: Callable[..., None]
 
-    def run(self, arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
-        """Fresh outputs (zeroed unless overwritten), computed from `arrays` (the plan's
-        signature)."""
+    def run(
+        self, arrays: Sequence[np.ndarray], into: Sequence[np.ndarray | None] | None = None
+    ) -> tuple[np.ndarray, ...]:
+        """The outputs computed from `arrays` (the plan's signature): fresh arrays
+        (zeroed unless overwritten), or where `into` (from `into()`) gives one, that
+        array, written in place from its contents."""
         outs = [new(*out) for new, out in zip(self.allocate, self.outputs, strict=True)]
+        if into is not None:
+            outs = [out if given is None else given for out, given in zip(outs, into, strict=True)]
         values = [*arrays, *outs]
         if self.checked:
             error = np.zeros(2, np.int64)
@@ -71,6 +79,25 @@ class CallPlan:
         if self.checked and error[0]:
             raise self.program.read_error(error, dict(zip(self.names, values, strict=False)))
         return tuple(outs)
+
+    def into(
+        self, arrays: Sequence[np.ndarray], given: Sequence[np.ndarray | None]
+    ) -> Sequence[np.ndarray | None] | None:
+        """`given` (validated `out=` arrays, None for outputs not given) if the code may
+        write them in place with the result of copying their contents in and the
+        results back out: the program reports no read errors (none can stop it
+        half-way), and each array is C-contiguous and shares no memory with an input
+        or another output. Else None (the Kernel then copies)."""
+        if self.checked:
+            return None
+        arrays_given = [g for g in given if g is not None]
+        for k, g in enumerate(arrays_given):
+            if not g.flags.c_contiguous:
+                return None
+            others = [*arrays, *arrays_given[k + 1 :]]
+            if any(np.may_share_memory(g, other) for other in others):
+                return None
+        return given
 
 
 def make_plan(
