@@ -6,8 +6,8 @@ Ensures:  `Overwrites(f).outputs(sizes)`: the names of the output buffers that, 
 these size values, the first top-level statement of `f` touching them (in program
 order, looking through Blocks and the Allocs of temporaries) writes in full before
 anything reads them. That statement must be a perfect nest of unit-step loops from 0
-whose one Store writes `T[v0, ..., vk, 0, ..., 0]`, the loop variables in nesting
-order, with a value that does not read `T`; each loop's extent is its dimension of `T`.
+whose one Store writes `T[v0, ..., vk]`, the loop variables in nesting order, with a
+value that does not read `T`; each loop's extent is its dimension of `T`.
 A last loop may span several trailing dimensions, its extent their product, its
 variable the last subscript and zeros those before it (`loops.collapse`: `O[n, m, 0,
 h_w]` for `h_w < (H - KH + 1) * (W - KW + 1)`).

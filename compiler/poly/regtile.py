@@ -23,8 +23,9 @@ lane each (a column's rows accumulate in registers over the whole reduction; in 
 form each step loaded and stored them: measured, 2 threads, same process, medians of
 blocks, float32 matmul M x K x N, memory form / one-lane tiles: 300x300x7 0.274 /
 0.216 ms, 129x257x65 0.167 / 0.142, 500x500x40 0.386 / 0.332, 300^3 0.694 / 0.657;
-512^3 and 1000^3 unchanged); only in a nest of several targets (the jammed row blocks: a single row's
-remainder is a small share of the work, and each tile is more code to compile).
+512^3 and 1000^3 unchanged); only in a nest of several targets (the jammed row
+blocks: a single row's remainder is a small share of the work, and each tile is more
+code to compile).
 Measured, AVX2 (Zen 3), 2 threads, same process, medians of blocks, float32 1x1
 convolution `O(n, m, h, w) +=! I(n, c, h, w) * W1(m, c)` against torch, memory-form
 remainder / tiles down to 8 / down to 4 lanes: N8 C64 28^2 M128 1.54x / 0.71x / 0.37x

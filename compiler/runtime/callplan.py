@@ -4,9 +4,8 @@ A `Kernel` call validates its arguments (count, rank, dtype, sizes: `Kernel._bin
 binds the size parameters, computes the output shapes and lays out the native
 arguments. All of that depends only on the inputs' shapes and dtypes, so the first call
 with a new signature builds a `CallPlan`, and a later call whose arrays have the same
-shapes and dtypes (and are C-contiguous NumPy arrays) only
-allocates the outputs and makes one native call. An output the program overwrites
-before reading it (`loops.overwrite`, e.g. the init nest of `C(m, n) +=! ...`) is
+shapes and dtypes (and are C-contiguous NumPy arrays) only allocates the outputs and
+makes one native call. An output the program overwrites before reading it (`loops.overwrite`, e.g. the init nest of `C(m, n) +=! ...`) is
 allocated uninitialised when the plan's outputs hold `OVERWRITE_BYTES` or more (below
 that, zeroing costs less than finding out, once per program); the others are zeroed.
 A call with `out=` runs the plan too, writing the given arrays in place, unless a copy
@@ -68,9 +67,8 @@ class CallPlan:
         """The outputs computed from `arrays` (the plan's signature): fresh arrays
         (zeroed unless overwritten), or where `into` (from `into()`) gives one, that
         array, written in place from its contents."""
-        outs = [new(*out) for new, out in zip(self.allocate, self.outputs, strict=True)]
-        if into is not None:
-            outs = [out if given is None else given for out, given in zip(outs, into, strict=True)]
+        news = zip(self.allocate, self.outputs, into or [None] * len(self.outputs), strict=True)
+        outs = [new(*out) if given is None else given for new, out, given in news]
         values = [*arrays, *outs]
         if self.checked:
             error = np.zeros(2, np.int64)
