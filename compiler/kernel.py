@@ -52,6 +52,7 @@ from compiler.interp import evaluate
 from compiler.interp.domain import tensors_read
 from compiler.interp.expr import NP_DTYPE
 from compiler.options import Options, as_options
+from compiler.outputs import check_output_sizes, given_outputs
 from compiler.runtime.callplan import MAX_PLANS, CallPlan, make_plan, signature
 from compiler.shapes import output_shapes
 from compiler.templates import substitute
@@ -271,14 +272,15 @@ class Kernel:
                     self._warn_accumulating({})
                 return plan.run(arrays)
             if plan is not None:  # out= arrays the code may write in place
-                given = self._outputs_given(out, plan.output_shapes)
+                given = given_outputs(self.name, self._outputs, out, plan.output_shapes)
                 into = plan.into(arrays, [given.get(t.name) for t in self._outputs])
                 if into is not None:
                     self._warn_accumulating(given)
                     return plan.run(arrays, into)
         inputs, sizes = self._bind(arrays)
         shapes = output_shapes(self.ranged, sizes)
-        given = self._outputs_given(out, shapes)
+        check_output_sizes(self._outputs, shapes)
+        given = given_outputs(self.name, self._outputs, out, shapes)
         self._warn_accumulating(given)
         if key is not None:
             self._remember_plan(key, sizes, shapes)
@@ -357,39 +359,6 @@ class Kernel:
         inputs = {t.name: _as_input(t, a) for t, a in zip(self._inputs, arrays, strict=True)}
         sizes = _bind_sizes(self.ranged, {k: v.shape for k, v in inputs.items()})
         return inputs, sizes
-
-    def _outputs_given(
-        self, out: Any, shapes: Mapping[str, tuple[int, ...]]
-    ) -> dict[str, np.ndarray]:
-        for t in self._outputs:
-            _check_output_size(t, shapes[t.name])
-        if out is None:
-            return {}
-        names = [t.name for t in self._outputs]
-        if isinstance(out, Mapping):
-            for key in out:
-                if key not in names:
-                    raise ShapeError(
-                        f"out= names '{key}', which is not an output of def '{self.name}' "
-                        f"(outputs: {', '.join(names)})",
-                        hint=did_you_mean(str(key), names),
-                    )
-            pairs = {k: v for k, v in out.items() if v is not None}
-        elif isinstance(out, (tuple, list)):
-            if len(out) != len(names):
-                raise ShapeError(
-                    f"out= has {len(out)} array(s) but def '{self.name}' has "
-                    f"{len(names)} output(s) ({', '.join(names)})",
-                    hint="give one array per output in declaration order, or a dict by name",
-                )
-            pairs = {n: v for n, v in zip(names, out, strict=True) if v is not None}
-        else:
-            raise ShapeError(
-                f"out= must be a tuple/list of arrays or a dict by output name, "
-                f"got {type(out).__name__}"
-            )
-        infos = {t.name: t for t in self._outputs}
-        return {k: _as_output(infos[k], v, shapes[k]) for k, v in pairs.items()}
 
 
 # ------------------------------------------------------------------ define time
@@ -526,20 +495,6 @@ def _as_input(info: TensorInfo, value: Any) -> np.ndarray:
 
 BROADCAST_COPY_LIMIT = 2**30
 """Bytes: the largest contiguous copy made of a zero-stride (broadcast) input view."""
-_MAX_OUTPUT_BYTES = 2**47  # beyond any process's address space on today's 64-bit CPUs
-
-
-def _check_output_size(info: TensorInfo, shape: tuple[int, ...]) -> None:
-    nbytes = np.dtype(NP_DTYPE[info.dtype]).itemsize
-    for extent in shape:
-        nbytes *= extent
-    if nbytes > _MAX_OUTPUT_BYTES:
-        raise ShapeError(
-            f"output '{info.name}' would have shape {shape}: {nbytes} bytes, more than any "
-            "process can allocate",
-            info.span,
-            hint="check the input shapes: the output's shape follows from the sizes",
-        )
 
 
 def _scalar_input(info: TensorInfo, value: Any, expected: np.dtype) -> np.ndarray:
@@ -571,30 +526,6 @@ def _scalar_input(info: TensorInfo, value: Any, expected: np.dtype) -> np.ndarra
 def _fits(value: int, dtype: np.dtype) -> bool:
     info = np.iinfo(dtype)
     return info.min <= value <= info.max
-
-
-def _as_output(info: TensorInfo, value: Any, shape: tuple[int, ...]) -> np.ndarray:
-    expected = np.dtype(NP_DTYPE[info.dtype])
-    if not isinstance(value, np.ndarray):
-        raise ShapeError(
-            f"out= for output '{info.name}' must be a NumPy array, got {type(value).__name__}",
-            info.span,
-        )
-    if tuple(value.shape) != shape:
-        raise ShapeError(
-            f"out= for output '{info.name}' has shape {tuple(value.shape)}, expected {shape}",
-            info.span,
-            hint="Kernel.output_shapes(*inputs) gives every output's shape",
-        )
-    if value.dtype != expected:
-        raise ShapeError(
-            f"out= for output '{info.name}' has dtype {value.dtype}, expected {expected.name}",
-            info.span,
-            hint=f"allocate it with dtype=np.{expected.name}",
-        )
-    if not value.flags.writeable:
-        raise ShapeError(f"out= for output '{info.name}' is read-only", info.span)
-    return value
 
 
 def _bind_sizes(ranged: RangedDef, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:

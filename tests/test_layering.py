@@ -51,9 +51,10 @@ ROOT_ALLOWED: dict[str, set[str]] = {
     "gradcheck": {"frontend", "kernel"},
     "higher": {"autodiff", "backward", "frontend", "interp", "kernel", "pipeline", "templates"},
     "inputs": {"frontend", "interp", "shapes"},
+    "outputs": {"frontend", "interp"},
     "kernel": {
-        "backward", "codegen", "frontend", "higher", "interp", "pipeline", "runtime", "shapes",
-        "templates", "tune",
+        "backward", "codegen", "frontend", "higher", "interp", "outputs", "pipeline", "runtime",
+        "shapes", "templates", "tune",
     },
     "names": set(),
     "options": set(),

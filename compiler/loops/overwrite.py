@@ -97,7 +97,9 @@ def _top_level(stmt: Stmt) -> list[Stmt]:
 
 
 def _buffers(node: Node) -> set[str]:
-    """The names of the buffers read or written anywhere below `node`."""
+    """The names of the buffers read or written anywhere below `node` (not `walk`: it
+    also descends into every access's Buffer and its shape, 15 ms against 4 for the
+    conv2d gradient)."""
     found: set[str] = set()
     stack: list[object] = [node]
     while stack:
