@@ -188,7 +188,7 @@ def test_verify_rejects(body: object, message: str) -> None:
 
 def test_verify_checks_a_shared_subexpression_again_in_another_scope() -> None:
     # one Load object read inside the loop (i bound) and after it (i unbound): verify
-    # remembers the checks of an expression only while the scope stays the same
+    # remembers the checks of an expression until a name leaves the scope
     read = load(A, "i")
     ok = loop("i", 0, "N", Block((store(OUT, ("i",), read), store(OUT, ("i",), read))))
     verify(func("shared", [A, OUT], "N", ok))
@@ -199,6 +199,10 @@ def test_verify_checks_a_shared_subexpression_again_in_another_scope() -> None:
     mutable = Local("x", F32, c(0.0, F32), store(OUT, (c(0),), x))
     with pytest.raises(InternalError, match="x is read but not bound"):
         verify(func("after", [A, OUT], "N", Block((mutable, store(OUT, (c(0),), x)))))
+    # checked outside a loop, read again inside it (a new name bound): still valid
+    outer = load(A, c(0))
+    inner = loop("i", 0, "N", store(OUT, ("i",), outer))
+    verify(func("inner", [A, OUT], "N", Block((store(OUT, (c(0),), outer), inner))))
 
 
 def test_node_invariants() -> None:

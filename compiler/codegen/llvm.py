@@ -153,10 +153,10 @@ def _objects_entry(module: ir.Module, f: Function, entry: ir.Function) -> None:
 
 def pass_builder(tm: llvm.TargetMachine, *, loops: bool = True) -> llvm.PassBuilder:
     """O3 with loop and SLP vectorisation, unrolling and interleaving, for `tm`; for
-    code without `loops`, O1 without them (`codegen.llvm_split`: straight-line code
-    that runs once a call gains nothing from O3 and took twice as long)."""
+    code without `loops`, the O0 pipeline (`codegen.llvm_split`: straight-line code
+    that runs once a call gains nothing from optimising, which O1 took 23 ms to do)."""
     with _LLVM_LOCK:
-        pto = llvm.create_pipeline_tuning_options(speed_level=3 if loops else 1)
+        pto = llvm.create_pipeline_tuning_options(speed_level=3 if loops else 0)
         pto.loop_vectorization = loops
         pto.slp_vectorization = loops
         pto.loop_unrolling = loops

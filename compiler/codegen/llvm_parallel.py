@@ -279,7 +279,9 @@ class _Cost:
             return 0
         if isinstance(node, VarRef):
             self.names.add(node.name)
-        count = 1 + sum(self._size(c) for c in children(node))
+        count = 1
+        for c in children(node):
+            count += self._size(c)
         self._counted[id(node)] = count
         return count
 

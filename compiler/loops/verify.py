@@ -54,8 +54,10 @@ class _Scope:
         self.vars: dict[str, DType] = {}
         self.mutable: set[str] = set()
         self.buffers: dict[str, Buffer] = {}
-        # id -> dtype of the expressions checked since the scope last changed (a tile's
-        # lanes share subexpressions: one check each); emptied by every change
+        # id -> dtype of the expressions checked since a name last left the scope (a
+        # tile's lanes share subexpressions: one check each). Binding a new name keeps
+        # it (an expression checked before read only names bound then, whose dtypes
+        # stay); a name or buffer leaving the scope empties it.
         self.checked: dict[int, DType] = {}
 
 
@@ -79,7 +81,6 @@ def _bind(scope: _Scope, name: str, dtype: DType, where: str) -> None:
     if name in scope.vars:
         _fail(f"{name} is bound twice (in {where})")
     scope.vars[name] = dtype
-    scope.checked.clear()
 
 
 def _declare(scope: _Scope, b: Buffer) -> None:
@@ -90,7 +91,6 @@ def _declare(scope: _Scope, b: Buffer) -> None:
         if not _reads_only(d, scope):
             _fail(f"the shape of {b.name} reads a loop variable: {print_expr(d)}")
     scope.buffers[b.name] = b
-    scope.checked.clear()
 
 
 def _reads_only(e: Expr, scope: _Scope) -> bool:
