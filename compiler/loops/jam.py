@@ -9,15 +9,8 @@ Ensures:  `unroll_and_jam(stmt, var, factor)` runs the same instances: every loo
 of the original body (`var`, `var + step`, ...) pushed down through the inner loops
 whose bounds do not use `var` (and through blocks and ifs that do not, and through a
 Local accumulator, which becomes one Local per copy: `acc_<var>0`, `acc_<var>1`, ...),
-followed by a remainder loop with the original body. With `halving` (a register tile's
-row blocks: `poly.astgen`), the remainder is jammed again by half the factor, and so on
-down to 2, before the single copies: factor 8 gives loops of 8, 4, 2 and 1 rows, each
-running at most once past the first. A register tile of few rows leaves its vector
-FMAs waiting on each other (one accumulator chain per lane vector): a 7-row matmul ran
-its rows one at a time, 2 chains; now a 4-row tile (8 chains), a 2-row and a single
-row (float32 7x300x300, 1 thread, same process: 0.056 -> 0.027 ms). Each element
-still gets its contributions in the same order. The loop kind (parallel) is kept on
-every loop.
+followed by a remainder loop with the original body. Each element still gets its contributions in
+the same order. The loop kind (parallel) is kept on both loops.
 
 Worked example, factor 2:
 
@@ -39,13 +32,11 @@ from compiler import loops as L
 I64 = L.DType.INT64
 
 
-def unroll_and_jam(stmt: L.Stmt, var: str, factor: int, *, halving: bool = False) -> L.Stmt:
-    """`stmt` with every loop over `var` unrolled by `factor` and jammed (module doc);
-    with `halving`, each remainder loop is jammed again by half the factor, down to
-    2, before the last remainder of single copies (module doc)."""
+def unroll_and_jam(stmt: L.Stmt, var: str, factor: int) -> L.Stmt:
+    """`stmt` with every loop over `var` unrolled by `factor` and jammed (module doc)."""
     if factor <= 1:
         return stmt
-    return _Jammer(var, factor, halving).mutate(stmt)
+    return _Jammer(var, factor).mutate(stmt)
 
 
 def jam_copies(stmt: L.Stmt, var: str, offsets: list[int]) -> L.Stmt:
@@ -56,10 +47,9 @@ def jam_copies(stmt: L.Stmt, var: str, offsets: list[int]) -> L.Stmt:
 
 
 class _Jammer(L.Mutator):
-    def __init__(self, var: str, factor: int, halving: bool = False) -> None:
+    def __init__(self, var: str, factor: int) -> None:
         self.var = var
         self.factor = factor
-        self.halving = halving
 
     def mutate_For(self, node: L.For) -> L.Stmt:
         if node.var != self.var:
@@ -76,10 +66,7 @@ class _Jammer(L.Mutator):
         renames: list[dict[str, str]] = [{} for _ in offsets]
         body = self._jam(node.body, offsets, renames)
         main = dataclasses.replace(node, hi=split, step=u * s, body=body)
-        rest: L.Stmt = dataclasses.replace(node, lo=split)
-        if self.halving and u // 2 > 1:
-            rest = _Jammer(self.var, u // 2, True).mutate_For(rest)  # type: ignore[arg-type]
-            return L.Block((main, *rest.stmts))  # type: ignore[union-attr]
+        rest = dataclasses.replace(node, lo=split)
         return L.Block((main, rest))
 
     def _jam(self, s: L.Stmt, offsets: list[int], renames: list[dict[str, str]]) -> L.Stmt:

@@ -50,7 +50,7 @@ from compiler.poly import ast_tree as tree
 from compiler.poly.aliasing import ALIAS_BYTES
 from compiler.poly.colsum import block_column_sums
 from compiler.poly.companions import companion_versions
-from compiler.poly.cpu_model import PACK_ROWS, PANEL_LANES
+from compiler.poly.cpu_model import PANEL_LANES
 from compiler.poly.lower_expr import (
     I64,
     ExprLowering,
@@ -63,7 +63,7 @@ from compiler.poly.lower_expr import (
 )
 from compiler.poly.pack import pack_tiles
 from compiler.poly.regtile import register_tile
-from compiler.poly.schedule import STREAMED, Nest, NestKind, Schedule, schedule, size_extents
+from compiler.poly.schedule import STREAMED, Nest, NestKind, Schedule, schedule
 from compiler.poly.tiling import TileBand, tile_band
 from compiler.poly.transpose import transpose_reads
 
@@ -276,10 +276,8 @@ class _NestLowering:
                 if len(self.nest.inner) == 1:  # packed (poly.pack): transposed panels
                     panels = self.state.sizes | {self.nest.inner[0]}
                 body = transpose_reads(body, self.nest.innermost[0], zero, panels)
-            tiled = self.nest.lanes > 1 and bool(self.nest.innermost)
             for var, factor in self.nest.jams:
-                rows = tiled and var in self.facts.index_vars
-                body = unroll_and_jam(body, var, factor, halving=rows)
+                body = unroll_and_jam(body, var, factor)
             if self.nest.lanes > 1 and self.nest.innermost:
                 first = self.nest.inner[0]
                 stmt = self.facts.stmt
@@ -291,10 +289,9 @@ class _NestLowering:
                 if len(self.nest.inner) == 1 and rows:
                     depth = self._reduction_tile()
                     j = self.nest.innermost[0]
-                    packed = pack_tiles(
+                    body = pack_tiles(
                         body, rows[0], j, first, self.nest.lanes, self.state.sizes, depth
                     )
-                    body = self._few_rows(body, packed, rows[0])
             if self._blocked_columns():
                 strip, rows = self.band.names  # type: ignore[union-attr]
                 j, width = self.nest.innermost[0], self.nest.tiles[-1]
@@ -303,23 +300,6 @@ class _NestLowering:
             return body
         old = self.buffers[self.nest.target]
         return L.Alloc(old, L.Block((copy_nest(self.target, old), body)))
-
-    def _few_rows(self, direct: L.Stmt, packed: L.Stmt, rows: str) -> L.Stmt:
-        """`packed` (`poly.pack`), or `direct` (the same tiles reading their sources)
-        when the rows' extent is under PACK_ROWS at run time: each panel element is then
-        read by too few rows to pay for its copy. Measured, float32 M x K x N matmul,
-        row tiles of 8/4/2/1, direct / packed ms, 1 thread: 7x300x300 0.039 / 0.049,
-        3x512x512 0.055 / 0.081, 16x256x256 0.036 / 0.047; but 32x1024x1024 1.28 /
-        1.05 (2 threads 1.48 / 0.92). `packed` alone where the extent is not an
-        expression of the sizes."""
-        if packed is direct:
-            return packed
-        params = tuple(sorted(self.state.sizes))
-        extents = size_extents(self.facts, params, (rows,))
-        if extents is None:
-            return packed
-        few = L.Bin(L.BinOp.LT, bound_to_loops(extents[rows]), const(PACK_ROWS, I64))
-        return L.If(few, direct, packed)
 
     def _reduction_tile(self) -> int | None:
         """The cache tile size of the first reduction loop, None when it is not tiled."""

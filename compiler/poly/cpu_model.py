@@ -119,7 +119,6 @@ WIDE_DOT_TILE = (4, 4)  # the same with 32 vector registers (AVX-512)
 MAX_STRIDE = 4  # the largest stride of a read along a register-tiled loop
 LANES = 16  # register tile width along the innermost loop (poly/regtile.py)
 PANEL_LANES = 64  # ... and this many columns (`poly.schedule.RowsCheck`)
-PACK_ROWS = 32  # packed panels (`poly.pack`) for this many rows or more, else direct reads
 
 
 @dataclass(frozen=True)

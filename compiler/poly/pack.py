@@ -3,8 +3,7 @@ panel that every row block of the tile loop then reads. A pure `Stmt -> Stmt` tr
 
 Requires: the lowered loops of one register-tiled statement (`poly.regtile`) whose
 reduction is one loop `k`: serial loops over the block variable `m` (unroll-and-jam's
-row blocks, then its remainders: blocks of half, a quarter, ... as many rows, and single
-rows: `loops.jam`'s halving), each with a body that starts
+row blocks, a remainder loop of single rows beside them), each with a body that starts
 with the full-tile loop over `j` (step `width`, bounds not depending on `m`), whose body
 is the tile's locals around the `k` loop of lane updates (`acc = acc + e`) and the
 stores. A read `X[r, j + c]` of the lane updates is packed when its other subscripts

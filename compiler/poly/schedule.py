@@ -421,7 +421,7 @@ def _swapped(
     if order.swap is None or main.alternative is not None or main.unproven or main.write_checks:
         return None
     p, q = order.swap
-    extents = size_extents(facts, params, (p, q, *facts.reduction_vars))
+    extents = _size_extents(facts, params, (p, q, *facts.reduction_vars))
     if extents is None:
         return None
     streamed = extents[q]
@@ -442,7 +442,7 @@ def _with_fallback(
     dot = order.fallback
     if dot is None or main.unproven or main.write_checks:
         return main
-    extents = size_extents(facts, params, (order.outer[-1], *order.innermost, *order.inner))
+    extents = _size_extents(facts, params, (order.outer[-1], *order.innermost, *order.inner))
     if extents is None:
         return main
     fallback = dataclasses.replace(
@@ -461,7 +461,7 @@ def _with_fallback(
     return dataclasses.replace(main, alternative=fallback, rows=check)
 
 
-def size_extents(
+def _size_extents(
     facts: StmtFacts, params: tuple[str, ...], wanted: tuple[str, ...]
 ) -> dict[str, Expr] | None:
     """`hi - lo` of the ranges `v in lo:hi` of the variables `wanted`, or None when one
@@ -509,7 +509,6 @@ __all__ = [
     "scatter_notes",
     "schedule",
     "size_context",
-    "size_extents",
     "tensor_extents",
     "unproven_reads",
     "unproven_writes",

@@ -78,27 +78,18 @@ def _check(
     n=st.sampled_from([1, 15, 16, 17, 33, 47]),
     tile=st.sampled_from([None, (8, 5), (3, 2), (64, 256)]),
     block=st.sampled_from([None, 3]),
-    panels=st.booleans(),
     dtype=st.sampled_from([np.float32, np.float64]),
     seed=st.integers(0, 2**16),
 )
 def test_packed_contractions_match_the_reference(
     name: str, m: int, k: int, n: int, tile: tuple[int, int] | None, block: int | None,
-    panels: bool, dtype: type, seed: int,
+    dtype: type, seed: int,
 ) -> None:  # fmt: skip
-    # row blocks of 8 (or `block`) then 4, 2 and single rows (`loops.jam`'s halving
-    # remainders); `panels`: the run-time test packs for any rows (else the model's:
-    # direct reads under PACK_ROWS rows)
-    from compiler.poly import astgen
-
     rng = np.random.default_rng(seed)
     text = SOURCES[name] if dtype == np.float32 else SOURCES[name].replace("float(", "double(")
     arrays = _arrays(name, m, k, n, dtype, rng)
     options = Options(threads=2, register_tile=16, tile=tile, block=block)
-    with pytest.MonkeyPatch.context() as patch:
-        if panels:
-            patch.setattr(astgen, "PACK_ROWS", 0)
-        _check(text, arrays, options, cache=_PANELS if panels else None)
+    _check(text, arrays, options)
 
 
 TRANSPOSED = {
