@@ -5,9 +5,10 @@ binds the size parameters, computes the output shapes and lays out the native
 arguments. All of that depends only on the inputs' shapes and dtypes, so the first call
 with a new signature builds a `CallPlan`, and a later call whose arrays have the same
 shapes and dtypes (and are C-contiguous NumPy arrays) only allocates the outputs and
-makes one native call. An output the program overwrites before reading it (`loops.overwrite`, e.g. the init nest of `C(m, n) +=! ...`) is
-allocated uninitialised when the plan's outputs hold `OVERWRITE_BYTES` or more (below
-that, zeroing costs less than finding out, once per program); the others are zeroed.
+makes one native call. An output the program overwrites before reading it
+(`loops.overwrite`, e.g. the init nest of `C(m, n) +=! ...`) is allocated
+uninitialised when the plan's outputs hold `OVERWRITE_BYTES` or more (below that,
+zeroing costs less than finding out, once per program); the others are zeroed.
 A call with `out=` runs the plan too, writing the given arrays in place, unless a copy
 is needed for the same result (`CallPlan.into`):
 
