@@ -41,7 +41,7 @@ from llvmlite import ir
 
 from compiler.codegen.llvm_emit import FunctionEmitter, symbol
 from compiler.codegen.llvm_math import LIBM_SYMBOLS, load_vector_math
-from compiler.codegen.llvm_split import Compiling, Objects
+from compiler.codegen.llvm_split import COMPUTE, MOVES, Compiling, Effort, Objects
 from compiler.diagnostics import InternalError
 from compiler.loops import (
     Function,
@@ -103,7 +103,7 @@ def build_module(f: Function) -> ir.Module:
 
 
 def _build(
-    f: Function, on_outlined: Callable[[ir.Module, ir.Function], None] | None = None
+    f: Function, on_outlined: Callable[[ir.Module, ir.Function, bool], None] | None = None
 ) -> tuple[ir.Module, list[ir.Function]]:
     """`build_module(f)` and its outlined loop bodies (`codegen.llvm_split`); each body
     is handed to `on_outlined` as soon as its code is complete."""
@@ -112,7 +112,7 @@ def _build(
 
 
 def _emit(
-    f: Function, on_outlined: Callable[[ir.Module, ir.Function], None] | None
+    f: Function, on_outlined: Callable[[ir.Module, ir.Function, bool], None] | None
 ) -> tuple[ir.Module, FunctionEmitter]:
     verify(f)
     module = ir.Module(name=f.name)
@@ -151,12 +151,17 @@ def _objects_entry(module: ir.Module, f: Function, entry: ir.Function) -> None:
     entry.attributes.add("noinline")  # one copy of the kernel's code, not two
 
 
-def pass_builder(tm: llvm.TargetMachine, *, loops: bool = True) -> llvm.PassBuilder:
-    """O3 with loop and SLP vectorisation, unrolling and interleaving, for `tm`; for
-    code without `loops`, the O0 pipeline (`codegen.llvm_split`: straight-line code
-    that runs once a call gains nothing from optimising, which O1 took 23 ms to do)."""
+def pass_builder(tm: llvm.TargetMachine, effort: Effort = COMPUTE) -> llvm.PassBuilder:
+    """For `tm`, by a part's `effort` (`codegen.llvm_split`): O3 with loop and SLP
+    vectorisation, unrolling and interleaving for loops that compute; O1 without them
+    for loops that only move data (copies, transposes, fills: a transpose's part took
+    45 ms at O3 and 20 at O1, its gathers no faster than scalar loads); the O0 pipeline
+    for straight-line code, which runs once a call and gains nothing from optimising
+    (O1 took 23 ms to do it)."""
+    loops = effort == COMPUTE
     with _LLVM_LOCK:
-        pto = llvm.create_pipeline_tuning_options(speed_level=3 if loops else 0)
+        level = 3 if loops else 1 if effort == MOVES else 0
+        pto = llvm.create_pipeline_tuning_options(speed_level=level)
         pto.loop_vectorization = loops
         pto.slp_vectorization = loops
         pto.loop_unrolling = loops

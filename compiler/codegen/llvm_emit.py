@@ -175,7 +175,8 @@ class FunctionEmitter:
         # module, shared with every fork: each is compiled as a part of its own (llvm_split)
         self.outlined: list[ir.Function] = []
         self.loops_emitted = self.compute_loops = 0  # loops built so far (module doc)
-        self.on_outlined: Callable[[ir.Module, ir.Function], None] | None = None  # each, built
+        # each, built (with whether its loops only move data: `llvm_parallel.moves_only`)
+        self.on_outlined: Callable[[ir.Module, ir.Function, bool], None] | None = None
 
     def fork(self, fn: ir.Function) -> FunctionEmitter:
         """An emitter for another function `fn` of the same module."""

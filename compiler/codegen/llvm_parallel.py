@@ -39,8 +39,11 @@ from llvmlite import ir
 from compiler.diagnostics import InternalError
 from compiler.loops import (
     Alloc,
+    Assign,
     Block,
     Buffer,
+    Cast,
+    Const,
     Expr,
     For,
     If,
@@ -49,11 +52,13 @@ from compiler.loops import (
     Local,
     Node,
     Stmt,
+    Store,
     VarRef,
     children,
     var_names,
     walk,
 )
+from compiler.loops.ir import walk_stmts
 
 I32, I64 = ir.IntType(32), ir.IntType(64)
 F64 = ir.DoubleType()
@@ -170,8 +175,24 @@ def _work_function(em: Any, loop: For, captured: _Captures) -> ir.Function:
     sub._loop(loop.var, first, last, loop.step, lambda: sub.stmt(loop.body))
     sub.builder.ret_void()
     if em.on_outlined is not None:
-        em.on_outlined(em.module, fn)  # its part compiles while the rest is built
+        # its part compiles while the rest is built
+        em.on_outlined(em.module, fn, moves_only(loop.body))
     return fn
+
+
+def moves_only(body: Stmt) -> bool:
+    """Whether `body` only moves data: every store writes a value read from memory or a
+    constant (copies, transposes, fills; index arithmetic aside), and nothing
+    accumulates in a Local or a temporary. Its part is compiled at LLVM's O1
+    (`codegen.llvm_split.MOVES`): vectorising such loops cost more than they gained."""
+    for node in walk_stmts(body):
+        if isinstance(node, (Local, Assign, Alloc)):
+            return False
+        if isinstance(node, Store):
+            value = node.value.x if isinstance(node.value, Cast) else node.value
+            if not isinstance(value, (Load, Const)):
+                return False
+    return True
 
 
 def _thunk_function(em: Any, loop: For, captured: _Captures, work: ir.Function) -> ir.Function:

@@ -37,7 +37,10 @@ path; the calls it slows by running unoptimised stayed within 0.1 us (4.7 us cal
 a 4-element add, 9.5 us of a 2x4 softmax). A part with a loop is optimised at O3 and
 emitted at level 3, unless its loops only launch outlined bodies (the entry's serial
 loop over a packed matmul's blocks: `FunctionEmitter.compute_loops` is 0); the matmul
-gradient's part 0 took 248 ms at O3 and level 3.
+gradient's part 0 took 248 ms at O3 and level 3. A part whose loops only move data
+(`llvm_parallel.moves_only`: copies, transposes, zero fills) is optimised at O1 without
+vectorisation (`MOVES`): the conv2d gradient's two transposes took 45 and 43 ms at O3,
+20 and 18 at O1, and ran no slower (tools/bench conv rows, same process, within 2 %).
 
 Threads: llvmlite wraps every call into LLVM in one process-wide lock; LLVM compiles
 modules of distinct LLVMContexts concurrently. Each part gets its own context, target
@@ -65,7 +68,7 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -83,6 +86,12 @@ def _usable_cpus() -> int:
 
 
 COMPILE_THREADS = _usable_cpus()
+# How much LLVM does for a part (module doc): loops that compute (O3, vectorised),
+# loops that only move data (O1), no loops (O0, fast instruction selection).
+Effort = Literal["compute", "moves", "straight"]
+COMPUTE: Effort = "compute"
+MOVES: Effort = "moves"
+STRAIGHT: Effort = "straight"
 # The interpreter's switch interval while parts compile on threads (module doc).
 HANDOFF_SECONDS = 0.0005
 
@@ -232,23 +241,25 @@ class Compiling:
         self._finished = False
         self._handoff = False
 
-    def _start(self, text: str, loops: bool) -> None:
+    def _start(self, text: str, effort: Effort) -> None:
         if self._unlocked is None:  # here and now, locked
             job: Future[tuple[bytes, str]] = Future()
-            job.set_result(_compile(text, loops, None))
+            job.set_result(_compile(text, effort, None))
         else:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(COMPILE_THREADS, thread_name_prefix="tcc-llvm")
                 _HANDOFF.enter()
                 self._handoff = True
-            job = self._pool.submit(_compile, text, loops, self._unlocked)
+            job = self._pool.submit(_compile, text, effort, self._unlocked)
         self._jobs.append(job)
 
-    def add(self, module: ir.Module, fn: ir.Function) -> None:
+    def add(self, module: ir.Module, fn: ir.Function, moves: bool = False) -> None:
         """Start compiling the part of `fn`, an outlined loop body whose code is complete
-        (called from the module's emitter: `FunctionEmitter.on_outlined`)."""
+        (called from the module's emitter: `FunctionEmitter.on_outlined`); `moves`:
+        its loops only move data (`MOVES`)."""
         fn.linkage = ""  # called from part 0
-        self._start(_part_text(module, [fn]), _has_loop(fn))
+        effort = (MOVES if moves else COMPUTE) if _has_loop(fn) else STRAIGHT
+        self._start(_part_text(module, [fn]), effort)
 
     def finish(
         self, module: ir.Module, outlined: Sequence[ir.Function], loops: bool | None = None
@@ -261,7 +272,7 @@ class Compiling:
         rest = _rest(module, outlined)
         if loops is None:
             loops = any(_has_loop(g) for g in rest)
-        self._start(_part_text(module, rest), loops)
+        self._start(_part_text(module, rest), COMPUTE if loops else STRAIGHT)
         self._finished = True
         return self
 
@@ -296,19 +307,19 @@ def _unlocked() -> tuple[Any, Any] | None:
     return found[0], found[1]
 
 
-def _compile(text: str, loops: bool, unlocked: tuple[Any, Any] | None) -> tuple[bytes, str]:
+def _compile(text: str, effort: Effort, unlocked: tuple[Any, Any] | None) -> tuple[bytes, str]:
     """One part's object file and optimised IR; with `unlocked`, the long calls outside
-    every lock (the caller runs parts on threads). A part without `loops` gets LLVM's
-    fast instruction selection and register allocation (module doc)."""
+    every lock (the caller runs parts on threads). A `STRAIGHT` part gets LLVM's fast
+    instruction selection and register allocation (module doc)."""
     from compiler.codegen.llvm import _LLVM_LOCK, _new_target_machine, pass_builder
 
     with _LLVM_LOCK:
         context = llvm.create_context()
         ref = llvm.parse_assembly(text, context=context)
         ref.verify()
-        tm = _new_target_machine(3 if loops else 0)
-        # O3 tuned for level 3; O1 for straight-line code (module doc)
-        pb = pass_builder(tm) if loops else pass_builder(_new_target_machine(), loops=False)
+        tm = _new_target_machine(0 if effort == STRAIGHT else 3)
+        # the pipeline tuned for level 3, the O0 one for straight-line code (module doc)
+        pb = pass_builder(tm if effort != STRAIGHT else _new_target_machine(), effort)
         mpm = pb.getModulePassManager()
         if unlocked is None:
             mpm.run(ref, pb)
@@ -333,4 +344,13 @@ def _compile(text: str, loops: bool, unlocked: tuple[Any, Any] | None) -> tuple[
             ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
 
 
-__all__ = ["COMPILE_THREADS", "Compiling", "Objects", "part_texts"]
+__all__ = [
+    "COMPILE_THREADS",
+    "COMPUTE",
+    "MOVES",
+    "STRAIGHT",
+    "Compiling",
+    "Effort",
+    "Objects",
+    "part_texts",
+]

@@ -181,6 +181,57 @@ def test_only_parts_without_loops_get_the_fast_code_generator() -> None:
     np.testing.assert_array_equal(got, a)
 
 
+# a transpose, a zero fill with a copy, a cast copy: loops that only move data; the
+# others compute (a sum, a product, a select)
+MOVES = """
+def mv(float(N, M) A, int32(M) J) -> (T, P, D, S, Q, R) {
+    T(m, n) = A(n, m)
+    P(n, m) = 0.0 where n in 0:N + 2, m in 0:M
+    P(n, m) = A(n, m)
+    D(m) = J(m)
+    S(n) +=! A(n, m)
+    Q(n, m) = A(n, m) * 2.0
+    R(n, m) = n > 0 ? A(n, m) : 0.0
+}
+"""
+
+
+def test_loops_that_only_move_data_get_the_light_pipeline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from compiler.codegen.llvm_parallel import moves_only
+
+    f = _function(MOVES)
+    nests = [s for s in f.body.stmts if isinstance(s, compiler.loops.For)]
+    L = compiler.loops
+    stores = [n for n in L.walk(f.body) if isinstance(n, L.Store)]
+    alone = {n.buffer.name: moves_only(n) for n in stores if n.buffer.name != "P"}
+    assert alone == {"T": True, "D": True, "S": False, "Q": False, "R": False}
+    nests = [s for s in f.body.stmts if isinstance(s, L.For)]
+    assert [moves_only(s.body) for s in nests] == [True, True, True, True, False]
+    efforts: list[str] = []
+    real = llvm_split._compile
+
+    def spy(text: str, effort: llvm_split.Effort, unlocked: object) -> tuple[bytes, str]:
+        efforts.append(effort)
+        return real(text, effort, unlocked)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(llvm_split, "_compile", spy)
+    k = compiler.define(MOVES, cache=False)
+    for n, m in [(1, 1), (2, 3), (7, 13), (33, 17)]:
+        rng = np.random.default_rng(n + m)
+        a = rng.standard_normal((n, m)).astype(np.float32)
+        j = rng.integers(-9, 9, m).astype(np.int32)
+        t, p, d, s_, q, r = k(a, j)
+        np.testing.assert_array_equal(t, a.T)
+        np.testing.assert_array_equal(p, np.concatenate([a, np.zeros((2, m), np.float32)]))
+        np.testing.assert_array_equal(d, j.astype(np.float32))
+        np.testing.assert_allclose(s_, a.sum(1), rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(q, a * 2)
+        np.testing.assert_array_equal(r, np.where(np.arange(n)[:, None] > 0, a, 0))
+    assert efforts.count(llvm_split.MOVES) >= 3 and llvm_split.COMPUTE in efforts
+
+
 def test_an_entry_whose_loops_only_launch_bodies_gets_the_fast_pipeline(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -191,20 +242,21 @@ def test_an_entry_whose_loops_only_launch_bodies_gets_the_fast_pipeline(
     A, Out = buf("A", F32, "N"), out("O", F32, "N")
     f = func("serial", [A, Out], "N", loop("i", 0, "N", store(Out, ("i",), load(A, "i"))))
     assert backend._emit(f, None)[1].compute_loops == 1
-    loops: list[bool] = []
+    efforts: list[str] = []
     real = llvm_split._compile
 
-    def spy(text: str, has_loops: bool, unlocked: object) -> tuple[bytes, str]:
-        loops.append(has_loops)
-        return real(text, has_loops, unlocked)  # type: ignore[arg-type]
+    def spy(text: str, effort: llvm_split.Effort, unlocked: object) -> tuple[bytes, str]:
+        efforts.append(effort)
+        return real(text, effort, unlocked)  # type: ignore[arg-type]
 
     monkeypatch.setattr(llvm_split, "_compile", spy)
     monkeypatch.setattr(llvm_split, "COMPILE_THREADS", 1)  # in order: part 0 last
     backend.compile_objects(_function())
-    assert loops[-1] is False and all(loops[:-1])
-    loops.clear()
+    assert efforts[-1] == llvm_split.STRAIGHT
+    assert llvm_split.STRAIGHT not in efforts[:-1] and llvm_split.COMPUTE in efforts
+    efforts.clear()
     backend.compile_objects(f)
-    assert loops == [True]
+    assert efforts == [llvm_split.COMPUTE]
 
 
 @pytest.mark.skipif(not vector_math_available(), reason="no libmvec on this host")
@@ -222,10 +274,10 @@ def test_bodies_start_compiling_while_the_module_is_built(monkeypatch: pytest.Mo
     started: list[tuple[str, int]] = []
     real = llvm_split._compile
 
-    def spy(text: str, loops: bool, unlocked: object) -> tuple[bytes, str]:
+    def spy(text: str, effort: llvm_split.Effort, unlocked: object) -> tuple[bytes, str]:
         defined = [line for line in text.splitlines() if line.startswith("define")]
         started.append((defined[0], len(defined)))
-        return real(text, loops, unlocked)  # type: ignore[arg-type]
+        return real(text, effort, unlocked)  # type: ignore[arg-type]
 
     f = _function()
     monkeypatch.setattr(llvm_split, "_compile", spy)
@@ -247,9 +299,9 @@ def test_parts_on_threads_shorten_the_switch_interval_and_restore_it(
     seen: list[float] = []
     real = llvm_split._compile
 
-    def spy(text: str, loops: bool, unlocked: object) -> tuple[bytes, str]:
+    def spy(text: str, effort: llvm_split.Effort, unlocked: object) -> tuple[bytes, str]:
         seen.append(sys.getswitchinterval())
-        return real(text, loops, unlocked)  # type: ignore[arg-type]
+        return real(text, effort, unlocked)  # type: ignore[arg-type]
 
     f = _function()
     monkeypatch.setattr(llvm_split, "_compile", spy)
