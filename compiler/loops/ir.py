@@ -491,23 +491,45 @@ class Visitor:
 class Mutator:
     """Rebuilds a tree bottom-up; returns the very same object when nothing changed."""
 
+    # node class -> `mutate_<Class>` (unbound) or None, one table per Mutator class
+    # (set by __init_subclass__): the hottest lookup of every rewrite
+    _mutators: dict[type, Any] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._mutators = {}
+
     def mutate(self, node: Any) -> Any:
-        method = _method(type(self), "mutate_", node)
+        try:
+            method = self._mutators[type(node)]
+        except KeyError:
+            method = _method(type(self), "mutate_", node)
+            self._mutators[type(node)] = method
         return method(self, node) if method is not None else self.generic_mutate(node)
 
     def generic_mutate(self, node: Any) -> Any:
-        changes: dict[str, Any] = {}
+        changes: dict[str, Any] | None = None
+        mutate = self.mutate
         for name in child_fields(node):
             value = getattr(node, name)
             if isinstance(value, Node):
-                new = self.mutate(value)
+                new = mutate(value)
                 if new is not value:
+                    if changes is None:
+                        changes = {}
                     changes[name] = new
             elif isinstance(value, tuple):
-                items = tuple(self.mutate(v) if isinstance(v, Node) else v for v in value)
-                if any(a is not b for a, b in zip(items, value, strict=True)):
-                    changes[name] = items
-        return dataclasses.replace(node, **changes) if changes else node
+                items = [mutate(v) if isinstance(v, Node) else v for v in value]
+                for a, b in zip(items, value, strict=True):
+                    if a is not b:
+                        if changes is None:
+                            changes = {}
+                        changes[name] = tuple(items)
+                        break
+        if changes is None:
+            return node
+        # the class's own constructor: `dataclasses.replace` checks every field first
+        return type(node)(*[changes.get(f, getattr(node, f)) for f in field_names(node)])
 
 
 class StmtMutator(Mutator):

@@ -133,22 +133,20 @@ class _Tiler(L.Mutator):
         # clamped start of its tile (a Let below), named in the lanes as they are built
         base = self.j if self.identity is None else _fresh(f"{self.j}_tile", node)
         body: L.Stmt = _Lanes(self.j, width, names, base).mutate(node)
-        stores = [
-            L.Store(
-                t.buffer,
-                _at(t.index, self.j, lane, base),
-                L.VarRef(_lane(names[t], lane), t.buffer.dtype),
-            )
-            for t in found.targets
+        # (target, its lane's local, the element it holds) in store order; a target is
+        # hashed once (its buffer's shape and index are whole expression trees)
+        slots = [
+            (t, _lane(name, lane), _at(t.index, self.j, lane, base))
+            for t, name in names.items()
             for lane in lanes
         ]
+        stores = [L.Store(t.buffer, at, L.VarRef(acc, t.buffer.dtype)) for t, acc, at in slots]
         body = L.Block((body, *stores))
-        for t in reversed(found.targets):
-            for lane in reversed(lanes):
-                init: L.Expr = L.Load(t.buffer, _at(t.index, self.j, lane, base))
-                if self.identity is not None:
-                    init = L.Const(self.identity.value, t.buffer.dtype)
-                body = L.Local(_lane(names[t], lane), t.buffer.dtype, init, body)
+        for t, acc, at in reversed(slots):
+            init: L.Expr = L.Load(t.buffer, at)
+            if self.identity is not None:
+                init = L.Const(self.identity.value, t.buffer.dtype)
+            body = L.Local(acc, t.buffer.dtype, init, body)
         if self.identity is None:
             if width == 1:  # every column left, each a tile of one lane (module doc)
                 return L.For(self.j, lo, hi, 1, body)
