@@ -459,28 +459,28 @@ def var_names(*exprs: Node) -> set[str]:
     return {n.name for e in exprs for n in walk(e) if isinstance(n, VarRef)}
 
 
-# (Visitor or Mutator class, prefix, node class) -> its `visit_<Class>` /
-# `mutate_<Class>` method, or None: looked up once per class (a failed getattr raises
-# and catches an AttributeError, once per node of every walk). A method assigned to
-# a class after its first walk is not seen.
-_METHODS: dict[tuple[type, str, type], Any] = {}
-
-
 def _method(walker: type, prefix: str, node: Node) -> Any:
-    """`walker`'s method `<prefix><class of node>` (unbound), or None."""
-    key = (walker, prefix, type(node))
-    try:
-        return _METHODS[key]
-    except KeyError:
-        found = _METHODS[key] = getattr(walker, f"{prefix}{type(node).__name__}", None)
-        return found
+    """`walker`'s method `<prefix><class of node>` (unbound), or None. Looked up once
+    per walker and node class: each Visitor and Mutator class keeps a table (a failed
+    getattr raises and catches an AttributeError, once per node of every walk); a
+    method assigned to a class after its first walk is not seen."""
+    return getattr(walker, f"{prefix}{type(node).__name__}", None)
 
 
 class Visitor:
     """Walks a tree; `visit_<Class>` methods override, `generic_visit` descends."""
 
+    _visitors: dict[type, Any] = {}  # as Mutator._mutators
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._visitors = {}
+
     def visit(self, node: Node) -> Any:
-        method = _method(type(self), "visit_", node)
+        try:
+            method = self._visitors[type(node)]
+        except KeyError:
+            method = self._visitors[type(node)] = _method(type(self), "visit_", node)
         return method(self, node) if method is not None else self.generic_visit(node)
 
     def generic_visit(self, node: Node) -> None:
@@ -491,7 +491,7 @@ class Visitor:
 class Mutator:
     """Rebuilds a tree bottom-up; returns the very same object when nothing changed."""
 
-    # node class -> `mutate_<Class>` (unbound) or None, one table per Mutator class
+    # node class -> `mutate_<Class>` (unbound) or None (`_method`), a table per class
     # (set by __init_subclass__): the hottest lookup of every rewrite
     _mutators: dict[type, Any] = {}
 
