@@ -23,23 +23,14 @@ import dataclasses
 from collections.abc import Iterator
 
 from compiler import loops as L
-from compiler.loops.ir import walk
+from compiler.loops.ir import walk, walk_stmts
 
 
 def collapse(f: L.Function) -> L.Function:
     """`f` with its whole-plane loop pairs collapsed (module doc)."""
-    buffers = [*f.buffers, *(n.buffer for n in _statements(f.body) if isinstance(n, L.Alloc))]
+    buffers = [*f.buffers, *(n.buffer for n in walk_stmts(f.body) if isinstance(n, L.Alloc))]
     planes = {b.shape[-2:] for b in buffers if len(b.shape) >= 2}
     return _Collapse(planes).mutate(f)
-
-
-def _statements(s: L.Stmt) -> Iterator[L.Stmt]:
-    """`s` and the statements below it (not their expressions: most of the tree)."""
-    stack = [s]
-    while stack:
-        n = stack.pop()
-        yield n
-        stack.extend(c for c in L.children(n) if isinstance(c, L.Stmt))
 
 
 class _Collapse(L.Mutator):

@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -382,6 +382,8 @@ class Function(Node):
     body: Stmt
 
 
+_ONE_BODY = frozenset({For, Let, Local, Alloc, Function})  # a `body` statement field only
+_LEAVES = frozenset({Store, Assign})
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 # Field annotations that never hold a node: skipped when looking for children.
@@ -451,7 +453,22 @@ def walk_stmts(node: Node) -> Iterator[Node]:
     while stack:
         n = stack.pop()
         yield n
-        stack.extend(reversed([c for c in children(n) if isinstance(c, Stmt)]))
+        stack.extend(reversed(_stmt_children(n)))
+
+
+def _stmt_children(n: Node) -> Sequence[Node]:
+    """The statements directly below `n`, in field order (read from the statement
+    fields of the loop IR's own classes: only the others are searched)."""
+    cls = type(n)
+    if cls is Block:
+        return n.stmts  # type: ignore[attr-defined,no-any-return]
+    if cls in _ONE_BODY:
+        return (n.body,)  # type: ignore[attr-defined]
+    if cls is If:
+        return (n.then,) if n.otherwise is None else (n.then, n.otherwise)  # type: ignore[attr-defined]
+    if cls in _LEAVES:
+        return ()
+    return [c for c in children(n) if isinstance(c, Stmt)]
 
 
 def var_names(*exprs: Node) -> set[str]:

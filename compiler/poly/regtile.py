@@ -296,8 +296,12 @@ class _Restrict(L.StmtMutator):
 def _fresh(base: str, node: L.Node) -> str:
     """`base`, or `base` with a number, unused in `node` (which reads every variable
     bound around it that could clash)."""
-    taken = {n.name for n in L.walk(node) if isinstance(n, L.VarRef)}
-    taken |= {getattr(n, "var", None) for n in L.walk(node)} - {None}
+    taken: set[str] = set()
+    for n in L.walk(node):
+        if isinstance(n, L.VarRef):
+            taken.add(n.name)
+        elif isinstance(n, (L.For, L.Let, L.Local, L.Assign)):
+            taken.add(n.var)
     name, k = base, 1
     while name in taken:
         name, k = f"{base}{k}", k + 1
