@@ -11,7 +11,7 @@ import pytest
 
 import compiler
 from compiler import pipeline
-from compiler.loops import Block, Buffer, Const, DType, For, Function, Role, Store, VarRef
+from compiler.loops import Block, Buffer, Const, DType, For, Function, Load, Role, Store, VarRef
 from compiler.loops.overwrite import Overwrites
 from compiler.runtime import callplan
 
@@ -36,12 +36,31 @@ def test_init_nests_and_whole_assignments_are_overwrites() -> None:
     assert _overwritten(conv, N=2, C=3, H=6, W=5, M=4, KH=3, KW=2) == {"O"}
     copy = "def cp(float(N) A) -> (O) { O(i) = A(i) + 1 }"
     assert _overwritten(copy, N=9) == {"O"}
+    # a fused nest: the row's sums first, then its row of Y (mean and var are read
+    # again in the same nest: not overwrites)
+    layernorm = (EXAMPLES / "layernorm.tc").read_text()
+    assert "Y" in _overwritten(layernorm, N=3, D=13)
+    rows = "def r(float(N, D) X) -> (Y, m) {\n    m(n) +=! X(n, d)\n    Y(n, d) = X(n, d) - m(n)\n}"
+    assert _overwritten(rows, N=4, D=5) == {"Y"}
 
 
 def test_outputs_read_or_partly_written_first_are_not() -> None:
     assert _overwritten(ACCUMULATES, N=9) == frozenset()
     assert "O" not in _overwritten(TWO, N=9)
     assert _overwritten(STRIDED, N=9) == frozenset()
+    # beside the store, a statement of the same nest reads Y: not an overwrite
+    n, d = VarRef("n", DType.INT64), VarRef("d", DType.INT64)
+    size = VarRef("N", DType.INT64)
+    y = Buffer("Y", DType.FLOAT32, (size, size), Role.OUT)
+    z = Buffer("Z", DType.FLOAT32, (size,), Role.OUT)
+    zero = Const(0, DType.INT64)
+    store = For("d", zero, size, 1, Store(y, (n, d), Const(1.0, DType.FLOAT32)))
+    peek = Store(z, (n,), Load(y, (n, zero)))
+    for body in (Block((peek, store)), Block((store, peek))):
+        f = Function("f", (y, z), ("N",), For("n", zero, size, 1, body))
+        assert "Y" not in Overwrites(f).outputs({"N": 3})
+    f = Function("f", (y, z), ("N",), For("n", zero, size, 1, Block((store,))))
+    assert Overwrites(f).outputs({"N": 3}) == {"Y"}
 
 
 def test_extents_are_checked_against_the_buffer_for_the_sizes() -> None:
@@ -81,7 +100,7 @@ CASES = [
     (TWO, [(9,)]),
     (STRIDED, [(5,)]),
 ]
-OVERWRITING = (0, 1, 2, 3, 7)  # matmul, conv2d, strided_conv: a first init nest
+OVERWRITING = (0, 1, 2, 3, 5, 7)  # matmul, conv2d, strided_conv: an init nest; layernorm: Y
 
 
 @pytest.mark.filterwarnings("ignore::compiler.kernel.TCWarning")  # TWO accumulates
