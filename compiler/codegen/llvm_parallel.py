@@ -64,16 +64,7 @@ I32, I64 = ir.IntType(32), ir.IntType(64)
 F64 = ir.DoubleType()
 PTR = ir.PointerType()
 VOID = ir.VoidType()
-# Estimated operations below which a parallel loop runs on the caller. Waking the pool
-# costs 25-35 us on the shared 2-core machine (passive threads sleep): at 2^17, a
-# 64x256 add took 35 us on 2 threads against 11 on one, a 16x64x32 linear layer 28
-# against 8.5. At 2^20 those run on the caller, and every kernel measured stayed as
-# fast or faster (tools/bench kinds at 20 sizes, same process, medians of blocks): an
-# add estimates the fewest operations per ns of work (~30) and breaks even near 1.7e6
-# (at 256x1024, 2.4e6, two threads still take 43 us against 69). Kernels of more
-# estimated operations per ns (softmax, layernorm ~40-120, register tiles ~100-800)
-# would need a higher grain: one number cannot fit every kind.
-GRAIN = 1 << 20
+GRAIN = 1 << 17  # estimated operations below which a parallel loop runs on the caller
 UNKNOWN_TRIPS = 16.0  # the trip count assumed for an inner loop with data-dependent bounds
 LAUNCH_TYPE = ir.FunctionType(VOID, [PTR, PTR, I64])  # launch(thunk, data, nthreads)
 THUNK_TYPE = ir.FunctionType(VOID, [PTR, I64, I64])  # thunk(data, tid, nthreads)

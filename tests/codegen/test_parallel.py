@@ -76,10 +76,7 @@ def test_a_parallel_loop_under_a_serial_loop_runs_once_per_iteration(
 @pytest.mark.parametrize("pool", POOLS)
 @pytest.mark.parametrize("n", [0, 1, 2, 7, 4099, 100003])
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_both_pools_agree_with_the_interpreter(
-    pool: str, n: int, threads: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(llvm_parallel, "GRAIN", 1 << 12)  # the larger sizes on threads
+def test_both_pools_agree_with_the_interpreter(pool: str, n: int, threads: int) -> None:
     f = _two_loops()
     m = 5
     rng = np.random.default_rng(n)
@@ -104,7 +101,7 @@ def test_the_grain_rule_keeps_small_loops_on_the_caller() -> None:
         cf({"A": a, "O": o}, {"N": n}, threads=4, pool="python")
         np.testing.assert_array_equal(o, a * 2 + 1)
     assert runtime.python_launches() == before  # no region was started
-    big = np.arange(1 << 19, dtype=np.float32)  # over GRAIN's estimated operations
+    big = np.arange(1 << 16, dtype=np.float32)
     o = np.zeros_like(big)
     cf({"A": big, "O": o}, {"N": big.size}, threads=4, pool="python")
     np.testing.assert_array_equal(o, big * 2 + 1)
