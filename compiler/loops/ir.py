@@ -453,10 +453,10 @@ def walk_stmts(node: Node) -> Iterator[Node]:
     while stack:
         n = stack.pop()
         yield n
-        stack.extend(reversed(_stmt_children(n)))
+        stack.extend(reversed(stmt_children(n)))
 
 
-def _stmt_children(n: Node) -> Sequence[Node]:
+def stmt_children(n: Node) -> Sequence[Node]:
     """The statements directly below `n`, in field order (read from the statement
     fields of the loop IR's own classes: only the others are searched)."""
     cls = type(n)

@@ -58,6 +58,7 @@ from compiler.loops.ir import (
     Store,
     VarRef,
     child_fields,
+    stmt_children,
 )
 
 
@@ -80,12 +81,12 @@ class Overwrites:
         for stmt in _top_level(f.body):
             if not unseen:
                 break
-            touched = _buffers(stmt) & unseen
-            for name in touched:
-                nest = _nest(stmt, name)
+            accesses = _accesses(stmt)
+            for name in accesses.keys() & unseen:
+                nest = _nest(stmt, name, accesses[name])
                 if nest is not None:
                     self.nests[name] = nest
-            unseen -= touched
+            unseen -= accesses.keys()
 
     def outputs(self, sizes: Mapping[str, int]) -> frozenset[str]:
         """The outputs whose first statement writes all of them for `sizes`."""
@@ -104,16 +105,15 @@ def _top_level(stmt: Stmt) -> list[Stmt]:
     return [stmt]
 
 
-def _buffers(node: Node) -> set[str]:
-    """The names of the buffers read or written anywhere below `node` (not `walk`: it
-    also descends into every access's Buffer and its shape, 15 ms against 4 for the
-    conv2d gradient)."""
-    found: set[str] = set()
+def _accesses(node: Node) -> dict[str, list[Load | Store]]:
+    """The Loads and Stores below `node`, by buffer name (not `walk`: it also descends
+    into every access's Buffer and its shape, 15 ms against 4 for the conv2d gradient)."""
+    found: dict[str, list[Load | Store]] = {}
     stack: list[object] = [node]
     while stack:
         n = stack.pop()
         if isinstance(n, (Load, Store)):
-            found.add(n.buffer.name)
+            found.setdefault(n.buffer.name, []).append(n)
         for field in child_fields(n):  # type: ignore[arg-type]
             value = getattr(n, field)
             if type(value) is tuple:
@@ -123,36 +123,27 @@ def _buffers(node: Node) -> set[str]:
     return found
 
 
-def _nest(stmt: Stmt, name: str) -> _Nest | None:
+def _nest(stmt: Stmt, name: str, accesses: list[Load | Store]) -> _Nest | None:
     """The loops and the Store by which `stmt` writes `name` in the module doc's
-    pattern (extents unchecked), or None. Below the loops, a Block's other statements,
-    a Local's or Let's value and an Alloc may be beside the path to the Store, as long
-    as none of them touches `name` (a layernorm's row sums before its row's store)."""
+    pattern (extents unchecked), or None. `accesses`: `stmt`'s Loads and Stores of
+    `name`, which must be that one Store: the statements beside its path (a Block's
+    others, a Local's or Let's value, a loop's bounds) then touch no `name`, as in a
+    layernorm's row nest (its sums, then its row's store)."""
+    if len(accesses) != 1 or not isinstance(accesses[0], Store):
+        return None
+    store = accesses[0]
+    path = _path(stmt, store)
+    if path is None:
+        return None
     loops: list[For] = []
-    while not isinstance(stmt, Store):
-        if isinstance(stmt, For) and stmt.step == 1:
-            if name in _buffers(stmt.lo) or name in _buffers(stmt.hi):
-                return None
-            loops.append(stmt)
-            stmt = stmt.body
-        elif isinstance(stmt, Block):
-            touching = [s for s in stmt.stmts if name in _buffers(s)]
-            if len(touching) != 1:
-                return None
-            stmt = touching[0]
-        elif isinstance(stmt, (Let, Local)):
-            if name in _buffers(stmt.value if isinstance(stmt, Let) else stmt.init):
-                return None
-            stmt = stmt.body
-        elif isinstance(stmt, Alloc):
-            stmt = stmt.body
-        else:  # an If, a loop of another step, an Assign: not every element surely
-            return None
-    if not loops or stmt.buffer.name != name:
+    for s in path:
+        if isinstance(s, For) and s.step == 1:
+            loops.append(s)
+        elif not isinstance(s, (Block, Let, Local, Alloc)):
+            return None  # an If, a loop of another step: not every element surely
+    if not loops:
         return None
-    if name in _buffers(stmt.value):
-        return None
-    index, variables = stmt.index, [loop.var for loop in loops]
+    index, variables = store.index, [loop.var for loop in loops]
     if len(index) < len(loops) or len(set(variables)) != len(variables):
         return None
     # the last loop's variable is the last subscript; zeros stand for the dimensions
@@ -163,7 +154,22 @@ def _nest(stmt: Stmt, name: str) -> _Nest | None:
             return None
         if v is not None and not (isinstance(e, VarRef) and e.name == v):
             return None
-    return _Nest(tuple(loops), stmt)
+    return _Nest(tuple(loops), store)
+
+
+def _path(stmt: Stmt, target: Store) -> list[Stmt] | None:
+    """The statements from `stmt` down to `target`, outermost first (`target` not
+    included), walking statements only; None if `target` is not below `stmt`."""
+    stack: list[tuple[Stmt, int]] = [(stmt, 0)]  # (statement, its depth)
+    path: list[Stmt] = []
+    while stack:
+        s, depth = stack.pop()
+        del path[depth:]
+        if s is target:
+            return path
+        path.append(s)
+        stack.extend((c, depth + 1) for c in reversed(stmt_children(s)))  # type: ignore[misc]
+    return None
 
 
 def _covers(nest: _Nest, shape: tuple[Expr, ...], sizes: Mapping[str, int]) -> bool:
