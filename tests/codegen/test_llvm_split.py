@@ -181,6 +181,19 @@ def test_only_parts_without_loops_get_the_fast_code_generator() -> None:
     np.testing.assert_array_equal(got, a)
 
 
+def _efforts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The effort of each part compiled from now on, in order (`llvm_split._compile`)."""
+    efforts: list[str] = []
+    real = llvm_split._compile
+
+    def spy(text: str, effort: llvm_split.Effort, unlocked: object) -> tuple[bytes, str]:
+        efforts.append(effort)
+        return real(text, effort, unlocked)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(llvm_split, "_compile", spy)
+    return efforts
+
+
 # a transpose, a zero fill with a copy, a cast copy: loops that only move data; the
 # others compute (a sum, a product, a select)
 MOVES = """
@@ -202,21 +215,13 @@ def test_loops_that_only_move_data_get_the_light_pipeline(
     from compiler.codegen.llvm_parallel import moves_only
 
     f = _function(MOVES)
-    nests = [s for s in f.body.stmts if isinstance(s, compiler.loops.For)]
     L = compiler.loops
     stores = [n for n in L.walk(f.body) if isinstance(n, L.Store)]
     alone = {n.buffer.name: moves_only(n) for n in stores if n.buffer.name != "P"}
     assert alone == {"T": True, "D": True, "S": False, "Q": False, "R": False}
     nests = [s for s in f.body.stmts if isinstance(s, L.For)]
     assert [moves_only(s.body) for s in nests] == [True, True, True, True, False]
-    efforts: list[str] = []
-    real = llvm_split._compile
-
-    def spy(text: str, effort: llvm_split.Effort, unlocked: object) -> tuple[bytes, str]:
-        efforts.append(effort)
-        return real(text, effort, unlocked)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(llvm_split, "_compile", spy)
+    efforts = _efforts(monkeypatch)
     k = compiler.define(MOVES, cache=False)
     for n, m in [(1, 1), (2, 3), (7, 13), (33, 17)]:
         rng = np.random.default_rng(n + m)
@@ -242,14 +247,7 @@ def test_an_entry_whose_loops_only_launch_bodies_gets_the_fast_pipeline(
     A, Out = buf("A", F32, "N"), out("O", F32, "N")
     f = func("serial", [A, Out], "N", loop("i", 0, "N", store(Out, ("i",), load(A, "i"))))
     assert backend._emit(f, None)[1].compute_loops == 1
-    efforts: list[str] = []
-    real = llvm_split._compile
-
-    def spy(text: str, effort: llvm_split.Effort, unlocked: object) -> tuple[bytes, str]:
-        efforts.append(effort)
-        return real(text, effort, unlocked)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(llvm_split, "_compile", spy)
+    efforts = _efforts(monkeypatch)
     monkeypatch.setattr(llvm_split, "COMPILE_THREADS", 1)  # in order: part 0 last
     backend.compile_objects(_function())
     assert efforts[-1] == llvm_split.STRAIGHT
