@@ -22,6 +22,10 @@ TWO = (  # O accumulates into its zeros; P, read from O afterwards, is overwritt
     "def two(float(N) A) -> (O, P) {\n    O(i) += A(i)\n    P(i) = O(i) * 2\n}"
 )
 STRIDED = "def st(float(N) A) -> (O) { O(2 * i) = A(i) }"  # odd elements never written
+SOFTMAX_KEPT = (  # Y holds the exponentials, read back (loops.keep_terms)
+    "def sm(float(N, D) X) -> (Y, mx, s) {\n    mx(n) max=! X(n, d)\n"
+    "    s(n) +=! exp(X(n, d) - mx(n))\n    Y(n, d) = exp(X(n, d) - mx(n)) / s(n)\n}"
+)
 
 
 def _overwritten(source: str, **sizes: int) -> frozenset[str]:
@@ -36,12 +40,15 @@ def test_init_nests_and_whole_assignments_are_overwrites() -> None:
     assert _overwritten(conv, N=2, C=3, H=6, W=5, M=4, KH=3, KW=2) == {"O"}
     copy = "def cp(float(N) A) -> (O) { O(i) = A(i) + 1 }"
     assert _overwritten(copy, N=9) == {"O"}
-    # a fused nest: the row's sums first, then its row of Y (mean and var are read
-    # again in the same nest: not overwrites)
+    # a fused nest: the row's sums first, then its row of Y; m is read after it is
+    # written, in the same iteration of `n`
     layernorm = (EXAMPLES / "layernorm.tc").read_text()
     assert "Y" in _overwritten(layernorm, N=3, D=13)
     rows = "def r(float(N, D) X) -> (Y, m) {\n    m(n) +=! X(n, d)\n    Y(n, d) = X(n, d) - m(n)\n}"
-    assert _overwritten(rows, N=4, D=5) == {"Y"}
+    assert _overwritten(rows, N=4, D=5) == {"Y", "m"}
+    # a softmax that keeps its exponentials in Y, reads them back and divides them in
+    # place (`loops.keep_terms`)
+    assert _overwritten(SOFTMAX_KEPT, N=3, D=13) == {"Y", "mx", "s"}
 
 
 def test_outputs_read_or_partly_written_first_are_not() -> None:
@@ -61,6 +68,17 @@ def test_outputs_read_or_partly_written_first_are_not() -> None:
         assert "Y" not in Overwrites(f).outputs({"N": 3})
     f = Function("f", (y, z), ("N",), For("n", zero, size, 1, Block((store,))))
     assert Overwrites(f).outputs({"N": 3}) == {"Y"}
+    # read back after the row is written: Y[n, d] over the same d range, an overwrite;
+    # over every row n (a loop of its own inside the row's), not
+    again = For("d", zero, size, 1, Store(z, (n,), Load(y, (n, d))))
+    f = Function("f", (y, z), ("N",), For("n", zero, size, 1, Block((store, again))))
+    assert Overwrites(f).outputs({"N": 3}) == {"Y"}
+    rows = For("n", zero, size, 1, again)
+    f = Function("f", (y, z), ("N",), For("n", zero, size, 1, Block((store, rows))))
+    assert "Y" not in Overwrites(f).outputs({"N": 3})
+    short = For("d", zero, VarRef("M", DType.INT64), 1, Store(z, (n,), Load(y, (n, d))))
+    f = Function("f", (y, z), ("N", "M"), For("n", zero, size, 1, Block((store, short))))
+    assert "Y" not in Overwrites(f).outputs({"N": 3, "M": 3})  # other bounds
 
 
 def test_extents_are_checked_against_the_buffer_for_the_sizes() -> None:
@@ -98,9 +116,11 @@ CASES = [
     ((EXAMPLES / "maxpool.tc").read_text(), [(1, 2, 7, 9)]),
     ((EXAMPLES / "strided_conv.tc").read_text(), [(1, 2, 9, 8), (3, 2, 3, 3)]),
     (TWO, [(9,)]),
+    (SOFTMAX_KEPT, [(3, 11)]),
     (STRIDED, [(5,)]),
 ]
-OVERWRITING = (0, 1, 2, 3, 5, 7)  # matmul, conv2d, strided_conv: an init nest; layernorm: Y
+# an init nest (matmul, conv2d, strided_conv); a row nest's outputs (softmax, layernorm)
+OVERWRITING = (0, 1, 2, 3, 4, 5, 7, 9)
 
 
 @pytest.mark.filterwarnings("ignore::compiler.kernel.TCWarning")  # TWO accumulates

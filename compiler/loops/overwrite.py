@@ -43,12 +43,14 @@ from compiler.diagnostics import InternalError
 from compiler.loops.arguments import eval_size_expr
 from compiler.loops.ir import (
     Alloc,
+    Assign,
     Block,
     Buffer,
     Const,
     Expr,
     For,
     Function,
+    If,
     Let,
     Load,
     Local,
@@ -59,6 +61,7 @@ from compiler.loops.ir import (
     VarRef,
     child_fields,
     stmt_children,
+    walk,
 )
 
 
@@ -78,12 +81,13 @@ class Overwrites:
         self.nests: dict[str, _Nest] = {}
         outputs = {b.name for b in f.buffers if b.role is Role.OUT}
         unseen = set(outputs)
+        sizes = frozenset(f.size_params)
         for stmt in _top_level(f.body):
             if not unseen:
                 break
             accesses = _accesses(stmt)
             for name in accesses.keys() & unseen:
-                nest = _nest(stmt, name, accesses[name])
+                nest = _nest(stmt, name, accesses[name], sizes)
                 if nest is not None:
                     self.nests[name] = nest
             unseen -= accesses.keys()
@@ -123,16 +127,24 @@ def _accesses(node: Node) -> dict[str, list[Load | Store]]:
     return found
 
 
-def _nest(stmt: Stmt, name: str, accesses: list[Load | Store]) -> _Nest | None:
+def _nest(
+    stmt: Stmt, name: str, accesses: list[Load | Store], sizes: frozenset[str]
+) -> _Nest | None:
     """The loops and the Store by which `stmt` writes `name` in the module doc's
     pattern (extents unchecked), or None. `accesses`: `stmt`'s Loads and Stores of
     `name`, which must be that one Store: the statements beside its path (a Block's
     others, a Local's or Let's value, a loop's bounds) then touch no `name`, as in a
-    layernorm's row nest (its sums, then its row's store)."""
-    if len(accesses) != 1 or not isinstance(accesses[0], Store):
-        return None
-    store = accesses[0]
-    path = _path(stmt, store)
+    layernorm's row nest (its sums, then its row's store). Or else, the first access
+    in program order is such a Store and every other comes after it and reads or
+    writes an element it wrote (`_first_covering`). `sizes`: the size parameters."""
+    if len(accesses) == 1 and isinstance(accesses[0], Store):
+        store = accesses[0]
+        path = _path(stmt, store)
+    else:
+        found = _first_covering(stmt, name, sizes)
+        if found is None:
+            return None
+        store, path = found
     if path is None:
         return None
     loops: list[For] = []
@@ -146,6 +158,9 @@ def _nest(stmt: Stmt, name: str, accesses: list[Load | Store]) -> _Nest | None:
     index, variables = store.index, [loop.var for loop in loops]
     if len(index) < len(loops) or len(set(variables)) != len(variables):
         return None
+    binders = _binders(tuple(path))
+    if any(binders[loop.var] is not loop for loop in loops):
+        return None  # a Let or Local below a loop binds its name again
     # the last loop's variable is the last subscript; zeros stand for the dimensions
     # it was collapsed over (`loops.collapse`), the other variables lead in order
     wanted = [*variables[:-1], *[None] * (len(index) - len(loops)), variables[-1]]
@@ -155,6 +170,101 @@ def _nest(stmt: Stmt, name: str, accesses: list[Load | Store]) -> _Nest | None:
         if v is not None and not (isinstance(e, VarRef) and e.name == v):
             return None
     return _Nest(tuple(loops), store)
+
+
+# An access in program order: whether it writes, the statement it is in or evaluated
+# by (a Load in a loop's bounds: that For), the statements around that one
+# (outermost first), and its index.
+_Event = tuple[bool, Stmt, tuple[Stmt, ...], tuple[Expr, ...]]
+
+
+def _first_covering(
+    stmt: Stmt, name: str, sizes: frozenset[str]
+) -> tuple[Store, list[Stmt]] | None:
+    """The Store that first touches `name` in `stmt` and its path, if every later
+    access touches an element that Store wrote before (else None): one of the same
+    index, after it in a Block around both (within the same iteration of the loops
+    around that Block), its variables bound either by the Store's own loops or by
+    loops of the same unit-step bounds over sizes (softmax's `Y[n, d] = exp(..);
+    acc = acc + Y[n, d]`, then `for d: Y[n, d] = Y[n, d] / s[n]`)."""
+    events: list[_Event] = []
+    _events(stmt, name, (), events)
+    if not events or not events[0][0]:
+        return None
+    _, store, path, index = events[0]
+    assert isinstance(store, Store)
+    binders = _binders(path)
+    for _, at, around, used in events[1:]:
+        if used != index or at is store:
+            return None
+        shared = 0
+        while shared < min(len(path), len(around)) and path[shared] is around[shared]:
+            shared += 1
+        split = path[shared - 1] if shared else None
+        if not isinstance(split, Block):
+            return None
+        mine = path[shared] if shared < len(path) else store
+        theirs = around[shared] if shared < len(around) else at
+        if _position(split, theirs) <= _position(split, mine):
+            return None  # before the Store, in this iteration of the loops around
+        outer = {id(s) for s in path[:shared]}
+        there = _binders(around)
+        for e in used:
+            if not isinstance(e, VarRef):
+                continue
+            loop, other = binders.get(e.name), there.get(e.name)
+            if loop is other:
+                continue
+            # a variable of the loops around both: the same loop, or another row's
+            # elements are read; one of the Store's loops below: the same bounds
+            if id(loop) in outer or not (
+                isinstance(loop, For)
+                and isinstance(other, For)
+                and other.step == 1
+                and (other.lo, other.hi) == (loop.lo, loop.hi)
+                and _names(other.lo) | _names(other.hi) <= sizes
+            ):
+                return None
+    return store, list(path)
+
+
+def _events(stmt: Stmt, name: str, around: tuple[Stmt, ...], out: list[_Event]) -> None:
+    """`stmt`'s accesses to `name` in program order, appended to `out`."""
+    own: list[Node] = []  # the expressions `stmt` evaluates before its statements
+    if isinstance(stmt, For):
+        own = [stmt.lo, stmt.hi]
+    elif isinstance(stmt, If):
+        own = [stmt.cond]
+    elif isinstance(stmt, Let):
+        own = [stmt.value]
+    elif isinstance(stmt, Local):
+        own = [stmt.init]
+    elif isinstance(stmt, Store):
+        own = [*stmt.index, stmt.value]
+    elif isinstance(stmt, Assign):
+        own = [stmt.value]
+    for e in own:
+        for load in _accesses(e).get(name, ()):
+            out.append((False, stmt, around, load.index))
+    if isinstance(stmt, Store) and stmt.buffer.name == name:
+        out.append((True, stmt, around, stmt.index))
+    inner = (*around, stmt)
+    for child in stmt_children(stmt):
+        _events(child, name, inner, out)  # type: ignore[arg-type]
+
+
+def _position(block: Block, child: Stmt) -> int:
+    """Where `child` (the object itself: equal statements may recur) is in `block`."""
+    return next(k for k, s in enumerate(block.stmts) if s is child)
+
+
+def _binders(path: tuple[Stmt, ...]) -> dict[str, Stmt]:
+    """The innermost statement binding each name along `path` (loops, lets, locals)."""
+    return {s.var: s for s in path if isinstance(s, (For, Let, Local))}
+
+
+def _names(e: Expr) -> set[str]:
+    return {n.name for n in walk(e) if isinstance(n, VarRef)}
 
 
 def _path(stmt: Stmt, target: Store) -> list[Stmt] | None:
