@@ -10,7 +10,13 @@ access to `T` is a Store of `T[v0, ..., vk]`, the loop variables in nesting orde
 a value that does not read `T`; each loop's extent is its dimension of `T`. Beside
 the path to the Store there may be statements that do not touch `T` (a Block's others,
 a Local's or Let's value): a layernorm's nest `for n { mean; var; for d: Y[n, d] = .. }`
-overwrites `Y`. No If may lie on the path.
+overwrites `Y`. No If may lie on the path. Other accesses to `T` in that statement
+may follow the Store in program order if each touches an element it wrote: the same
+index, after it in a Block around both (so within the same iteration of the loops
+around that Block), each variable bound by the same loop as the Store's or, for a
+loop of the Store's below that Block, by one of the same unit-step bounds over sizes
+(softmax after `loops.keep_terms`: `Y[n, d] = exp(..); acc = acc + Y[n, d]`, then
+`for d: Y[n, d] = Y[n, d] / s[n]`).
 A last loop may span several trailing dimensions, its extent their product, its
 variable the last subscript and zeros those before it (`loops.collapse`: `O[n, m, 0,
 h_w]` for `h_w < (H - KH + 1) * (W - KW + 1)`).
@@ -36,7 +42,7 @@ extents are checked per call signature (`outputs(sizes)`), with the sizes' value
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from compiler.diagnostics import InternalError
@@ -187,14 +193,16 @@ def _first_covering(
     around that Block), its variables bound either by the Store's own loops or by
     loops of the same unit-step bounds over sizes (softmax's `Y[n, d] = exp(..);
     acc = acc + Y[n, d]`, then `for d: Y[n, d] = Y[n, d] / s[n]`)."""
-    events: list[_Event] = []
-    _events(stmt, name, (), events)
-    if not events or not events[0][0]:
+    if isinstance(stmt, If):
+        return None  # the Store's path would hold it
+    events = _events(stmt, name, ())  # lazily: the first access that fails ends it
+    first = next(events, None)
+    if first is None or not first[0]:
         return None
-    _, store, path, index = events[0]
+    _, store, path, index = first
     assert isinstance(store, Store)
     binders = _binders(path)
-    for _, at, around, used in events[1:]:
+    for _, at, around, used in events:
         if used != index or at is store:
             return None
         shared = 0
@@ -228,8 +236,8 @@ def _first_covering(
     return store, list(path)
 
 
-def _events(stmt: Stmt, name: str, around: tuple[Stmt, ...], out: list[_Event]) -> None:
-    """`stmt`'s accesses to `name` in program order, appended to `out`."""
+def _events(stmt: Stmt, name: str, around: tuple[Stmt, ...]) -> Iterator[_Event]:
+    """`stmt`'s accesses to `name` in program order."""
     own: list[Node] = []  # the expressions `stmt` evaluates before its statements
     if isinstance(stmt, For):
         own = [stmt.lo, stmt.hi]
@@ -245,12 +253,12 @@ def _events(stmt: Stmt, name: str, around: tuple[Stmt, ...], out: list[_Event]) 
         own = [stmt.value]
     for e in own:
         for load in _accesses(e).get(name, ()):
-            out.append((False, stmt, around, load.index))
+            yield False, stmt, around, load.index
     if isinstance(stmt, Store) and stmt.buffer.name == name:
-        out.append((True, stmt, around, stmt.index))
+        yield True, stmt, around, stmt.index
     inner = (*around, stmt)
     for child in stmt_children(stmt):
-        _events(child, name, inner, out)  # type: ignore[arg-type]
+        yield from _events(child, name, inner)  # type: ignore[arg-type]
 
 
 def _position(block: Block, child: Stmt) -> int:
