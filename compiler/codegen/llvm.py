@@ -155,7 +155,7 @@ def pass_builder(tm: llvm.TargetMachine, effort: Effort = COMPUTE) -> llvm.PassB
     """For `tm`, by a part's `effort` (`codegen.llvm_split`): O3 with loop and SLP
     vectorisation, unrolling and interleaving for loops that compute; O1 without them
     for loops that only move data (copies, transposes, fills: a transpose's part took
-    45 ms at O3 and 20 at O1, its gathers no faster than scalar loads); the O0 pipeline
+    45 ms at O3 and 20 at O1, and the kernels ran as fast); the O0 pipeline
     for straight-line code, which runs once a call and gains nothing from optimising
     (O1 took 23 ms to do it)."""
     loops = effort == COMPUTE

@@ -40,7 +40,8 @@ loop over a packed matmul's blocks: `FunctionEmitter.compute_loops` is 0); the m
 gradient's part 0 took 248 ms at O3 and level 3. A part whose loops only move data
 (`llvm_parallel.moves_only`: copies, transposes, zero fills) is optimised at O1 without
 vectorisation (`MOVES`): the conv2d gradient's two transposes took 45 and 43 ms at O3,
-20 and 18 at O1, and ran no slower (tools/bench conv rows, same process, within 2 %).
+20 and 18 at O1, and the kernels ran as fast (tools/bench conv rows, fwd+bwd, same
+process, new / old 0.96-1.02).
 
 Threads: llvmlite wraps every call into LLVM in one process-wide lock; LLVM compiles
 modules of distinct LLVMContexts concurrently. Each part gets its own context, target
