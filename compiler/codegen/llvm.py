@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import ctypes.util
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -41,7 +41,7 @@ from llvmlite import ir
 
 from compiler.codegen.llvm_emit import FunctionEmitter, symbol
 from compiler.codegen.llvm_math import LIBM_SYMBOLS, load_vector_math
-from compiler.codegen.llvm_split import COMPUTE, MOVES, Compiling, Effort, Objects
+from compiler.codegen.llvm_split import COMPUTE, MOVES, Compiling, Effort, Objects, OnOutlined
 from compiler.diagnostics import InternalError
 from compiler.loops import (
     Function,
@@ -103,7 +103,7 @@ def build_module(f: Function) -> ir.Module:
 
 
 def _build(
-    f: Function, on_outlined: Callable[[ir.Module, ir.Function, bool], None] | None = None
+    f: Function, on_outlined: OnOutlined | None = None
 ) -> tuple[ir.Module, list[ir.Function]]:
     """`build_module(f)` and its outlined loop bodies (`codegen.llvm_split`); each body
     is handed to `on_outlined` as soon as its code is complete."""
@@ -111,9 +111,7 @@ def _build(
     return module, emitter.outlined
 
 
-def _emit(
-    f: Function, on_outlined: Callable[[ir.Module, ir.Function, bool], None] | None
-) -> tuple[ir.Module, FunctionEmitter]:
+def _emit(f: Function, on_outlined: OnOutlined | None) -> tuple[ir.Module, FunctionEmitter]:
     verify(f)
     module = ir.Module(name=f.name)
     tm = target_machine()

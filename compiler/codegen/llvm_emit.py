@@ -30,6 +30,7 @@ from compiler.codegen.llvm_dots import dot_plan, emit_dots
 from compiler.codegen.llvm_lanes import Lanes, chain_of, emit_chain
 from compiler.codegen.llvm_math import MathEmitter, intrinsic
 from compiler.codegen.llvm_parallel import emit_parallel
+from compiler.codegen.llvm_split import OnOutlined
 from compiler.codegen.llvm_sums import (
     REDUCTION_FLAGS,
     SUM_BLOCK,
@@ -42,6 +43,8 @@ from compiler.codegen.llvm_types import (
     DIVIDE_FLAGS,
     I8,
     cast,
+    int_divmod,
+    int_floor_divmod,
     ir_type,
     loop_id,
     memory_type,
@@ -175,8 +178,7 @@ class FunctionEmitter:
         # module, shared with every fork: each is compiled as a part of its own (llvm_split)
         self.outlined: list[ir.Function] = []
         self.loops_emitted = self.compute_loops = 0  # loops built so far (module doc)
-        # each, built (with whether its loops only move data: `llvm_parallel.moves_only`)
-        self.on_outlined: Callable[[ir.Module, ir.Function, bool], None] | None = None
+        self.on_outlined: OnOutlined | None = None  # each body, once built (llvm_split)
 
     def fork(self, fn: ir.Function) -> FunctionEmitter:
         """An emitter for another function `fn` of the same module."""
@@ -507,26 +509,9 @@ class FunctionEmitter:
                 return bld.fdiv(a, b, flags=DIVIDE_FLAGS)
             return bld.frem(a, b)
         if e.op in (BinOp.DIV, BinOp.MOD):
-            q, r = self._divmod(a, b, dtype)
+            q, r = int_divmod(bld, a, b, dtype)
             return q if e.op is BinOp.DIV else r
         return {BinOp.ADD: bld.add, BinOp.SUB: bld.sub, BinOp.MUL: bld.mul}[e.op](a, b)
-
-    def _divmod(self, a: ir.Value, b: ir.Value, dtype: DType) -> tuple[ir.Value, ir.Value]:
-        """Truncating quotient and remainder; x/0 == x%0 == 0 and MIN/-1 never trap."""
-        bld = self.builder
-        ty = a.type
-        zero, one = ir.Constant(ty, 0), ir.Constant(ty, 1)
-        is_zero = bld.icmp_unsigned("==", b, zero)
-        if not dtype.is_signed:
-            safe = bld.select(is_zero, one, b)
-            q, r = bld.udiv(a, safe), bld.urem(a, safe)
-            return bld.select(is_zero, zero, q), bld.select(is_zero, zero, r)
-        minus_one = bld.icmp_signed("==", b, ir.Constant(ty, -1))
-        special = bld.or_(is_zero, minus_one)
-        safe = bld.select(special, one, b)
-        q, r = bld.sdiv(a, safe), bld.srem(a, safe)
-        q = bld.select(minus_one, bld.sub(zero, a), q)
-        return bld.select(is_zero, zero, q), bld.select(special, zero, r)
 
     def _expr_FloorDiv(self, e: FloorDiv) -> ir.Value:
         return self._floor(e)[0]
@@ -539,13 +524,7 @@ class FunctionEmitter:
         if e.dtype.is_float:
             floor = self.math.call("floor", [bld.fdiv(a, b)], e.dtype)
             return floor, bld.fsub(a, bld.fmul(b, floor))
-        q, r = self._divmod(a, b, e.dtype)
-        if not e.dtype.is_signed:
-            return q, r
-        zero = ir.Constant(a.type, 0)
-        fix = bld.and_(bld.icmp_signed("!=", r, zero), bld.icmp_signed("<", bld.xor(r, b), zero))
-        q = bld.sub(q, bld.zext(fix, a.type))
-        return q, bld.add(r, bld.select(fix, b, zero))
+        return int_floor_divmod(bld, a, b, e.dtype)
 
     def _expr_Min(self, e: Min) -> ir.Value:
         return self._minmax(e, "<", "llvm.minimum")

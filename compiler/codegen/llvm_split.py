@@ -66,7 +66,7 @@ import ctypes
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -93,6 +93,9 @@ Effort = Literal["compute", "moves", "straight"]
 COMPUTE: Effort = "compute"
 MOVES: Effort = "moves"
 STRAIGHT: Effort = "straight"
+# What an emitter calls with each outlined body once built (`Compiling.add`): the
+# module, the body, and whether its loops only move data (`llvm_parallel.moves_only`).
+OnOutlined = Callable[[ir.Module, ir.Function, bool], None]
 # The interpreter's switch interval while parts compile on threads (module doc).
 HANDOFF_SECONDS = 0.0005
 

@@ -1,5 +1,6 @@
-"""LLVM types of the loop IR's dtypes, C conversions between them, and the fast-math
-flags of float arithmetic (`codegen.llvm_emit`, `codegen.llvm_lanes`)."""
+"""LLVM types of the loop IR's dtypes, C conversions between them, integer division
+that never traps, and the fast-math flags of float arithmetic (`codegen.llvm_emit`,
+`codegen.llvm_lanes`)."""
 
 from __future__ import annotations
 
@@ -78,3 +79,36 @@ __all__ = [
     "loop_id",
     "memory_type",
 ]
+
+
+def int_divmod(
+    bld: ir.IRBuilder, a: ir.Value, b: ir.Value, dtype: DType
+) -> tuple[ir.Value, ir.Value]:
+    """Truncating quotient and remainder; x/0 == x%0 == 0 and MIN/-1 never trap."""
+    ty = a.type
+    zero, one = ir.Constant(ty, 0), ir.Constant(ty, 1)
+    is_zero = bld.icmp_unsigned("==", b, zero)
+    if not dtype.is_signed:
+        safe = bld.select(is_zero, one, b)
+        q, r = bld.udiv(a, safe), bld.urem(a, safe)
+        return bld.select(is_zero, zero, q), bld.select(is_zero, zero, r)
+    minus_one = bld.icmp_signed("==", b, ir.Constant(ty, -1))
+    special = bld.or_(is_zero, minus_one)
+    safe = bld.select(special, one, b)
+    q, r = bld.sdiv(a, safe), bld.srem(a, safe)
+    q = bld.select(minus_one, bld.sub(zero, a), q)
+    return bld.select(is_zero, zero, q), bld.select(special, zero, r)
+
+
+def int_floor_divmod(
+    bld: ir.IRBuilder, a: ir.Value, b: ir.Value, dtype: DType
+) -> tuple[ir.Value, ir.Value]:
+    """Floor quotient and remainder (the remainder takes the divisor's sign), from
+    `int_divmod`'s truncating ones."""
+    q, r = int_divmod(bld, a, b, dtype)
+    if not dtype.is_signed:
+        return q, r
+    zero = ir.Constant(a.type, 0)
+    fix = bld.and_(bld.icmp_signed("!=", r, zero), bld.icmp_signed("<", bld.xor(r, b), zero))
+    q = bld.sub(q, bld.zext(fix, a.type))
+    return q, bld.add(r, bld.select(fix, b, zero))

@@ -67,7 +67,7 @@ from compiler.loops.ir import (
     VarRef,
     child_fields,
     stmt_children,
-    walk,
+    var_names,
 )
 
 
@@ -230,7 +230,7 @@ def _first_covering(
                 and isinstance(other, For)
                 and other.step == 1
                 and (other.lo, other.hi) == (loop.lo, loop.hi)
-                and _names(other.lo) | _names(other.hi) <= sizes
+                and var_names(other.lo, other.hi) <= sizes
             ):
                 return None
     return store, list(path)
@@ -269,10 +269,6 @@ def _position(block: Block, child: Stmt) -> int:
 def _binders(path: tuple[Stmt, ...]) -> dict[str, Stmt]:
     """The innermost statement binding each name along `path` (loops, lets, locals)."""
     return {s.var: s for s in path if isinstance(s, (For, Let, Local))}
-
-
-def _names(e: Expr) -> set[str]:
-    return {n.name for n in walk(e) if isinstance(n, VarRef)}
 
 
 def _path(stmt: Stmt, target: Store) -> list[Stmt] | None:
