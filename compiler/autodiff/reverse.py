@@ -33,7 +33,8 @@ Reductions: `+=`: the adjoint flows unchanged. `max=` / `min=`: to the elements 
 to the result (`O_grad(i) * (X(i, j) == O(i) ? 1 : 0)`): as PyTorch without ties; on
 a tie *every* tied element receives the full adjoint. `*=!`: the product of the other
 terms, exact with zeros (auxiliary reductions count the zeros and multiply the
-non-zero terms). `*=` without `!` is not supported (a TCError says so).
+non-zero terms). `*=` without `!` (into the previous contents, over the whole output):
+the previous version times that; its adjoint times the product of the terms.
 Scalar rules (`compiler.autodiff.rules`) and symbolic zeros (`algebra`) keep the
 statements minimal; a zero gradient emits nothing, and an input with no contribution
 gets `X_grad(...) = 0`.
@@ -259,13 +260,39 @@ class _Reverse:
             self._need(target, k)
             return al.mul(adjoint, al.indicator(al.eq(stmt.rhs, result))) or adjoint
         if not stmt.op.init:
-            raise TCError(
-                f"cannot differentiate `{stmt.op.value}` without '!' (a product into the "
-                "previous contents of the output): not supported yet",
-                stmt.span,
-                hint="use `*=!`, or multiply by the previous value explicitly with `=`",
-            )
+            return self._times_seed(stmt, target, k, adjoint)
         return self._product_seed(stmt, target, adjoint)
+
+    def _times_seed(self, stmt: Stmt, target: str, k: int, adjoint: Access) -> Expr:
+        """`*=` without '!': `O_k = O_(k-1) * prod_r x_r`, so `d x_r` is `O_(k-1)` times
+        the product of the other terms (exact with zeros, `_product_seed`; 1 when the
+        statement reduces over nothing: `NonLin(b, c, t) *= sigmoid(...)`)."""
+        self._check_times(stmt, target, k)
+        previous = Access(self.v.name(target, k - 1), stmt.lhs.args, span=stmt.lhs.span)
+        self._need(target, k - 1)
+        seed = self._product_seed(stmt, target, adjoint) if _reduced(stmt) else adjoint
+        return al.mul(seed, previous) or seed
+
+    def _check_times(self, stmt: Stmt, target: str, k: int) -> None:
+        """`*=` into previous contents is differentiated when it multiplies every
+        element of an output that an earlier statement wrote (its pass-through then
+        covers the output): the left-hand side plain index variables over the
+        output's whole shape."""
+        if k == 1:
+            raise TCError(
+                f"cannot differentiate `*=` without '!' as the first write of '{target}': "
+                "its previous contents are not a value of the def",
+                stmt.span,
+                hint="use `*=!`, or write the previous value with `=` first",
+            )
+        if not self.v.covers_box(stmt):
+            raise TCError(
+                f"cannot differentiate `*=` without '!' over part of '{target}' (its "
+                "left-hand side must be plain index variables over the whole output): "
+                "not supported yet",
+                stmt.span,
+                hint="multiply by the previous value explicitly with `=` over the part",
+            )
 
     def _product_seed(self, stmt: Stmt, target: str, adjoint: Access) -> Expr:
         """d(prod_r x_r)/d x_r = product of the other terms, exact when some are zero:
@@ -414,6 +441,9 @@ class _Reverse:
         if stmt.op is AssignOp.ASSIGN:
             self._masked_pass_through(stmt, target, adjoint, grad)
             return
+        if stmt.op is AssignOp.TIMES:  # `*=`: times the product (`_times_seed`)
+            self._times_pass_through(index, stmt, target, adjoint, grad)
+            return
         idx, where = full_box(self.v, target)
         value: Expr = Access(adjoint, idx)
         if stmt.op.base in (AssignOp.MAX, AssignOp.MIN):
@@ -424,6 +454,27 @@ class _Reverse:
             )
             value = al.mul(value, al.indicator(same)) or value
         self._emit(Access(grad, idx), value, where)
+
+    def _times_pass_through(
+        self, index: int, stmt: Stmt, target: str, adjoint: str, grad: str
+    ) -> None:
+        """`O_(k-1)_grad += O_k_grad * prod_r x_r` over the output (`_check_times`): the
+        product an auxiliary `*=!` reduction when the statement reduces."""
+        factor: Expr = stmt.rhs
+        where = stmt.where
+        if _reduced(stmt):
+            factor = self._tmp(target, stmt, AssignOp.TIMES_INIT, stmt.rhs)
+            lhs_vars = {a.name for a in stmt.lhs.args if isinstance(a, Var)}
+            where = tuple(
+                c
+                for c in stmt.where
+                if isinstance(c, RangeConstraint)
+                and isinstance(c.expr, Var)
+                and c.expr.name in lhs_vars
+            )
+        value = al.mul(Access(adjoint, stmt.lhs.args), factor) or Access(adjoint, stmt.lhs.args)
+        self._need_reads(value, index)
+        self._emit(Access(grad, stmt.lhs.args), value, where)
 
     def _masked_pass_through(self, stmt: Stmt, target: str, adjoint: str, grad: str) -> None:
         names = [a.name for a in stmt.lhs.args if isinstance(a, Var)]
@@ -468,6 +519,16 @@ def _constant_subscripts_as_vars(
     if not extra:
         return lhs, where
     return Access(lhs.name, tuple(args)), (*where, *extra)
+
+
+def _reduced(stmt: Stmt) -> bool:
+    """Whether `stmt` ranges over a variable its left-hand side does not name."""
+    lhs = {e.name for a in stmt.lhs.args for e in walk(a) if isinstance(e, Var)}
+    return any(
+        isinstance(c, RangeConstraint)
+        and any(isinstance(e, Var) and e.name not in lhs for e in walk(c.expr))
+        for c in stmt.where
+    )
 
 
 def _non_affine(expr: Expr) -> Expr | None:

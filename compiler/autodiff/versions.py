@@ -127,17 +127,22 @@ class Versions:
         stmt = self.ranged.checked.definition.stmts[index]
         if stmt.op.init:
             return True
-        if stmt.op is not AssignOp.ASSIGN:
-            return False
+        return stmt.op is AssignOp.ASSIGN and self.covers_box(stmt, reducing=False)
+
+    def covers_box(self, stmt: Stmt, reducing: bool = True) -> bool:
+        """Whether `stmt`'s left-hand side is plain distinct index variables ranging
+        over its output's whole box; `reducing`: other variables (a reduction's) may
+        range too."""
         names = [a.name for a in stmt.lhs.args if isinstance(a, Var)]
         if len(names) != len(stmt.lhs.args) or len(set(names)) != len(names):
             return False
         ranges = {}
         for c in stmt.where:
             if isinstance(c, RangeConstraint):
-                if not (isinstance(c.expr, Var) and c.expr.name in names):
+                if isinstance(c.expr, Var) and c.expr.name in names:
+                    ranges[c.expr.name] = (c.lo, c.hi)
+                elif not reducing:
                     return False
-                ranges[c.expr.name] = (c.lo, c.hi)
         bounds = self.ranged.bounds_of(stmt.lhs.name)
         return all(ranges.get(n) == (b.lo, b.hi) for n, b in zip(names, bounds, strict=True))
 

@@ -126,6 +126,15 @@ _INDEX_NODES = (Bin, Min, Max, FloorDiv, Mod)
 _UNSEEN: Any = object()
 
 
+def _mul(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """`x * y`, folded when both are constants: an outlined body gets a constant stride
+    as a constant, not an argument (`llvm_parallel`), which LLVM then folds into its
+    addresses (a packed panel's row: 3 instructions fewer per step of a matmul tile)."""
+    if isinstance(x, ir.Constant) and isinstance(y, ir.Constant):
+        return ir.Constant(x.type, x.constant * y.constant)
+    return b.mul(x, y)
+
+
 def _pure_int(e: Expr) -> tuple[str, ...] | None:
     """The names an int64 expression of variables and constants reads (sorted), or None
     when it is not one (a load, a call, a select, another type)."""
@@ -207,8 +216,8 @@ class FunctionEmitter:
     def _declare(self, b: Buffer, ptr: ir.Value) -> None:
         dims = [self.expr(d) for d in b.shape]
         strides = [ir.Constant(I64, 1)] if dims else []  # a 0-d buffer has no strides
-        for d in reversed(dims[1:]):
-            strides.insert(0, self.builder.mul(strides[0], d))
+        for d in reversed(dims[1:]):  # constant extents give constant strides (a panel's)
+            strides.insert(0, _mul(self.builder, strides[0], d))
         self.buffers[b.name] = _BufferRef(ptr, b, strides)
 
     def _address(self, name: str, index: tuple[Expr, ...]) -> tuple[ir.Value, ir.Type]:

@@ -116,6 +116,35 @@ def test_product_reduction_with_zeros(zeros: list[tuple[int, int]]) -> None:
             assert g[i, j] == pytest.approx(others)
 
 
+TIMES_INTO_PREVIOUS = {
+    "product after a sum": "def f(double(N, M) A) -> (O) { O(i) +=! A(i, j)\n O(i) *= A(i, j) }",
+    "gate (wavenet)": """def f(double(N) A, double(N) B) -> (O) {
+        O(i) = tanh(A(i))
+        O(i) *= 1 / (1 + exp(-B(i)))
+    }""",
+    "reads the previous value": "def f(double(N) A) -> (O) { O(i) = A(i) + 1\n O(i) *= O(i) * A(i) }",
+    "twice, over a 2-d output": """def f(double(N, M) A, double(M) B) -> (O) {
+        O(i, j) = A(i, j)
+        O(i, j) *= B(j) * A(i, j)
+        O(i, j) *= B(j)
+    }""",
+}
+
+
+@pytest.mark.parametrize("case", sorted(TIMES_INTO_PREVIOUS))
+@pytest.mark.parametrize("zeros", [[], [(0, 1)], [(0, 1), (0, 2)]])
+def test_product_into_previous_contents(case: str, zeros: list[tuple[int, int]]) -> None:
+    """`*=` without '!': the previous version times the product, exact with zeros."""
+    src = TIMES_INTO_PREVIOUS[case]
+    ranged = compiler.define(src, target="interp").ranged.checked.inputs
+    arrays = [uniform(RNG, (3, 4) if len(t.dims) == 2 else (4,), 0.5, 1.5) for t in ranged]
+    for idx in zeros:
+        arrays[0][idx if arrays[0].ndim == 2 else idx[1]] = 0.0
+    check(src, *arrays)
+    native = compiler.define(src)  # the same gradient compiled, against finite differences
+    compiler.gradcheck(native, *arrays)
+
+
 def test_softmax_multi_statement() -> None:
     check(open("examples/softmax.tc").read(), uniform(RNG, (3, 4)))
 

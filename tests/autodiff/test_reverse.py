@@ -114,8 +114,12 @@ def test_kernel_grad_source_and_backward_override() -> None:
         ("def f(float(N) A) -> (O) { O(i) = lgamma(A(i)) }", "cannot differentiate 'lgamma'"),
         ("def f(float(N) A) -> (O) { O(i) = tgamma(A(i)) }", "cannot differentiate 'tgamma'"),
         (
-            "def f(float(N, M) A) -> (O) { O(i) +=! A(i, j)\n O(i) *= A(i, j) }",
-            "cannot differentiate `\\*=` without '!'",
+            "def f(float(N, M) A) -> (O) { O(i) *= A(i, j) }",
+            "cannot differentiate `\\*=` without '!' as the first write of 'O'",
+        ),
+        (
+            "def f(float(N, M) A) -> (O) { O(i) = A(i, 0)\n O(i) *= A(i, j) where i in 0:2 }",
+            "cannot differentiate `\\*=` without '!' over part of 'O'",
         ),
         (
             "def f(float(N) A) -> (O) { O(i) = O(i) + A(i) }",
