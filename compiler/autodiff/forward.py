@@ -21,8 +21,12 @@ Reductions: `+=`/`=`: the tangent statement has the forward's operator.
 `max=!`/`min=!`: `O_dot(i) +=! (X(i, j) == O(i) ? X_dot(i, j) : 0)` after the forward
 statement: the tangents of every element equal to the result, summed (reverse mode's
 tie rule: on a tie every tied element receives the full adjoint, so the two stay
-adjoint). `max=`/`min=` without `!`, a `max=`/`min=` whose right-hand side reads its
-own left-hand side, and `*=`/`*=!` raise a TCError (not supported in forward mode).
+adjoint). `*=!`: the sum over the terms of each term's tangent times the product of
+the others, exact with zeros (auxiliary reductions count the zeros and multiply the
+non-zero terms, outputs of the tangent def); `*=` into previous contents: the product
+rule with the previous value and tangent. `max=`/`min=` without `!`, a `max=`/`min=`
+whose right-hand side reads its own left-hand side, and `*=` as a first write raise a
+TCError (not supported in forward mode).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from compiler.frontend.ast import (
     Expr,
     Let,
     Param,
+    RangeConstraint,
     ScalarType,
     Select,
     Stmt,
@@ -93,6 +98,8 @@ class _Forward:
             self.dot[tensor] = names.fresh(f"{tensor}_dot")
         for tensor, dot in self.dot.items():
             self.types[dot] = self.types[tensor]
+        self.extra: list[Param] = []  # auxiliary reductions of products (`_product`)
+        self.written: set[str] = set()
 
     def _active(self) -> list[str]:
         """Written float tensors whose value depends on a tangent input, in order."""
@@ -121,6 +128,7 @@ class _Forward:
             else:
                 stmts.extend(tangent)
                 stmts.append(stmt)
+            self.written.add(stmt.lhs.name)
         d = self.definition
         infos = {t.name: t for t in self.checked.inputs}
         params = tuple(
@@ -135,6 +143,7 @@ class _Forward:
             p = declared[tensor]
             dtype, dims = (p.dtype, p.dims) if p.dims is not None else (None, None)
             outputs.append(Param(dot, dtype, dims, span=p.span))
+        outputs += self.extra
         tangent = Def(
             self.def_name, (*d.params, *params), (*d.outputs, *outputs), tuple(stmts), span=d.span
         )
@@ -167,12 +176,8 @@ class _Forward:
             result = Access(target, stmt.lhs.args)
             value = al.select(al.eq(flat.rhs, result), value, None)
             op = AssignOp.PLUS_INIT
-        elif base not in (AssignOp.ASSIGN, AssignOp.PLUS):
-            raise TCError(
-                f"cannot differentiate `{op.value}` in forward mode: not supported yet",
-                stmt.span,
-                hint="write the product with `=` and `+=` (e.g. exp of a sum of logs)",
-            )
+        elif base is AssignOp.TIMES:
+            return self._product(stmt, flat.rhs, where, value, dot)
         if value is None:
             if op is AssignOp.PLUS:
                 return []
@@ -183,6 +188,79 @@ class _Forward:
         lhs = dataclasses.replace(stmt.lhs, name=dot)
         tangent = Stmt(lhs, op, value, where, span=stmt.span)
         return [locate(tangent, stmt.span)]
+
+    def _product(
+        self, stmt: Stmt, rhs: Expr, where: tuple, value: MaybeExpr, dot: str
+    ) -> list[Stmt]:
+        """The tangent of `O *=! prod_r e_r` is `sum_r e_r' * prod_(s != r) e_s` (exact
+        with zeros: auxiliary reductions count the zero terms and multiply the others,
+        as reverse mode's `_product_seed`); of `O *= prod_r e_r` (into the previous
+        contents), `O' * prod_r e_r + O * (that sum)`, read before the statement
+        multiplies `O`."""
+        target, lhs = stmt.lhs.name, stmt.lhs.args
+        if not stmt.op.init and target not in self.written:
+            raise TCError(
+                f"cannot differentiate `*=` without '!' as the first write of '{target}': "
+                "its previous contents are not a value of the def",
+                stmt.span,
+                hint="use `*=!`, or write the previous value with `=` first",
+            )
+        names = {e.name for a in lhs for e in walk(a) if isinstance(e, Var)}
+        outer = tuple(
+            c
+            for c in where
+            if not isinstance(c, RangeConstraint)
+            or all(e.name in names for e in walk(c.expr) if isinstance(e, Var))
+        )
+        reduced = len(outer) != len(where)
+        stmts: list[Stmt] = []
+        if reduced:
+            is_zero = al.eq(rhs, al.const(0))
+            count = self._tmp(
+                stmts, stmt, AssignOp.PLUS_INIT, al.indicator(is_zero), where, ScalarType.INT32
+            )
+            nonzero = self._tmp(
+                stmts, stmt, AssignOp.TIMES_INIT, Select(is_zero, al.const(1), rhs), where
+            )
+            product = al.select(al.eq(count, al.const(0)), nonzero, None) or al.const(0)
+            if value is not None:
+                one_zero = al.select(al.eq(count, al.const(1)), nonzero, None)
+                no_zero = al.select(al.eq(count, al.const(0)), al.div(nonzero, rhs), None)
+                partial = Select(is_zero, one_zero or al.const(0), no_zero or al.const(0))
+                value = self._tmp(stmts, stmt, AssignOp.PLUS_INIT, al.mul(value, partial), where)
+        else:
+            product = rhs
+        if not stmt.op.init:  # into the previous contents: the product rule
+            value = al.add(
+                al.mul(Access(dot, lhs), product),
+                None if value is None else al.mul(Access(target, lhs), value),
+            )
+        value = self._typed(value if value is not None else al.const(0), target)
+        tangent = Stmt(dataclasses.replace(stmt.lhs, name=dot), AssignOp.ASSIGN, value, outer)
+        return [*stmts, locate(tangent, stmt.span)]
+
+    def _tmp(
+        self,
+        stmts: list[Stmt],
+        stmt: Stmt,
+        op: AssignOp,
+        rhs: Expr,
+        where: tuple,
+        dtype: ScalarType | None = None,
+    ) -> Access:
+        """An auxiliary reduction over `stmt`'s left-hand side (an output of the def,
+        of `dtype`, default the left-hand side's)."""
+        target = stmt.lhs.name
+        name = self.names.fresh(f"{target}_tmp")
+        self.types[name] = dtype or self.types[target]
+        self.extra.append(Param(name, None, None, span=stmt.span))
+        access = Access(name, stmt.lhs.args)
+        stmts.append(locate(Stmt(access, op, self._typed(rhs, name), where), stmt.span))
+        return access
+
+    def _typed(self, value: Expr, tensor: str) -> Expr:
+        dtype = self.types[tensor]
+        return value if expr_type(value, _Env(self.types)) is dtype else Cast(dtype, value)
 
     def _tangent(self, expr: Expr) -> MaybeExpr:
         if not expr_type(expr, _Env(self.types)).is_float:

@@ -296,21 +296,39 @@ class _Reverse:
 
     def _product_seed(self, stmt: Stmt, target: str, adjoint: Access) -> Expr:
         """d(prod_r x_r)/d x_r = product of the other terms, exact when some are zero:
-        `count` zeros, `nonzero` the product of the non-zero terms."""
+        `count` zeros, `nonzero` the product of the non-zero terms, `zeros` the sum of
+        the zero terms (0, but its derivative is the sum of their directions: the
+        partials stay exact to differentiate again, `Kernel.hvp`). With one zero term
+        `z`, a non-zero term's partial is `nonzero / x_r * x_z`; with two, `z` and `y`,
+        `z`'s partial is `nonzero * x_y` (`x_y` is `zeros - x_z`); with more, every
+        partial is 0 and so is its derivative."""
         rhs = stmt.rhs
         is_zero = al.eq(rhs, al.const(0))
-        count = self._tmp(target, stmt, AssignOp.PLUS_INIT, al.indicator(is_zero))
+        count = self._tmp(target, stmt, AssignOp.PLUS_INIT, al.indicator(is_zero), True)
         nonzero = self._tmp(target, stmt, AssignOp.TIMES_INIT, Select(is_zero, al.const(1), rhs))
-        one_zero = al.select(al.eq(count, al.const(1)), nonzero, None)
-        no_zero = al.select(al.eq(count, al.const(0)), al.div(nonzero, rhs), None)
-        partial = Select(is_zero, one_zero or al.const(0), no_zero or al.const(0))
+        zeros = self._tmp(target, stmt, AssignOp.PLUS_INIT, Select(is_zero, rhs, al.const(0)))
+        others = al.div(nonzero, rhs)
+        at_zero = Select(
+            al.eq(count, al.const(1)),
+            nonzero,
+            al.select(al.eq(count, al.const(2)), al.mul(nonzero, al.sub(zeros, rhs)), None)
+            or al.const(0),
+        )
+        elsewhere = Select(
+            al.eq(count, al.const(0)),
+            others,
+            al.select(al.eq(count, al.const(1)), al.mul(others, zeros), None) or al.const(0),
+        )
+        partial = Select(is_zero, at_zero, elsewhere)
         return al.mul(adjoint, partial) or adjoint
 
-    def _tmp(self, target: str, stmt: Stmt, op: AssignOp, rhs: Expr) -> Access:
+    def _tmp(self, target: str, stmt: Stmt, op: AssignOp, rhs: Expr, count: bool = False) -> Access:
+        """An auxiliary reduction over `stmt`'s left-hand side: an int32 `count`, else
+        of the target's type."""
         self.tmp_count += 1
         name = self.names.fresh(f"{target}_tmp{self.tmp_count}")
         self.extra.append(Param(name, None, None, span=self._span(target)))
-        dtype = ScalarType.INT32 if op is AssignOp.PLUS_INIT else self.v.dtype(target)
+        dtype = ScalarType.INT32 if count else self.v.dtype(target)
         self.types[name] = dtype
         access = Access(name, stmt.lhs.args)
         self.stmts.append(locate(Stmt(access, op, rhs, stmt.where), self.span))

@@ -127,7 +127,7 @@ def test_max_tie_rule_matches_reverse_mode() -> None:
 @pytest.mark.parametrize(
     "src, message",
     [
-        ("def f(double(N, M) A) -> (O) { O(i) *=! A(i, j) }", "forward mode"),
+        ("def f(double(N, M) A) -> (O) { O(i) *= A(i, j) }", "first write of 'O'"),
         ("def f(double(N, M) A) -> (O) { O(i) max= A(i, j) }", "without '!'"),
         ("def f(double(N) A) -> (O) { O(i) = lgamma(A(i)) }", "digamma"),
     ],
@@ -135,6 +135,43 @@ def test_max_tie_rule_matches_reverse_mode() -> None:
 def test_unsupported_constructs_raise_tc_errors(src: str, message: str) -> None:
     with pytest.raises(compiler.TCError, match=message):
         compiler.jvp(src)
+
+
+PRODUCTS = {
+    "product": "def f(double(N, M) A, double(N) B) -> (O) { O(i) *=! A(i, j) * B(i) }",
+    "into previous contents": """def f(double(N, M) A, double(N) B) -> (O) {
+        O(i) +=! A(i, j)
+        O(i) *= A(i, j) * B(i)
+    }""",
+    "gate": """def f(double(N, M) A, double(N) B) -> (O) {
+        O(i, j) = tanh(A(i, j))
+        O(i, j) *= 1 / (1 + exp(-B(i)))
+    }""",
+}
+
+
+@pytest.mark.parametrize("target", ["interp", "llvm"])
+@pytest.mark.parametrize("zeros", [0, 1, 2, 3])
+@pytest.mark.parametrize("case", sorted(PRODUCTS))
+def test_products_jvp_and_hvp_are_exact_with_zero_terms(case: str, zeros: int, target: str) -> None:
+    """Products are smooth: jvp and hvp match differences also where terms are 0."""
+    kernel = compiler.define(PRODUCTS[case], target=target)
+    a, b = RNG.uniform(0.5, 1.5, size=(3, 5)), RNG.uniform(0.5, 1.5, size=3)
+    a[1, :zeros] = 0.0  # row 1: that many zero terms
+    arrays = [a, b]
+    tangents = [RNG.uniform(-1, 1, size=x.shape) for x in arrays]
+    outputs, (dot,) = kernel.jvp(*arrays, tangents=tangents)
+    np.testing.assert_allclose(dot, _central(kernel, arrays, tangents)[0], rtol=1e-6, atol=1e-9)
+    cotangents = [RNG.uniform(-1, 1, size=o.shape) for o in outputs]
+    hv = kernel.hvp(*arrays, vectors=tangents, grad_outputs=cotangents)
+    eps = 1e-6
+    plus, minus = (
+        kernel.vjp(*[x + sign * eps * t for x, t in zip(arrays, tangents, strict=True)],
+                   grad_outputs=cotangents)
+        for sign in (1.0, -1.0)
+    )  # fmt: skip
+    for got, p, m in zip(hv, plus, minus, strict=True):
+        np.testing.assert_allclose(got, (p - m) / (2 * eps), rtol=1e-5, atol=1e-7)
 
 
 def test_integer_input_takes_no_tangent() -> None:
