@@ -36,6 +36,7 @@ from collections.abc import Iterable
 
 from compiler.autodiff import algebra as al
 from compiler.autodiff.algebra import MaybeExpr
+from compiler.autodiff.products import exact_partial, first_write, lhs_where
 from compiler.autodiff.reverse import wrt_inputs
 from compiler.autodiff.rewrite import inline_lets, locate
 from compiler.autodiff.rules import NO_RULE, UNSUPPORTED, jvp
@@ -51,7 +52,6 @@ from compiler.frontend.ast import (
     Expr,
     Let,
     Param,
-    RangeConstraint,
     ScalarType,
     Select,
     Stmt,
@@ -199,19 +199,8 @@ class _Forward:
         multiplies `O`."""
         target, lhs = stmt.lhs.name, stmt.lhs.args
         if not stmt.op.init and target not in self.written:
-            raise TCError(
-                f"cannot differentiate `*=` without '!' as the first write of '{target}': "
-                "its previous contents are not a value of the def",
-                stmt.span,
-                hint="use `*=!`, or write the previous value with `=` first",
-            )
-        names = {e.name for a in lhs for e in walk(a) if isinstance(e, Var)}
-        outer = tuple(
-            c
-            for c in where
-            if not isinstance(c, RangeConstraint)
-            or all(e.name in names for e in walk(c.expr) if isinstance(e, Var))
-        )
+            raise first_write(stmt, target)
+        outer = lhs_where(stmt, where)
         reduced = len(outer) != len(where)
         stmts: list[Stmt] = []
         if reduced:
@@ -224,9 +213,7 @@ class _Forward:
             )
             product = al.select(al.eq(count, al.const(0)), nonzero, None) or al.const(0)
             if value is not None:
-                one_zero = al.select(al.eq(count, al.const(1)), nonzero, None)
-                no_zero = al.select(al.eq(count, al.const(0)), al.div(nonzero, rhs), None)
-                partial = Select(is_zero, one_zero or al.const(0), no_zero or al.const(0))
+                partial = exact_partial(rhs, count, nonzero)
                 value = self._tmp(stmts, stmt, AssignOp.PLUS_INIT, al.mul(value, partial), where)
         else:
             product = rhs

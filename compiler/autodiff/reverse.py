@@ -49,6 +49,7 @@ from compiler.autodiff import algebra as al
 from compiler.autodiff.backprop import Guard, IndexDefault, backprop, has_read
 from compiler.autodiff.copies import propagate_copies
 from compiler.autodiff.merge import merge_contributions
+from compiler.autodiff.products import exact_partial, first_write, lhs_where, reduced
 from compiler.autodiff.quotient import split_quotient
 from compiler.autodiff.reuse import Saved, reuse_forward, saved_outputs
 from compiler.autodiff.rewrite import locate
@@ -265,26 +266,12 @@ class _Reverse:
 
     def _times_seed(self, stmt: Stmt, target: str, k: int, adjoint: Access) -> Expr:
         """`*=` without '!': `O_k = O_(k-1) * prod_r x_r`, so `d x_r` is `O_(k-1)` times
-        the product of the other terms (exact with zeros, `_product_seed`; 1 when the
-        statement reduces over nothing: `NonLin(b, c, t) *= sigmoid(...)`)."""
-        self._check_times(stmt, target, k)
-        previous = Access(self.v.name(target, k - 1), stmt.lhs.args, span=stmt.lhs.span)
-        self._need(target, k - 1)
-        seed = self._product_seed(stmt, target, adjoint) if _reduced(stmt) else adjoint
-        return al.mul(seed, previous) or seed
-
-    def _check_times(self, stmt: Stmt, target: str, k: int) -> None:
-        """`*=` into previous contents is differentiated when it multiplies every
-        element of an output that an earlier statement wrote (its pass-through then
-        covers the output): the left-hand side plain index variables over the
-        output's whole shape."""
+        the product of the other terms (1 when the statement reduces over nothing:
+        `NonLin(b, c, t) *= sigmoid(...)`). Differentiated where it multiplies every
+        element of an output an earlier statement wrote (the pass-through then covers
+        the output)."""
         if k == 1:
-            raise TCError(
-                f"cannot differentiate `*=` without '!' as the first write of '{target}': "
-                "its previous contents are not a value of the def",
-                stmt.span,
-                hint="use `*=!`, or write the previous value with `=` first",
-            )
+            raise first_write(stmt, target)
         if not self.v.covers_box(stmt):
             raise TCError(
                 f"cannot differentiate `*=` without '!' over part of '{target}' (its "
@@ -293,34 +280,20 @@ class _Reverse:
                 stmt.span,
                 hint="multiply by the previous value explicitly with `=` over the part",
             )
+        previous = Access(self.v.name(target, k - 1), stmt.lhs.args, span=stmt.lhs.span)
+        self._need(target, k - 1)
+        seed = self._product_seed(stmt, target, adjoint) if reduced(stmt) else adjoint
+        return al.mul(seed, previous) or seed
 
     def _product_seed(self, stmt: Stmt, target: str, adjoint: Access) -> Expr:
-        """d(prod_r x_r)/d x_r = product of the other terms, exact when some are zero:
-        `count` zeros, `nonzero` the product of the non-zero terms, `zeros` the sum of
-        the zero terms (0, but its derivative is the sum of their directions: the
-        partials stay exact to differentiate again, `Kernel.hvp`). With one zero term
-        `z`, a non-zero term's partial is `nonzero / x_r * x_z`; with two, `z` and `y`,
-        `z`'s partial is `nonzero * x_y` (`x_y` is `zeros - x_z`); with more, every
-        partial is 0 and so is its derivative."""
+        """d(prod_r x_r)/d x_r = the product of the other terms, exact with zero terms
+        and to differentiate again (`autodiff.products`)."""
         rhs = stmt.rhs
         is_zero = al.eq(rhs, al.const(0))
         count = self._tmp(target, stmt, AssignOp.PLUS_INIT, al.indicator(is_zero), True)
         nonzero = self._tmp(target, stmt, AssignOp.TIMES_INIT, Select(is_zero, al.const(1), rhs))
         zeros = self._tmp(target, stmt, AssignOp.PLUS_INIT, Select(is_zero, rhs, al.const(0)))
-        others = al.div(nonzero, rhs)
-        at_zero = Select(
-            al.eq(count, al.const(1)),
-            nonzero,
-            al.select(al.eq(count, al.const(2)), al.mul(nonzero, al.sub(zeros, rhs)), None)
-            or al.const(0),
-        )
-        elsewhere = Select(
-            al.eq(count, al.const(0)),
-            others,
-            al.select(al.eq(count, al.const(1)), al.mul(others, zeros), None) or al.const(0),
-        )
-        partial = Select(is_zero, at_zero, elsewhere)
-        return al.mul(adjoint, partial) or adjoint
+        return al.mul(adjoint, exact_partial(rhs, count, nonzero, zeros)) or adjoint
 
     def _tmp(self, target: str, stmt: Stmt, op: AssignOp, rhs: Expr, count: bool = False) -> Access:
         """An auxiliary reduction over `stmt`'s left-hand side: an int32 `count`, else
@@ -476,20 +449,13 @@ class _Reverse:
     def _times_pass_through(
         self, index: int, stmt: Stmt, target: str, adjoint: str, grad: str
     ) -> None:
-        """`O_(k-1)_grad += O_k_grad * prod_r x_r` over the output (`_check_times`): the
+        """`O_(k-1)_grad += O_k_grad * prod_r x_r` over the output (`_times_seed`): the
         product an auxiliary `*=!` reduction when the statement reduces."""
         factor: Expr = stmt.rhs
         where = stmt.where
-        if _reduced(stmt):
+        if reduced(stmt):
             factor = self._tmp(target, stmt, AssignOp.TIMES_INIT, stmt.rhs)
-            lhs_vars = {a.name for a in stmt.lhs.args if isinstance(a, Var)}
-            where = tuple(
-                c
-                for c in stmt.where
-                if isinstance(c, RangeConstraint)
-                and isinstance(c.expr, Var)
-                and c.expr.name in lhs_vars
-            )
+            where = lhs_where(stmt, stmt.where)
         value = al.mul(Access(adjoint, stmt.lhs.args), factor) or Access(adjoint, stmt.lhs.args)
         self._need_reads(value, index)
         self._emit(Access(grad, stmt.lhs.args), value, where)
@@ -537,16 +503,6 @@ def _constant_subscripts_as_vars(
     if not extra:
         return lhs, where
     return Access(lhs.name, tuple(args)), (*where, *extra)
-
-
-def _reduced(stmt: Stmt) -> bool:
-    """Whether `stmt` ranges over a variable its left-hand side does not name."""
-    lhs = {e.name for a in stmt.lhs.args for e in walk(a) if isinstance(e, Var)}
-    return any(
-        isinstance(c, RangeConstraint)
-        and any(isinstance(e, Var) and e.name not in lhs for e in walk(c.expr))
-        for c in stmt.where
-    )
 
 
 def _non_affine(expr: Expr) -> Expr | None:

@@ -1,0 +1,73 @@
+"""Products in AD: the partial of a product reduction with respect to one of its
+terms, exact where terms are zero, and the shape checks of `*=` into an output's
+previous contents. Used by `reverse` (gradients) and `forward` (tangents).
+
+Requires: statements of a `RangedDef` (every variable ranged in `where`).
+Ensures:  `exact_partial(x, count, nonzero, zeros)`: the product of the other terms of
+`prod_r x_r`, given auxiliary reductions over the statement's left-hand side (`count`
+zero terms, `nonzero` the product of the others, `zeros` the sum of the zero terms,
+or None); `reduced(stmt)`, `lhs_where(stmt, where)`, `first_write(stmt, target)`.
+
+Why `zeros`: its value is 0, but its derivative is the sum of the zero terms'
+directions, so the partial stays exact to differentiate again (`Kernel.hvp`, forward
+over reverse). With one zero term `z`, another term's partial is `nonzero / x_r * x_z`
+(0, with derivative `nonzero / x_r * dx_z`); with two, `z` and `y`, `z`'s partial is
+`nonzero * x_y` (`x_y` is `zeros - x_z`); with more every partial is 0 and so is its
+derivative. Without `zeros` (a tangent, differentiated once) those branches are 0.
+"""
+
+from __future__ import annotations
+
+from compiler.autodiff import algebra as al
+from compiler.diagnostics import TCError
+from compiler.frontend.ast import Expr, RangeConstraint, Select, Stmt, Var
+from compiler.frontend.scopes import walk
+
+
+def exact_partial(x: Expr, count: Expr, nonzero: Expr, zeros: Expr | None = None) -> Expr:
+    """The product of the terms other than `x` (module doc)."""
+    others = al.div(nonzero, x)
+    one = al.eq(count, al.const(1))
+    two = al.eq(count, al.const(2))
+    at_zero = al.select(one, nonzero, None)
+    elsewhere = al.select(al.eq(count, al.const(0)), others, None)
+    if zeros is not None:
+        at_zero = Select(
+            one, nonzero, al.select(two, al.mul(nonzero, al.sub(zeros, x)), None) or al.const(0)
+        )
+        elsewhere = Select(
+            al.eq(count, al.const(0)),
+            others,
+            al.select(one, al.mul(others, zeros), None) or al.const(0),
+        )
+    return Select(al.eq(x, al.const(0)), at_zero or al.const(0), elsewhere or al.const(0))
+
+
+def reduced(stmt: Stmt) -> bool:
+    """Whether `stmt` ranges over a variable its left-hand side does not name."""
+    return len(lhs_where(stmt, stmt.where)) != len(stmt.where)
+
+
+def lhs_where(stmt: Stmt, where: tuple) -> tuple:
+    """The clauses of `where` over the left-hand side's variables only (the range
+    constraints of the reduction's variables dropped)."""
+    names = {e.name for a in stmt.lhs.args for e in walk(a) if isinstance(e, Var)}
+    return tuple(
+        c
+        for c in where
+        if not isinstance(c, RangeConstraint)
+        or all(e.name in names for e in walk(c.expr) if isinstance(e, Var))
+    )
+
+
+def first_write(stmt: Stmt, target: str) -> TCError:
+    """The error for `*=` without '!' as the first write of `target`."""
+    return TCError(
+        f"cannot differentiate `*=` without '!' as the first write of '{target}': "
+        "its previous contents are not a value of the def",
+        stmt.span,
+        hint="use `*=!`, or write the previous value with `=` first",
+    )
+
+
+__all__ = ["exact_partial", "first_write", "lhs_where", "reduced"]
