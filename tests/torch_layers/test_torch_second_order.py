@@ -39,6 +39,28 @@ def test_create_graph_second_derivatives_are_exact() -> None:
     torch.testing.assert_close(gb, 2 * a.detach())
 
 
+PRODUCTS = {
+    "product": "def f(double(N, M) A, double(N) B) -> (O) { O(i) *=! A(i, j) * B(i) }",
+    "into previous contents": (
+        "def f(double(N, M) A, double(N) B) -> (O) { O(i) +=! A(i, j)\n O(i) *= A(i, j) * B(i) }"
+    ),
+}
+
+
+@pytest.mark.parametrize("zeros", [0, 1, 2, 3])
+@pytest.mark.parametrize("case", sorted(PRODUCTS))
+def test_products_gradgradcheck_with_zero_terms(case: str, zeros: int) -> None:
+    """A product is smooth: its second derivatives are exact where terms are 0 too."""
+    layer = tct.define(PRODUCTS[case], training=True)
+    g = torch.Generator().manual_seed(1)
+    a = torch.rand(3, 5, dtype=torch.float64, generator=g) + 0.5
+    a[1, :zeros] = 0.0
+    b = torch.rand(3, dtype=torch.float64, generator=g) + 0.5
+    args = (a.requires_grad_(), b.requires_grad_())
+    assert torch.autograd.gradcheck(lambda x, y: layer(x, y)[0], args)
+    assert torch.autograd.gradgradcheck(lambda x, y: layer(x, y)[0], args)
+
+
 def test_torch_compile_runs_the_layer_without_dynamo_warnings() -> None:
     layer = tct.define(SRC, training=True)
     a, b = _inputs()
