@@ -18,7 +18,7 @@ where re-JITting the optimised IR took 50-170 ms; one object file per part of
 `codegen.llvm_split`, one after the other, their sizes in the metadata's
 `"objects"`), the optimised IR text (zlib) for
 `CompiledFunction.ir()`, and JSON metadata (the loop-IR Function, by
-`function_to_json`). A def whose code is compiled at its first call
+`codegen.loop_json`). A def whose code is compiled at its first call
 (`runtime.native`: code the sizes decide) stores that first code in its entry, with
 the branches it holds (`"branches"`); code for another set of branches goes to an
 entry of its own, of code alone. Nothing is ever unpickled.
@@ -54,8 +54,6 @@ working in memory only.
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import hashlib
 import hmac
 import json
@@ -77,6 +75,7 @@ import llvmlite.binding as llvm
 
 from compiler.codegen import llvm as backend
 from compiler.codegen.cache_files import (
+    CacheFormatError,
     Untrusted,
     check_trusted,
     load_secret,
@@ -85,6 +84,7 @@ from compiler.codegen.cache_files import (
     write_atomically,
 )
 from compiler.codegen.llvm_emit import symbol
+from compiler.codegen.loop_json import function_from_json, function_to_json
 from compiler.codegen.runtime import CompiledFunction
 from compiler.diagnostics import InternalError, OptionsError
 from compiler.loops import ir as L
@@ -100,10 +100,6 @@ log = logging.getLogger("compiler.cache")
 
 class CacheWarning(UserWarning):
     """The on-disk compile cache cannot be used (the in-memory cache still works)."""
-
-
-class CacheFormatError(ValueError):
-    """A cache entry that does not decode: treated as a miss and rebuilt."""
 
 
 def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -424,113 +420,6 @@ def decode_entry(data: bytes, key: str, secret: bytes) -> StoredEntry:
     if not isinstance(meta, dict):
         raise CacheFormatError("metadata is not an object")
     return StoredEntry(meta, body[m : m + o], ir_text)
-
-
-# ------------------------------------------------------------- loop IR as JSON
-# {"nodes": [row, ...], "root": i}: each distinct node once (buffers recur in every
-# Load and Store), children before parents; a row is [class, field, ...] with nodes
-# as row numbers, enums as their values and tuples as lists.
-
-_NODES: dict[str, type[L.Node]] = {
-    cls.__name__: cls
-    for cls in vars(L).values()
-    if isinstance(cls, type) and issubclass(cls, L.Node) and dataclasses.is_dataclass(cls)
-}
-_FIELDS: dict[type, tuple[str, ...]] = {
-    cls: tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
-    for cls in _NODES.values()
-}
-_PLAIN = frozenset({"name", "var", "fn", "step", "size_params"})  # and Const.value
-_ENUM_OF: dict[str, type[enum.Enum]] = {
-    "dtype": L.DType,
-    "kind": L.LoopKind,
-    "role": L.Role,
-    "op": L.BinOp,
-}
-
-
-def function_to_json(f: L.Function) -> Any:
-    """`f` as JSON data (see above; tuples stand for JSON arrays): `function_from_json`
-    inverts it exactly, before or after a round trip through JSON text."""
-    rows: list[list[Any]] = []
-    by_row: dict[tuple[Any, ...], int] = {}  # exact: Const(1) and Const(1.0) stay apart
-    by_id: dict[int, tuple[L.Node, int]] = {}
-    enum_type = enum.Enum
-
-    def node(n: L.Node) -> int:
-        seen = by_id.get(id(n))
-        if seen is not None:
-            return seen[1]
-        cls = type(n)
-        row: list[Any] = [cls.__name__]
-        for name, plain in _SPEC[cls]:
-            value = getattr(n, name)
-            if plain or value is None:
-                row.append(value)
-            elif type(value) is tuple:
-                row.append(tuple([node(v) for v in value]))
-            elif isinstance(value, enum_type):
-                row.append(value.value)
-            else:
-                row.append(node(value))
-        key = tuple(row)
-        if cls is L.Const:
-            key += (type(n.value).__name__,)  # type: ignore[attr-defined]
-        found = by_row.get(key)
-        if found is None:
-            found = by_row[key] = len(rows)
-            rows.append(row)
-        by_id[id(n)] = (n, found)
-        return found
-
-    root = node(f)
-    return {"nodes": rows, "root": root}
-
-
-def _plain(cls: type, name: str) -> bool:
-    return name in _PLAIN if name != "value" else cls is L.Const
-
-
-# per node class: (field, whether it is written as it is) for function_to_json
-_SPEC: dict[type, tuple[tuple[str, bool], ...]] = {
-    cls: tuple((name, _plain(cls, name)) for name in names) for cls, names in _FIELDS.items()
-}
-
-
-def function_from_json(data: Any) -> L.Function:
-    """The Function `function_to_json` encoded; CacheFormatError on anything else."""
-    try:
-        objs: list[L.Node] = []
-        for row in data["nodes"]:
-            cls = _NODES[row[0]]
-            names = _FIELDS[cls]
-            if len(row) != len(names) + 1:
-                raise ValueError(f"fields of {row[0]}")
-            objs.append(
-                cls(*(_field(cls, n, v, objs) for n, v in zip(names, row[1:], strict=True)))
-            )
-        f = objs[data["root"]]
-    except (KeyError, IndexError, TypeError, ValueError, InternalError) as err:
-        raise CacheFormatError(f"bad loop IR: {err!r}") from None
-    if not isinstance(f, L.Function):
-        raise CacheFormatError("metadata holds no Function")
-    return f
-
-
-def _field(cls: type, name: str, value: Any, objs: list[L.Node]) -> Any:
-    if _plain(cls, name):
-        return tuple(value) if isinstance(value, list) else value
-    if name in _ENUM_OF:
-        return (L.UnaryOp if cls is L.Unary else _ENUM_OF[name])(value)
-    if isinstance(value, (list, tuple)):
-        return tuple(_node(objs, v) for v in value)
-    return None if value is None else _node(objs, value)
-
-
-def _node(objs: list[L.Node], i: Any) -> L.Node:
-    if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < len(objs):
-        raise ValueError(f"bad node reference {i!r}")
-    return objs[i]
 
 
 # ------------------------------------------------------------- object code

@@ -22,6 +22,10 @@ from pathlib import Path
 SECRET_BYTES = 32
 
 
+class CacheFormatError(ValueError):
+    """A cache entry that does not decode: treated as a miss and rebuilt."""
+
+
 class Untrusted(Exception):
     """A cache file or directory that another user owns or may write, or that is not
     a regular file (directory)."""
@@ -149,6 +153,7 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 __all__ = [
     "SECRET_BYTES",
+    "CacheFormatError",
     "Untrusted",
     "check_trusted",
     "current_uid",
