@@ -5,7 +5,7 @@ token level the way the issue's 23,000 inputs were: an index, size or constant
 replaced (edge values: 0, -1, 2^31, 2^63 - 1), an operator swapped, a read wrapped
 in a guarded ternary, a subscript clamped with `min`/`max`, a where clause added,
 a token deleted or duplicated, a statement duplicated. Each mutant goes through
-parse, check, range inference and both gradient forms; any exception that is not a
+parse, check, range inference, both gradient forms and the tangent def; any exception that is not a
 `TCError` (an `InternalError` included) is a failure, reported with the source.
 
 The `ci` profile runs 30 mutants (about 15 s of CPU); `--hypothesis-profile=thorough`
@@ -40,6 +40,8 @@ SEEDS = (
     "def f(float(N, M) X) -> (mx, S) {\n    mx(n) max=! X(n, m)\n"
     "    S(n) +=! exp(X(n, m) - mx(n))\n}\n",
     "def f(float(N) A, int32(M) idx) -> (O) {\n    O(i) = A(idx(i))\n}\n",
+    "def f(float(N, M) A, float(N) B) -> (O, P) {\n    O(n) = B(n)\n    O(n) *= A(n, m)\n"
+    "    P(n) *=! A(n, m) * O(n) where m in 0:M\n}\n",
 )
 # strided_conv's gradient alone takes seconds (strided gather bounds): not in CI's budget
 SOURCES = (
@@ -114,6 +116,7 @@ def run_pipeline(source: str) -> str:
         compiler.define(source, target="interp")
         for form in ("scatter", "gather"):
             compiler.grad(source, form=form)
+        compiler.jvp(source)
     except InternalError:
         raise
     except TCError as e:
