@@ -24,8 +24,10 @@ tie rule: on a tie every tied element receives the full adjoint, so the two stay
 adjoint). `*=!`: the sum over the terms of each term's tangent times the product of
 the others, exact with zeros (auxiliary reductions count the zeros and multiply the
 non-zero terms, outputs of the tangent def); `*=` into previous contents: the product
-rule with the previous value and tangent. `max=`/`min=` without `!`, a `max=`/`min=`
-whose right-hand side reads its own left-hand side, and `*=` as a first write raise a
+rule with the previous value and tangent. `max=`/`min=` without `!`: the previous
+value's tangent where it is still the result, plus the tied terms' as `max=!` (the
+previous value kept in an auxiliary output). A `max=`/`min=` whose right-hand side
+reads its own left-hand side, and a reduction without `!` as a first write raise a
 TCError (not supported in forward mode).
 """
 
@@ -100,6 +102,7 @@ class _Forward:
             self.types[dot] = self.types[tensor]
         self.extra: list[Param] = []  # auxiliary reductions of products (`_product`)
         self.written: set[str] = set()
+        self.before: list[Stmt] = []  # to run before the current forward statement
 
     def _active(self) -> list[str]:
         """Written float tensors whose value depends on a tangent input, in order."""
@@ -123,6 +126,8 @@ class _Forward:
         for stmt in self.definition.stmts:
             tangent = self._statement(stmt)
             if stmt.op.base in (AssignOp.MAX, AssignOp.MIN):
+                stmts.extend(self.before)  # the previous value, kept (`_extremum`)
+                self.before.clear()
                 stmts.append(stmt)
                 stmts.extend(tangent)
             else:
@@ -160,13 +165,6 @@ class _Forward:
         op = stmt.op
         base = op.base
         if base in (AssignOp.MAX, AssignOp.MIN):
-            if not op.init:
-                raise TCError(
-                    f"cannot differentiate `{op.value}` without '!' in forward mode: "
-                    "not supported yet",
-                    stmt.span,
-                    hint=f"use `{op.value}!`",
-                )
             if any(isinstance(e, Access) and e.name == target for e in walk(flat.rhs)):
                 raise TCError(
                     f"cannot differentiate a `{op.value}` whose right-hand side reads "
@@ -175,6 +173,8 @@ class _Forward:
                 )
             result = Access(target, stmt.lhs.args)
             value = al.select(al.eq(flat.rhs, result), value, None)
+            if not op.init:
+                return self._extremum(stmt, value, where, dot)
             op = AssignOp.PLUS_INIT
         elif base is AssignOp.TIMES:
             return self._product(stmt, flat.rhs, where, value, dot)
@@ -225,6 +225,23 @@ class _Forward:
         value = self._typed(value if value is not None else al.const(0), target)
         tangent = Stmt(dataclasses.replace(stmt.lhs, name=dot), AssignOp.ASSIGN, value, outer)
         return [*stmts, locate(tangent, stmt.span)]
+
+    def _extremum(self, stmt: Stmt, value: MaybeExpr, where: tuple, dot: str) -> list[Stmt]:
+        """`max=`/`min=` without '!' (after the forward statement): the previous value's
+        tangent where it is still the result, plus the tangents of the terms equal to
+        the result (`value`), as `max=!` (every tied element's, as reverse mode)."""
+        target, lhs = stmt.lhs.name, stmt.lhs.args
+        if target not in self.written:
+            raise first_write(stmt, target)
+        outer = lhs_where(stmt, where)
+        saved = self._tmp(self.before, stmt, AssignOp.ASSIGN, Access(target, lhs), outer)
+        kept = Select(al.eq(saved, Access(target, lhs)), Access(dot, lhs), al.const(0))
+        dot_lhs = dataclasses.replace(stmt.lhs, name=dot)
+        out = [locate(Stmt(dot_lhs, AssignOp.ASSIGN, self._typed(kept, target), outer), stmt.span)]
+        if value is not None:
+            more = Stmt(dot_lhs, AssignOp.PLUS, self._typed(value, target), where)
+            out.append(locate(more, stmt.span))
+        return out
 
     def _tmp(
         self,

@@ -61,12 +61,14 @@ def lhs_where(stmt: Stmt, where: tuple) -> tuple:
 
 
 def first_write(stmt: Stmt, target: str) -> TCError:
-    """The error for `*=` without '!' as the first write of `target`."""
+    """The error for a reduction without '!' (`*=`, `max=`) as the first write of
+    `target`."""
+    op = stmt.op.value
     return TCError(
-        f"cannot differentiate `*=` without '!' as the first write of '{target}': "
+        f"cannot differentiate `{op}` without '!' as the first write of '{target}': "
         "its previous contents are not a value of the def",
         stmt.span,
-        hint="use `*=!`, or write the previous value with `=` first",
+        hint=f"use `{op}!`, or write the previous value with `=` first",
     )
 
 

@@ -128,13 +128,40 @@ def test_max_tie_rule_matches_reverse_mode() -> None:
     "src, message",
     [
         ("def f(double(N, M) A) -> (O) { O(i) *= A(i, j) }", "first write of 'O'"),
-        ("def f(double(N, M) A) -> (O) { O(i) max= A(i, j) }", "without '!'"),
+        ("def f(double(N, M) A) -> (O) { O(i) max= A(i, j) }", "max=` without '!' as the first"),
         ("def f(double(N) A) -> (O) { O(i) = lgamma(A(i)) }", "digamma"),
     ],
 )
 def test_unsupported_constructs_raise_tc_errors(src: str, message: str) -> None:
     with pytest.raises(compiler.TCError, match=message):
         compiler.jvp(src)
+
+
+EXTREMA = {
+    "max= after =": "def f(double(N, M) A, double(N) B) -> (O) { O(n) = B(n)\n O(n) max= A(n, m) }",
+    "min= over part": (
+        "def f(double(N, M) A, double(N) B) -> (O) { O(n) = B(n)\n"
+        " O(n) min= A(n, m) where n in 1:N }"
+    ),
+}
+
+
+@pytest.mark.parametrize("target", ["interp", "llvm"])
+@pytest.mark.parametrize("case", sorted(EXTREMA))
+def test_extremum_into_previous_contents(case: str, target: str) -> None:
+    """`max=`/`min=` without '!': differences where there is no tie, and the identity
+    <jvp(t), c> == <t, vjp(c)> with ties (the previous value tied with two terms)."""
+    kernel = compiler.define(EXTREMA[case], target=target)
+    a, b = RNG.uniform(-1, 1, size=(4, 5)), 2 * RNG.uniform(-1, 1, size=4)
+    tangents = [RNG.uniform(-1, 1, size=x.shape) for x in (a, b)]
+    _, (dot,) = kernel.jvp(a, b, tangents=tangents)
+    np.testing.assert_allclose(dot, _central(kernel, [a, b], tangents)[0], rtol=1e-7, atol=1e-9)
+    a[1, 1] = a[1, 3] = b[1] = 5.0 if "max" in case else -5.0  # a three-way tie in row 1
+    _, (dot,) = kernel.jvp(a, b, tangents=tangents)
+    c = RNG.uniform(-1, 1, size=dot.shape)
+    ga, gb = kernel.vjp(a, b, grad_outputs=(c,))
+    pairing = float(np.vdot(tangents[0], ga) + np.vdot(tangents[1], gb))
+    assert float(np.vdot(dot, c)) == pytest.approx(pairing, rel=1e-12, abs=1e-12)
 
 
 PRODUCTS = {
