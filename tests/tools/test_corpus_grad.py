@@ -27,7 +27,7 @@ SQUARE = (
 )
 SQUARE_RIGHT = SQUARE.replace("B_grad(i) * A(i)", "2 * B_grad(i) * A(i)")
 INTEGER = "def inc(int32(N) A) -> (B) {\n    B(i) = A(i) + 1\n}\n"
-TIMES = "def t(float(N) A) -> (B) {\n    B(i) = A(i)\n    B(i) *= A(i)\n}\n"
+TIMES = "def t(float(N) A) -> (B) {\n    B(i) *= A(i)\n}\n"  # a first write: no gradient
 EMBED = (
     "def embed(float(V, D) E, int32(L) idx) -> (O) {\n"
     "    O(i, d) = E(idx(i), d) where i in 0:L\n}\n"
