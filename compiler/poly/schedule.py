@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from compiler.diagnostics import InternalError
-from compiler.frontend.ast import Access, Binary, BinOp, Expr, Let, RangeConstraint, Var
+from compiler.frontend.ast import Access, Binary, BinOp, Const, Expr, Let, RangeConstraint, Var
 from compiler.frontend.checked import RangedDef, StmtFacts
 from compiler.frontend.printer import print_stmt
 from compiler.frontend.scopes import children
@@ -190,13 +190,28 @@ def _ranged_facts(ranged: RangedDef) -> Iterator[StmtFacts]:
 
 
 def size_context(ranged: RangedDef) -> isl.Set:
-    """Sizes >= 1 and every inferred output extent >= 0."""
+    """Sizes >= 1, every inferred output extent >= 0, and every input dimension declared
+    as an expression of sizes >= 1: a gradient's `float(B, min(G - 3 * H, H)) Hn_grad`
+    (the forward output's shape) gives `G >= 3 * H + 1`, as the forward's output extent
+    does, so the gradient's reads that the forward's proved in bounds are proved here
+    too (an LSTM cell's gradient checked `Gt(b, H + h)` at every element, and its loops
+    did not vectorise). The calls check both: `shapes.bind_sizes` refuses an input
+    dimension that is not its expression's value or is below 1, and `output_shapes` a
+    negative output extent."""
     space = params_space(ranged.checked.size_params)
     context = space.context
     for t in ranged.checked.outputs:
         for bound in ranged.bounds_of(t.name):
             try:
                 context = context & expr_to_aff(bound.hi, space).ge_set(space.const(0))
+            except NotAffine:
+                continue
+    for t in ranged.checked.inputs:
+        for dim in t.dims or ():
+            if isinstance(dim, (Var, Const)):
+                continue
+            try:
+                context = context & expr_to_aff(dim, space).ge_set(space.const(1))
             except NotAffine:
                 continue
     return context.params()

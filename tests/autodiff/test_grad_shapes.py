@@ -1,7 +1,7 @@
 """Gradient defs know their output gradients' shapes (issue 11): `<out>_grad` is declared
 with the forward output's shape expressions (`H - KH + 1`), which the dialect prints,
 parses and checks; the call checks them once, and no per-element bounds check is left
-in the loops of any gradient of the examples or the corpus."""
+in the loops of any gradient of the examples, the benchmark suites or the corpus."""
 
 from __future__ import annotations
 
@@ -87,6 +87,25 @@ def test_no_bounds_check_in_the_loops_of_example_gradients(path: Path) -> None:
     lowered = pipeline.run(path.read_text(), grad=True, upto="lower")
     names = {b.name for b in lowered.function.buffers}
     assert ERROR_BUFFER not in names
+    assert lowered.checks == ()
+
+
+def _suite_sources() -> list[tuple[str, str]]:
+    from tools.bench import _cases
+
+    return [(c.name, c.source) for c in _cases(extra=True, layers=True) if not c.call]
+
+
+@pytest.mark.parametrize(("name", "source"), _suite_sources(), ids=[n for n, _ in _suite_sources()])
+def test_no_bounds_check_in_the_loops_of_benchmark_gradients(name: str, source: str) -> None:
+    """Also where the forward def itself is valid only for some sizes (the LSTM cell
+    reads `Gt(b, 3 * H + h)`): the gradient's `<out>_grad` parameters carry the
+    forward's output shapes, whose extents (>= 1, checked at the call) prove the reads
+    that the forward's output extents prove for the forward."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lowered = pipeline.run(source, grad=True, upto="lower")
+    assert ERROR_BUFFER not in {b.name for b in lowered.function.buffers}
     assert lowered.checks == ()
 
 

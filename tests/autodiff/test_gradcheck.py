@@ -145,6 +145,18 @@ def test_product_into_previous_contents(case: str, zeros: list[tuple[int, int]])
     compiler.gradcheck(native, *arrays)
 
 
+def test_lstm_cell_valid_only_for_some_sizes() -> None:
+    """Reads `Gt(b, 3 * H + h)` that only the sizes' check proves in bounds (G >= 4H):
+    its gradient's loops carry no bounds check (test_grad_shapes), and are exact."""
+    from tools.bench_layers import LSTM
+
+    src = LSTM.replace("float(", "double(")
+    b, i, h = 2, 3, 2
+    arrays = [uniform(RNG, s) for s in [(b, i), (b, h), (b, h), (4 * h, i), (4 * h, h)]]
+    check(src, *arrays)
+    compiler.gradcheck(compiler.define(src), *arrays)
+
+
 def test_softmax_multi_statement() -> None:
     check(open("examples/softmax.tc").read(), uniform(RNG, (3, 4)))
 
