@@ -38,7 +38,7 @@ from collections.abc import Iterable
 
 from compiler.autodiff import algebra as al
 from compiler.autodiff.algebra import MaybeExpr
-from compiler.autodiff.products import exact_partial, first_write, lhs_where
+from compiler.autodiff.products import exact_partial, exact_product, first_write, lhs_where
 from compiler.autodiff.reverse import wrt_inputs
 from compiler.autodiff.rewrite import inline_lets, locate
 from compiler.autodiff.rules import NO_RULE, UNSUPPORTED, jvp
@@ -211,7 +211,7 @@ class _Forward:
             nonzero = self._tmp(
                 stmts, stmt, AssignOp.TIMES_INIT, Select(is_zero, al.const(1), rhs), where
             )
-            product = al.select(al.eq(count, al.const(0)), nonzero, None) or al.const(0)
+            product = exact_product(count, nonzero)
             if value is not None:
                 partial = exact_partial(rhs, count, nonzero)
                 value = self._tmp(stmts, stmt, AssignOp.PLUS_INIT, al.mul(value, partial), where)

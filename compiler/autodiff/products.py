@@ -6,7 +6,8 @@ Requires: statements of a `RangedDef` (every variable ranged in `where`).
 Ensures:  `exact_partial(x, count, nonzero, zeros)`: the product of the other terms of
 `prod_r x_r`, given auxiliary reductions over the statement's left-hand side (`count`
 zero terms, `nonzero` the product of the others, `zeros` the sum of the zero terms,
-or None); `reduced(stmt)`, `lhs_where(stmt, where)`, `first_write(stmt, target)`.
+or None); `exact_product(count, nonzero, zeros)`: the whole product from the same
+reductions; `reduced(stmt)`, `lhs_where(stmt, where)`, `first_write(stmt, target)`.
 
 Why `zeros`: its value is 0, but its derivative is the sum of the zero terms'
 directions, so the partial stays exact to differentiate again (`Kernel.hvp`, forward
@@ -28,19 +29,23 @@ def exact_partial(x: Expr, count: Expr, nonzero: Expr, zeros: Expr | None = None
     """The product of the terms other than `x` (module doc)."""
     others = al.div(nonzero, x)
     one = al.eq(count, al.const(1))
-    two = al.eq(count, al.const(2))
-    at_zero = al.select(one, nonzero, None)
-    elsewhere = al.select(al.eq(count, al.const(0)), others, None)
-    if zeros is not None:
-        at_zero = Select(
-            one, nonzero, al.select(two, al.mul(nonzero, al.sub(zeros, x)), None) or al.const(0)
-        )
-        elsewhere = Select(
-            al.eq(count, al.const(0)),
-            others,
-            al.select(one, al.mul(others, zeros), None) or al.const(0),
-        )
+    two_zeros = one_zero = None
+    if zeros is not None:  # the branches that keep the derivative (module doc)
+        two_zeros = al.select(al.eq(count, al.const(2)), al.mul(nonzero, al.sub(zeros, x)), None)
+        one_zero = al.select(one, al.mul(others, zeros), None)
+    at_zero = al.select(one, nonzero, two_zeros)
+    elsewhere = al.select(al.eq(count, al.const(0)), others, one_zero)
     return Select(al.eq(x, al.const(0)), at_zero or al.const(0), elsewhere or al.const(0))
+
+
+def exact_product(count: Expr, nonzero: Expr, zeros: Expr | None = None) -> Expr:
+    """The product of all the terms from the same reductions: `nonzero` without a zero
+    term, else 0 (with one zero term and `zeros`, `nonzero * x_z`: 0 with the
+    derivative `nonzero * dx_z`)."""
+    one_zero = None
+    if zeros is not None:
+        one_zero = al.select(al.eq(count, al.const(1)), al.mul(nonzero, zeros), None)
+    return al.select(al.eq(count, al.const(0)), nonzero, one_zero) or al.const(0)
 
 
 def reduced(stmt: Stmt) -> bool:
@@ -72,4 +77,4 @@ def first_write(stmt: Stmt, target: str) -> TCError:
     )
 
 
-__all__ = ["exact_partial", "first_write", "lhs_where", "reduced"]
+__all__ = ["exact_partial", "exact_product", "first_write", "lhs_where", "reduced"]

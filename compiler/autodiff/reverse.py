@@ -49,7 +49,13 @@ from compiler.autodiff import algebra as al
 from compiler.autodiff.backprop import Guard, IndexDefault, backprop, has_read
 from compiler.autodiff.copies import propagate_copies
 from compiler.autodiff.merge import merge_contributions
-from compiler.autodiff.products import exact_partial, first_write, lhs_where, reduced
+from compiler.autodiff.products import (
+    exact_partial,
+    exact_product,
+    first_write,
+    lhs_where,
+    reduced,
+)
 from compiler.autodiff.quotient import split_quotient
 from compiler.autodiff.reuse import Saved, reuse_forward, saved_outputs
 from compiler.autodiff.rewrite import locate
@@ -137,6 +143,8 @@ class _Reverse:
         self.tmp_count = 0
         self.span: Span = ranged.checked.definition.span
         self.pending_copy: dict[str, str] = {}
+        # (target, version) of a product -> its (count, nonzero, zeros) reductions
+        self.products: dict[tuple[str, int], tuple[Access, Access, Access]] = {}
 
     # ------------------------------------------------------------------ driver
 
@@ -262,7 +270,7 @@ class _Reverse:
             return al.mul(adjoint, al.indicator(al.eq(stmt.rhs, result))) or adjoint
         if not stmt.op.init:
             return self._times_seed(stmt, target, k, adjoint)
-        return self._product_seed(stmt, target, adjoint)
+        return self._product_seed(stmt, target, k, adjoint)
 
     def _times_seed(self, stmt: Stmt, target: str, k: int, adjoint: Access) -> Expr:
         """`*=` without '!': `O_k = O_(k-1) * prod_r x_r`, so `d x_r` is `O_(k-1)` times
@@ -282,10 +290,10 @@ class _Reverse:
             )
         previous = Access(self.v.name(target, k - 1), stmt.lhs.args, span=stmt.lhs.span)
         self._need(target, k - 1)
-        seed = self._product_seed(stmt, target, adjoint) if reduced(stmt) else adjoint
+        seed = self._product_seed(stmt, target, k, adjoint) if reduced(stmt) else adjoint
         return al.mul(seed, previous) or seed
 
-    def _product_seed(self, stmt: Stmt, target: str, adjoint: Access) -> Expr:
+    def _product_seed(self, stmt: Stmt, target: str, k: int, adjoint: Access) -> Expr:
         """d(prod_r x_r)/d x_r = the product of the other terms, exact with zero terms
         and to differentiate again (`autodiff.products`)."""
         rhs = stmt.rhs
@@ -293,6 +301,7 @@ class _Reverse:
         count = self._tmp(target, stmt, AssignOp.PLUS_INIT, al.indicator(is_zero), True)
         nonzero = self._tmp(target, stmt, AssignOp.TIMES_INIT, Select(is_zero, al.const(1), rhs))
         zeros = self._tmp(target, stmt, AssignOp.PLUS_INIT, Select(is_zero, rhs, al.const(0)))
+        self.products[(target, k)] = (count, nonzero, zeros)  # `_times_pass_through`
         return al.mul(adjoint, exact_partial(rhs, count, nonzero, zeros)) or adjoint
 
     def _tmp(self, target: str, stmt: Stmt, op: AssignOp, rhs: Expr, count: bool = False) -> Access:
@@ -433,7 +442,7 @@ class _Reverse:
             self._masked_pass_through(stmt, target, adjoint, grad)
             return
         if stmt.op is AssignOp.TIMES:  # `*=`: times the product (`_times_seed`)
-            self._times_pass_through(index, stmt, target, adjoint, grad)
+            self._times_pass_through(index, stmt, target, k, adjoint, grad)
             return
         idx, where = full_box(self.v, target)
         value: Expr = Access(adjoint, idx)
@@ -447,14 +456,14 @@ class _Reverse:
         self._emit(Access(grad, idx), value, where)
 
     def _times_pass_through(
-        self, index: int, stmt: Stmt, target: str, adjoint: str, grad: str
+        self, index: int, stmt: Stmt, target: str, k: int, adjoint: str, grad: str
     ) -> None:
-        """`O_(k-1)_grad += O_k_grad * prod_r x_r` over the output (`_times_seed`): the
-        product an auxiliary `*=!` reduction when the statement reduces."""
+        """`O_(k-1)_grad += O_k_grad * prod_r x_r` over the output (`_times_seed`): when
+        the statement reduces, the product from the seed's reductions."""
         factor: Expr = stmt.rhs
         where = stmt.where
         if reduced(stmt):
-            factor = self._tmp(target, stmt, AssignOp.TIMES_INIT, stmt.rhs)
+            factor = exact_product(*self.products[(target, k)])
             where = lhs_where(stmt, stmt.where)
         value = al.mul(Access(adjoint, stmt.lhs.args), factor) or Access(adjoint, stmt.lhs.args)
         self._need_reads(value, index)
