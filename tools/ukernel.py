@@ -15,7 +15,7 @@ swings by 1.5x between minutes (a busy hyperthread sibling), and only the paired
 ratios stay put.
 
 What it showed (AVX-512, Emerald Rapids, 1 thread): the peak was 161-166 GFLOP/s; in a
-fast spell 8x2 (tcc's tile: 16 accumulators, 10 loads per 16 FMAs) ran 163, 6x4 173,
+fast spell 8x2 (tcc's tile until then: 16 accumulators, 10 loads per 16 FMAs) ran 163, 6x4 173,
 8x3 167-173; in a slow spell 8x2 108, 6x4 120 (1.11x), 8x3 120 (1.09x), 4x4 117
 (1.07x), 12x2 112 (1.04x), 14x2 112 (1.02x); another slow spell 6x4 1.17x, 8x3 1.16x,
 4x4 1.11x. What sets them apart is broadcasts per FMA (0.5 for 8x2, 12x2 and 14x2;
@@ -23,6 +23,8 @@ fast spell 8x2 (tcc's tile: 16 accumulators, 10 loads per 16 FMAs) ran 163, 6x4 
 slow down then. In the whole matmul kernel (2 threads, same process, paired rounds
 against 8x32) a 4x64 tile ran 0.89-1.09x (512^3 1.005, 1024^3 0.998, 768^3 0.997,
 97x331x211 1.089) and an 8x48 tile 0.95-1.60x: not a gain worth the wider panels.
+Over 128-step panels (32 KiB again) the 4x64 tile did gain, 5-11% at 512^3-1024^3,
+and is tcc's AVX-512 tile now (`cpu_registers.packed_lanes`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-STEPS = 256  # reduction steps of one panel (`cpu_registers.PACKED_STEPS`)
+STEPS = 256  # reduction steps of one panel (`cpu_registers.PACKED_STEPS` was 256 with 32-lane tiles)
 ROWS = 128  # rows of A a panel meets (`cpu_registers.PACKED_ROWS`)
 
 

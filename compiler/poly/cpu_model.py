@@ -68,11 +68,13 @@ Tile sizes follow the vector registers (`Options.vector_bits`, else the host's:
 `poly.cpu_registers`): a tile keeps `ACCUMULATORS` (8) vectors of partial sums, as many
 as the two FMA units of a core need to hide an FMA's 4-cycle latency. With 256-bit
 vectors (AVX2) that is 4 rows of 16 lanes; with 512-bit ones (AVX-512) 8 rows of 16
-lanes for a convolution (`tile_rows`). A packed panel's tile has two vectors a row (a
-row of one vector loads as often as it multiplies) and more accumulators
-(`packed_vectors`): 12 of AVX2's 16 registers, 6 rows of 16 lanes (Zen 3, matmul 512^3
-against NumPy: 1.56x with 4 rows, 1.27x with 6), and 16 of AVX-512's 32, 8 rows of 32
-lanes (1 thread, CPU time, 512^3 against NumPy: 1.39x with 4 rows, 1.13x with 8). A
+lanes for a convolution (`tile_rows`). A packed panel's tile has several vectors a row
+(a row of one vector loads as often as it multiplies) and more accumulators
+(`packed_vectors`, `packed_lanes`): 12 of AVX2's 16 registers, 6 rows of 16 lanes (Zen
+3, matmul 512^3 against NumPy: 1.56x with 4 rows, 1.27x with 6), and 16 of AVX-512's
+32, 4 rows of 64 lanes (8 rows of 32 before: 1 thread, CPU time, 512^3 against NumPy:
+1.39x with 4 rows of 32, 1.13x with 8; 4 rows of 64 over 128 steps, 2 threads against
+torch: 1.39x -> 1.27x, `cpu_registers.packed_lanes`). A
 dot-product tile has 16 outputs instead of 8 (`WIDE_DOT_TILE`). With 4 rows of one
 512-bit vector, 4 FMA chains kept the FMA units half busy (measured on an AVX-512
 Xeon, 2 threads, against PyTorch: conv2d N8 C16 32^2 M16 3x3 1.40x -> 1.13x, matmul
@@ -106,6 +108,7 @@ from compiler.options import AUTO, Options
 from compiler.poly.cpu_registers import (
     ACCUMULATORS,
     BLOCK,
+    packed_lanes,
     packed_vectors,
     tile_rows,
     vector_bits,
@@ -190,7 +193,7 @@ def choose_order(
         jams.append((block_var, block))
     packed = block_var is not None and _packable(facts, j, block_var, reads, lets)
     if options.register_tile is None and lanes <= 1 and packed and block > 1:
-        lanes = max(LANES, 2 * floats)  # two vectors a row (16 lanes with AVX2, 32 with AVX-512)
+        lanes = max(LANES, packed_lanes(floats))  # 16 lanes with AVX2, 64 with AVX-512
     inner = facts.reduction_vars
     if lanes > 1:
         inner = long_innermost(facts)
@@ -474,7 +477,7 @@ def transposed_panels(
         if _unit_stride_reads(r, [read], space, lets) is None:
             return None
     floats = vector_bits(options) // 32
-    lanes = max(LANES, 2 * floats)
+    lanes = max(LANES, packed_lanes(floats))
     rows = tile_rows(lanes, floats, None, packed_vectors(floats))
     order = (*(v for v in others if v != m), m)
     jams = ((m, rows),)

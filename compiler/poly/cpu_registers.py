@@ -2,7 +2,8 @@
 
 Requires: `Options` (its `vector_bits`, else the host's: `host_vector_bits`).
 Ensures:  `vector_bits(options)`, and from it the rows of a register tile
-(`tile_rows`), the accumulators of a packed panel's tile (`packed_vectors`), the
+(`tile_rows`), the accumulators and width of a packed panel's tile (`packed_vectors`,
+`packed_lanes`), the
 fewest rows for which transposed panels pay (`panel_rows`) and the cache tile of a
 packed nest (`packed_cache_tile`); `poly.cpu_model`, `poly.schedule` and
 `poly.tiling` use them. Each figure is a measurement, named where it is set.
@@ -23,7 +24,9 @@ MAX_TILE_ELEMENTS = 256  # block x lanes of one register tile (its scalar locals
 PANEL_ROWS = 256  # transposed panels pay from this many rows (`panel_rows`)
 PANEL_ROWS_16 = 64  # ... with 16 vector registers (AVX2)
 PACKED_ROWS = 128  # rows of the output per cache tile of a packed nest (`packed_cache_tile`)
-PACKED_STEPS = 256  # reduction steps per cache tile of a packed nest: a 32-lane panel is 32 KiB
+PACKED_STEPS = 128  # reduction steps per cache tile of a packed nest: a 64-lane panel is 32 KiB
+PACKED_ROW_VECTORS = 4  # vectors a row of a packed panel's tile with 32 vector registers
+PACKED_ROW_VECTORS_16 = 2  # ... and with 16 (AVX2)
 PACKED_ROWS_16 = 48  # ... with 16 vector registers (AVX2)
 PACKED_STEPS_16 = 384  # ... with AVX2: a 16-lane panel is 24 KiB
 
@@ -59,15 +62,35 @@ def tile_rows(lanes: int, floats: int, block: int | None, vectors: int = ACCUMUL
 
 
 def packed_vectors(floats: int) -> int:
-    """The vector accumulators of a packed panel's tile, two vectors a row, for vectors
-    of `floats` float32 lanes: `PACKED_ACCUMULATORS` (16 of AVX-512's 32 registers: 8
-    rows of 32 lanes), `PACKED_ACCUMULATORS_16` (12 of AVX2's 16: 6 rows of 16 lanes;
+    """The vector accumulators of a packed panel's tile, for vectors of `floats`
+    float32 lanes: `PACKED_ACCUMULATORS` (16 of AVX-512's 32 registers: 4 rows of 64
+    lanes, `packed_lanes`; 8 rows of 32 lanes before), `PACKED_ACCUMULATORS_16` (12 of AVX2's 16: 6 rows of 16 lanes;
     the other 3 hold two panel vectors and a broadcast row element; measured on an AMD
     EPYC (Zen 3), float32 matmul 512^3 against NumPy, 2 threads 1.56x -> 1.27x, 1
     thread 1.58x -> 1.18x; 1024^3, 2 threads 1.88x -> 1.69x), else `ACCUMULATORS`."""
     if floats >= 16:
         return PACKED_ACCUMULATORS
     return PACKED_ACCUMULATORS_16 if floats == 8 else ACCUMULATORS
+
+
+def packed_lanes(floats: int) -> int:
+    """The lanes (columns) of a packed panel's tile, for vectors of `floats` float32
+    lanes: `PACKED_ROW_VECTORS` vectors a row with AVX-512 (4 rows of 64 lanes for its
+    16 accumulators; a row of 4 vectors loads 4 panel vectors and broadcasts 4 row
+    elements per 16 FMAs where 8 rows of 32 lanes broadcast 8), with the panel's
+    `PACKED_STEPS` halved to 128 so that its 64 lanes still fit a 48 KiB L1 in 32 KiB.
+    Measured, 2 threads, same process, paired rounds of 8x32/256 against 4x64/128,
+    float32 against torch (medians of the rounds' ratios), forward / gradient:
+    512^3 1.39 / 1.37 -> 1.27 / 1.32 and 1.35 / 1.30 -> 1.21 / 1.24; 1024^3 1.35 /
+    1.43 -> 1.29 / 1.35; 256x1024x1024 1.30 / 1.46 -> 1.17 / 1.34; but 97x331x211 1.91 /
+    1.88 -> 2.06 / 1.96 and 128x512x256 1.52 / 1.40 -> 1.46 / 1.48 (a 64-wide tile leaves
+    wider remainder columns, 128 steps twice the parallel regions). 4x64 with 256 steps
+    (a 64 KiB panel) ran as 8x32 (0.89-1.09x); 6x64 tiles ran slower (1.50 against
+    1.39 at 512^3 with 128 steps). `PACKED_ROW_VECTORS_16` with AVX2 (Zen 3
+    measurements at `packed_vectors`)."""
+    if floats >= 16:
+        return PACKED_ROW_VECTORS * floats
+    return PACKED_ROW_VECTORS_16 * floats
 
 
 def panel_rows(options: Options) -> int:

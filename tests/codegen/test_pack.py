@@ -237,11 +237,12 @@ def test_a_shared_panel_is_copied_before_any_thread_reads_it(
 
 
 def test_a_read_a_row_apart_for_every_k_is_packed_in_row_panels() -> None:
-    # C(m, n) +=! A(k, m) * B(k, n): the 8 rows of a block read A(k, m..m+7), one
+    # C(m, n) +=! A(k, m) * B(k, n): the 4 rows of a block read A(k, m..m+3), one
     # cache line a row of A apart for every k; a row panel holds them contiguously
+    # (128 steps of 4 rows with AVX-512: cpu_registers.packed_lanes)
     f = _lowered(SOURCES["transposed"], Options(vector_bits=512))
     (rows,) = [a for a in find(f.body, L.Alloc) if a.buffer.name.startswith("A.rows")]
-    assert rows.buffer.shape[1:] == (L.Const(256, L.DType.INT64), L.Const(8, L.DType.INT64))
+    assert rows.buffer.shape[1:] == (L.Const(128, L.DType.INT64), L.Const(4, L.DType.INT64))
     unrolled = [u for u in find(f.body, L.For) if u.kind is L.LoopKind.UNROLL]
     loads = {frozenset(x.buffer.name for x in find(u, L.Load)) for u in unrolled}
     assert loads == {

@@ -91,20 +91,20 @@ def test_model_puts_the_unit_stride_output_variable_below_the_reduction() -> Non
     [
         (128, (("m", 4),), (("m", 4),), (("j", 4), ("i", 2))),
         (256, (("m", 4),), (("m", 6),), (("j", 4), ("i", 2))),
-        (512, (("m", 8),), (("m", 8),), (("j", 4), ("i", 4))),
+        (512, (("m", 8),), (("m", 4),), (("j", 4), ("i", 4))),
     ],
 )
 def test_register_tiles_follow_the_vector_width(bits, conv, matmul, dot) -> None:  # noqa: ANN001
     """8 vector accumulators a tile: 4 rows of 16 lanes (two 256-bit vectors each), 8
     rows of one 512-bit vector for a convolution; for a packed matmul panel 12 of
-    AVX2's 16 registers (6 rows of two 256-bit vectors) and 16 of AVX-512's 32: 8 rows
-    of two (32 lanes);
+    AVX2's 16 registers (6 rows of two 256-bit vectors) and 16 of AVX-512's 32: 4 rows
+    of four (64 lanes, `cpu_registers.packed_lanes`);
     16 outputs in a dot-product tile with AVX-512's 32 registers, 8 otherwise."""
     opts = Options(vector_bits=bits)
     _, c = _schedule(CONV, opts).nests
     assert c.jams == conv and c.lanes == 16
     _, m = _schedule(MATMUL, opts).nests
-    assert m.jams == matmul and m.lanes == (32 if bits == 512 else 16)
+    assert m.jams == matmul and m.lanes == (64 if bits == 512 else 16)
     dot_src = "def f(float(I, E) A, float(J, E) B) -> (S) { S(i, j) +=! A(i, e) * B(j, e) }"
     # (the model's own order is transposed panels: poly.pack copies B(j, e) per panel;
     # the dot tile is its run-time alternative for few rows)
