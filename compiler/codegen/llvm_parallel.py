@@ -50,6 +50,7 @@ from compiler.loops import (
     Let,
     Load,
     Local,
+    LoopKind,
     Node,
     Stmt,
     Store,
@@ -183,10 +184,14 @@ def _work_function(em: Any, loop: For, captured: _Captures) -> ir.Function:
 def moves_only(body: Stmt) -> bool:
     """Whether `body` only moves data: every store writes a value read from memory or a
     constant (copies, transposes, fills; index arithmetic aside), and nothing
-    accumulates in a Local or a temporary. Its part is compiled at LLVM's O1
-    (`codegen.llvm_split.MOVES`): vectorising such loops cost more than they gained."""
+    accumulates in a Local or a temporary, and no loop is a VECTOR loop (a transposed
+    panel's copy, `poly.pack`, which pays for vectorising). Its part is compiled at
+    LLVM's O1 (`codegen.llvm_split.MOVES`): vectorising such loops cost more than they
+    gained."""
     for node in walk_stmts(body):
         if isinstance(node, (Local, Assign, Alloc)):
+            return False
+        if isinstance(node, For) and node.kind is LoopKind.VECTOR:
             return False
         if isinstance(node, Store):
             value = node.value.x if isinstance(node.value, Cast) else node.value

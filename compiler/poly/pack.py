@@ -49,8 +49,8 @@ contributions in `k_t, k` order, and a panel is complete before any thread reads
 Transposed panels: a read that uses `j` as `j + c` in another subscript than the last,
 and only `k` besides (`B[n + c, k]` of `C(m, n) +=! A(m, k) * B(n, k)`: every linear
 layer's forward, matmul's `A_grad`; `cpu_model.transposed_panels` picks this order), is
-packed the same way, its copy run `for tile / for lane / for k` so that it reads each
-row of `B` in order and writes the panel's lanes transposed (`poly.transpose` leaves
+packed the same way, its copy run `for tile / for k / vector for lane`, gathering a
+column of `B` into each panel row, vectorised (`_Packer._copy`; `poly.transpose` leaves
 such reads to this pass instead of copying all of `B` first). Measured, 1 thread, same
 process, medians, float32 `A B^T` (M x K x N), dot tile / transposed panels / NumPy:
 512^3 3.37 / 2.05 / 1.86 ms; 1024^3 27.9 / 17.5 / 14.8; 128x512x256 0.50 / 0.41 /
@@ -381,8 +381,16 @@ class _Packer(L.StmtMutator):
     ) -> L.Stmt:
         """`for k / for tile / for lane: X.pack[tile, k - lo, lane] = X[r, j + c0 + lane]`
         with `j` the tile's first column: each row of `X` is read in order. A transposed
-        panel (`X[j + c0 + lane, r]`) is copied `for tile / for lane / for k`, so its
-        reads are in order too."""
+        panel (`X[j + c0 + lane, r]`) is copied `for tile / for k / vector for lane`:
+        each `k` gathers a column of `width` rows into one contiguous panel row, and the
+        lane loop's VECTOR kind has the copy's part compiled at O3 like a computation
+        (`llvm_parallel.moves_only`). Before, it ran `for tile / for lane / for k` at O1
+        (each row read in order, each element stored a panel row apart). The copy is
+        still the dearest part of matmul's `A_grad` after its tiles: perf, 2 threads,
+        512^3, share of the kernel's CPU time 13.0-13.5% before, 11.4% after (blocking
+        the old order by 16 or 32 columns: 11.2%, 9.9%); wall-time ratios to torch moved
+        within the machine's noise (paired rounds: 1.27 -> 1.16, 1.24 -> 1.20, 1.27 ->
+        1.26). A register transpose (16x16 blocks of shuffles) would be the next step."""
         first = L.Bin(L.BinOp.MUL, L.VarRef(tile), const(self.width, I64))
         column = L.Bin(L.BinOp.ADD, L.Bin(L.BinOp.ADD, tile_lo, first), const(p.base, I64))
         index = (*p.row[: p.position], L.Bin(L.BinOp.ADD, column, L.VarRef(lane)))
@@ -390,12 +398,17 @@ class _Packer(L.StmtMutator):
         at = (L.VarRef(tile), L.Bin(L.BinOp.SUB, L.VarRef(self.k), lo), L.VarRef(lane))
         store = L.Store(p.buffer, at, value)
         width = const(self.width, I64)
-        loops = [(self.k, lo, hi), (tile, const(0, I64), count), (lane, const(0, I64), width)]
-        if p.position != len(p.source.shape) - 1:
-            loops = [loops[1], loops[2], loops[0]]
+        serial = L.LoopKind.SERIAL
+        loops = [
+            (self.k, lo, hi, serial),
+            (tile, const(0, I64), count, serial),
+            (lane, const(0, I64), width, serial),
+        ]
+        if p.position != len(p.source.shape) - 1:  # transposed
+            loops = [loops[1], loops[0], (lane, const(0, I64), width, L.LoopKind.VECTOR)]
         out: L.Stmt = store
-        for var, a, b in reversed(loops):
-            out = L.For(var, a, b, 1, out)
+        for var, a, b, kind in reversed(loops):
+            out = L.For(var, a, b, 1, out, kind)
         return out
 
 

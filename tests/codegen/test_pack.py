@@ -148,9 +148,13 @@ def test_a_b_transposed_copies_its_panels_transposed() -> None:
     (copy,) = [s for s in find(f.body, L.Store) if s.buffer.name == alloc.buffer.name]
     (load,) = find(copy, L.Load)
     assert load.buffer.name == "B" and L.print_expr(load.index[-1]) == "k"
-    # the copy reads each row of B in order: `k` is its innermost loop
+    # each `k` gathers a column of the panel's rows into one panel row: the lanes are
+    # the innermost loop, a VECTOR loop, and its part is vectorised (not moves-only)
     loops = [lp for lp in find(f.body, L.For) if copy in find(lp, L.Store)]
-    assert loops[-1].var == "k"
+    assert [lp.var for lp in loops[-2:]] == ["k", "n_lane"]
+    assert loops[-1].kind is L.LoopKind.VECTOR
+    parallel = [lp for lp in loops if lp.kind is L.LoopKind.PARALLEL]
+    assert parallel and not llvm_parallel.moves_only(parallel[-1].body)
     # the dot tile runs instead below panel_rows() rows or PANEL_LANES columns (`RowsCheck`)
     conditions = [L.print_expr(s.cond) for s in find(f.body, L.If)]
     assert "M - 0 < 256 || N - 0 < 64" in conditions
