@@ -37,7 +37,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-STEPS = 256  # reduction steps of one panel (`cpu_registers.PACKED_STEPS` was 256 with 32-lane tiles)
+STEPS = (
+    256  # reduction steps of one panel (`cpu_registers.PACKED_STEPS` was 256 with 32-lane tiles)
+)
 ROWS = 128  # rows of A a panel meets (`cpu_registers.PACKED_ROWS`)
 
 
