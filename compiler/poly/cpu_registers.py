@@ -2,11 +2,11 @@
 
 Requires: `Options` (its `vector_bits`, else the host's: `host_vector_bits`).
 Ensures:  `vector_bits(options)`, and from it the rows of a register tile
-(`tile_rows`), the accumulators and width of a packed panel's tile (`packed_vectors`,
-`packed_lanes`), the
-fewest rows for which transposed panels pay (`panel_rows`) and the cache tile of a
-packed nest (`packed_cache_tile`); `poly.cpu_model`, `poly.schedule` and
-`poly.tiling` use them. Each figure is a measurement, named where it is set.
+(`tile_rows`), the accumulators and lanes of a packed panel's tile (`packed_vectors`,
+`packed_lanes`), the fewest rows for which transposed panels pay (`panel_rows`) and
+the cache tile of a packed nest (`packed_cache_tile`); `poly.cpu_model`,
+`poly.schedule` and `poly.tiling` use them. Each figure is a measurement, named where
+it is set.
 """
 
 from __future__ import annotations
@@ -64,10 +64,11 @@ def tile_rows(lanes: int, floats: int, block: int | None, vectors: int = ACCUMUL
 def packed_vectors(floats: int) -> int:
     """The vector accumulators of a packed panel's tile, for vectors of `floats`
     float32 lanes: `PACKED_ACCUMULATORS` (16 of AVX-512's 32 registers: 4 rows of 64
-    lanes, `packed_lanes`; 8 rows of 32 lanes before), `PACKED_ACCUMULATORS_16` (12 of AVX2's 16: 6 rows of 16 lanes;
-    the other 3 hold two panel vectors and a broadcast row element; measured on an AMD
-    EPYC (Zen 3), float32 matmul 512^3 against NumPy, 2 threads 1.56x -> 1.27x, 1
-    thread 1.58x -> 1.18x; 1024^3, 2 threads 1.88x -> 1.69x), else `ACCUMULATORS`."""
+    lanes, `packed_lanes`; 8 rows of 32 lanes before), `PACKED_ACCUMULATORS_16` (12 of
+    AVX2's 16: 6 rows of 16 lanes; the other 3 hold two panel vectors and a broadcast
+    row element; measured on an AMD EPYC (Zen 3), float32 matmul 512^3 against NumPy,
+    2 threads 1.56x -> 1.27x, 1 thread 1.58x -> 1.18x; 1024^3, 2 threads 1.88x ->
+    1.69x), else `ACCUMULATORS`."""
     if floats >= 16:
         return PACKED_ACCUMULATORS
     return PACKED_ACCUMULATORS_16 if floats == 8 else ACCUMULATORS
