@@ -106,8 +106,8 @@ def tune_malloc() -> None:
     panels, transposed copies) are calloc'd and freed on every call (`codegen.llvm_emit`);
     with glibc's defaults a block of megabytes was mapped afresh each call and every one
     of its pages faulted in: the MLP tanh forward (256x1024->1024, a 4 MiB transposed
-    panel) took 650-900 page faults a call and ran 5.3-6.4 ms; with both thresholds
-    raised 4.2-4.8 ms and no faults (2 threads, perf stat; either threshold alone did
+    panel) took 350-760 page faults a call and ran 4.7-6.4 ms; with both thresholds
+    raised 3.5-4.8 ms and about 50 faults (2 threads, perf stat; either threshold alone did
     not help). The cost: a process keeps up to TRIM_THRESHOLD of freed heap memory
     instead of handing it back at once. Elsewhere (musl, macOS) nothing changes."""
     if _MALLOC_TUNED:

@@ -50,7 +50,7 @@ def test_code_dropped_from_memory_is_reloaded_from_disk(tmp_path: Path) -> None:
 def test_a_layer_with_a_large_temporary_does_not_fault_its_pages_in_every_call() -> None:
     # the MLP layer's transposed panels of W: a 4 MiB temporary, calloc'd and freed per
     # call beside two fresh 1 MiB outputs; with malloc tuned (runtime.tune_malloc, once
-    # per process) the heap keeps them (glibc's defaults: 350-900 faults a call)
+    # per process) the heap keeps them (glibc's defaults: 350-760 faults a call)
     src = (
         "def mlp(float(B, I) X, float(O, I) W, float(O) b) -> (Y, Z) {\n"
         "    Y(n, o) +=! X(n, i) * W(o, i)\n"
