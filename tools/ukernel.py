@@ -68,21 +68,11 @@ def tile_ir(rows: int, vectors: int, lanes: int) -> str:
     ]
     acc = [(i, v) for i in range(rows) for v in range(vectors)]
     for i, v in acc:
-        out += [
-            f"  %cb{i}_{v} = mul i64 %m, {rows * width}",
-            f"  %co{i}_{v} = add i64 %cb{i}_{v}, {i * width + v * lanes}",
-            f"  %cp{i}_{v} = getelementptr float, ptr %C, i64 %co{i}_{v}",
-            f"  %c{i}_{v} = load {vec}, ptr %cp{i}_{v}, align 64",
-        ]
+        out += _vector_load(f"c{i}_{v}", "C", "m", rows * width, i * width + v * lanes, vec)
     out.append("  br label %kl\nkl:\n  %k = phi i64 [0, %mb], [%k1, %kl]")
     out += [f"  %a{i}_{v} = phi {vec} [%c{i}_{v}, %mb], [%n{i}_{v}, %kl]" for i, v in acc]
     for v in range(vectors):
-        out += [
-            f"  %pk{v} = mul i64 %k, {width}",
-            f"  %po{v} = add i64 %pk{v}, {v * lanes}",
-            f"  %pp{v} = getelementptr float, ptr %P, i64 %po{v}",
-            f"  %b{v} = load {vec}, ptr %pp{v}, align 64",
-        ]
+        out += _vector_load(f"b{v}", "P", "k", width, v * lanes, vec)
     for i in range(rows):
         out += [
             f"  %ra{i} = mul i64 %m, {rows}",
@@ -101,7 +91,7 @@ def tile_ir(rows: int, vectors: int, lanes: int) -> str:
         ]
     out.append(f"  %k1 = add i64 %k, 1\n  %kc = icmp slt i64 %k1, {STEPS}")
     out.append("  br i1 %kc, label %kl, label %done_k\ndone_k:")
-    out += [f"  store {vec} %n{i}_{v}, ptr %cp{i}_{v}, align 64" for i, v in acc]
+    out += [f"  store {vec} %n{i}_{v}, ptr %c{i}_{v}.p, align 64" for i, v in acc]
     out += [
         f"  %m1 = add i64 %m, 1\n  %mc = icmp slt i64 %m1, {blocks}",
         "  br i1 %mc, label %mb, label %done_m",
@@ -111,6 +101,17 @@ def tile_ir(rows: int, vectors: int, lanes: int) -> str:
         _attributes(),
     ]
     return "\n".join(out)
+
+
+def _vector_load(name: str, base: str, var: str, scale: int, offset: int, vec: str) -> list[str]:
+    """`%<name> = load vec` from `%<base>` at float index `%<var> * scale + offset`
+    (its address `%<name>.p`, which the tile's stores reuse)."""
+    return [
+        f"  %{name}.s = mul i64 %{var}, {scale}",
+        f"  %{name}.o = add i64 %{name}.s, {offset}",
+        f"  %{name}.p = getelementptr float, ptr %{base}, i64 %{name}.o",
+        f"  %{name} = load {vec}, ptr %{name}.p, align 64",
+    ]
 
 
 def peak_ir(lanes: int, chains: int = 16) -> str:

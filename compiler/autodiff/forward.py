@@ -38,7 +38,13 @@ from collections.abc import Iterable
 
 from compiler.autodiff import algebra as al
 from compiler.autodiff.algebra import MaybeExpr
-from compiler.autodiff.products import exact_partial, exact_product, first_write, lhs_where
+from compiler.autodiff.products import (
+    exact_partial,
+    exact_product,
+    first_write,
+    lhs_where,
+    terms,
+)
 from compiler.autodiff.reverse import wrt_inputs
 from compiler.autodiff.rewrite import inline_lets, locate
 from compiler.autodiff.rules import NO_RULE, UNSUPPORTED, jvp
@@ -204,13 +210,9 @@ class _Forward:
         reduced = len(outer) != len(where)
         stmts: list[Stmt] = []
         if reduced:
-            is_zero = al.eq(rhs, al.const(0))
-            count = self._tmp(
-                stmts, stmt, AssignOp.PLUS_INIT, al.indicator(is_zero), where, ScalarType.INT32
-            )
-            nonzero = self._tmp(
-                stmts, stmt, AssignOp.TIMES_INIT, Select(is_zero, al.const(1), rhs), where
-            )
+            counted, factor, _ = terms(rhs)
+            count = self._tmp(stmts, stmt, AssignOp.PLUS_INIT, counted, where, ScalarType.INT32)
+            nonzero = self._tmp(stmts, stmt, AssignOp.TIMES_INIT, factor, where)
             product = exact_product(count, nonzero)
             if value is not None:
                 partial = exact_partial(rhs, count, nonzero)

@@ -7,7 +7,7 @@ Ensures:  `exact_partial(x, count, nonzero, zeros)`: the product of the other te
 `prod_r x_r`, given auxiliary reductions over the statement's left-hand side (`count`
 zero terms, `nonzero` the product of the others, `zeros` the sum of the zero terms,
 or None); `exact_product(count, nonzero, zeros)`: the whole product from the same
-reductions; `reduced(stmt)`, `lhs_where(stmt, where)`, `first_write(stmt, target)`.
+reductions; `terms(x)`: what those reductions sum or multiply; `reduced(stmt)`, `lhs_where(stmt, where)`, `first_write(stmt, target)`.
 
 Why `zeros`: its value is 0, but its derivative is the sum of the zero terms'
 directions, so the partial stays exact to differentiate again (`Kernel.hvp`, forward
@@ -23,6 +23,14 @@ from compiler.autodiff import algebra as al
 from compiler.diagnostics import TCError
 from compiler.frontend.ast import Expr, RangeConstraint, Select, Stmt, Var
 from compiler.frontend.scopes import walk
+
+
+def terms(x: Expr) -> tuple[Expr, Expr, Expr]:
+    """The right-hand sides of the auxiliary reductions over the terms `x` of a
+    product: `count` (+=!, int: 1 at a zero term), `nonzero` (*=!: 1 at a zero term,
+    else the term) and `zeros` (+=!: the zero terms, 0 elsewhere)."""
+    is_zero = al.eq(x, al.const(0))
+    return al.indicator(is_zero), Select(is_zero, al.const(1), x), Select(is_zero, x, al.const(0))
 
 
 def exact_partial(x: Expr, count: Expr, nonzero: Expr, zeros: Expr | None = None) -> Expr:
@@ -77,4 +85,4 @@ def first_write(stmt: Stmt, target: str) -> TCError:
     )
 
 
-__all__ = ["exact_partial", "exact_product", "first_write", "lhs_where", "reduced"]
+__all__ = ["exact_partial", "exact_product", "first_write", "lhs_where", "reduced", "terms"]

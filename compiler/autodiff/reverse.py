@@ -55,6 +55,7 @@ from compiler.autodiff.products import (
     first_write,
     lhs_where,
     reduced,
+    terms,
 )
 from compiler.autodiff.quotient import split_quotient
 from compiler.autodiff.reuse import Saved, reuse_forward, saved_outputs
@@ -75,7 +76,6 @@ from compiler.frontend.ast import (
     Param,
     RangeConstraint,
     ScalarType,
-    Select,
     Stmt,
     Unary,
     UnaryOp,
@@ -297,10 +297,10 @@ class _Reverse:
         """d(prod_r x_r)/d x_r = the product of the other terms, exact with zero terms
         and to differentiate again (`autodiff.products`)."""
         rhs = stmt.rhs
-        is_zero = al.eq(rhs, al.const(0))
-        count = self._tmp(target, stmt, AssignOp.PLUS_INIT, al.indicator(is_zero), True)
-        nonzero = self._tmp(target, stmt, AssignOp.TIMES_INIT, Select(is_zero, al.const(1), rhs))
-        zeros = self._tmp(target, stmt, AssignOp.PLUS_INIT, Select(is_zero, rhs, al.const(0)))
+        counted, factor, zero = terms(rhs)
+        count = self._tmp(target, stmt, AssignOp.PLUS_INIT, counted, True)
+        nonzero = self._tmp(target, stmt, AssignOp.TIMES_INIT, factor)
+        zeros = self._tmp(target, stmt, AssignOp.PLUS_INIT, zero)
         self.products[(target, k)] = (count, nonzero, zeros)  # `_times_pass_through`
         return al.mul(adjoint, exact_partial(rhs, count, nonzero, zeros)) or adjoint
 
