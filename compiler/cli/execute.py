@@ -32,11 +32,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from compiler.diagnostics import Diagnostic, OptionsError, TCError
+
+if TYPE_CHECKING:
+    from compiler.options import Options
 
 TARGET_CHOICES = ("llvm", "interp")
 
@@ -266,11 +269,8 @@ def add_run_args(parser: argparse.ArgumentParser) -> None:
 
 
 def run_run(args: argparse.Namespace) -> int:
-
     from compiler.cli import read_source
-    from compiler.kernel import Kernel
     from compiler.options import Options
-    from compiler.progress import Progress
 
     if args.threads is not None and args.target != "llvm":
         raise OptionsError("--threads applies to --target llvm only")
@@ -282,7 +282,23 @@ def run_run(args: argparse.Namespace) -> int:
         shapes[name] = tuple(array.shape)
     text, filename = read_source(args.file)
     options = Options(threads=args.threads) if args.threads is not None else None
-    with Progress(f"tcc run: compiling {args.entry or args.file}"), named_source(filename, text):
+    # every error of the def -- at define, or at a call (a dtype, a shape, an indirect
+    # read out of bounds) -- names the file, not "<string>"
+    with named_source(filename, text):
+        return _run_named(text, args, shapes, loaded, options)
+
+
+def _run_named(
+    text: str,
+    args: argparse.Namespace,
+    shapes: dict[str, tuple[int, ...]],
+    loaded: dict[str, np.ndarray],
+    options: Options | None,
+) -> int:
+    from compiler.kernel import Kernel
+    from compiler.progress import Progress
+
+    with Progress(f"tcc run: compiling {args.entry or args.file}"):
         kernel = Kernel(text, args.entry, target=args.target, options=options)
         arrays = _draw(kernel.ranged, shapes, args)
     arrays.update(loaded)

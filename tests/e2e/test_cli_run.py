@@ -175,3 +175,15 @@ def test_gradient_errors_name_the_users_file(tmp_path: Path) -> None:
     r = tcc(str(f), "--shape", "A=0")
     assert r.returncode == 1
     assert r.stderr.startswith(f"{f}:1:7: error: dimension 0 of 'A' has size 0")
+
+
+def test_call_time_errors_name_the_users_file(tmp_path: Path) -> None:
+    # a float64 .npy for a float32 input fails at the call, after `define` succeeded
+    f = tmp_path / "two.tc"
+    f.write_text("def two(float(N) X) -> (Y) {\n    Y(i) = X(i) * 2\n}\n")
+    np.save(tmp_path / "x64.npy", np.ones(4))
+    r = tcc(str(f), "--input", f"X={tmp_path / 'x64.npy'}")
+    assert r.returncode == 1, r.stdout
+    assert r.stderr.startswith(f"{f}:1:9: error: input 'X' is declared float32"), r.stderr
+    assert "<string>" not in r.stderr
+    assert "Traceback" not in r.stderr
