@@ -60,9 +60,13 @@ class Block:
 
 @dataclass(frozen=True)
 class Mark:
-    """The `reduce` mark: a register accumulator around its child."""
+    """The `reduce` mark: a register accumulator around its child. `values`: each
+    domain variable fixed where the mark stands (the outer band's), as an expression
+    of the enclosing loops valid for the whole child. The child's statements may say
+    less: under a branch isl writes what it knows there (`y == 0` ? `S(0, l, i)`)."""
 
     child: Tree
+    values: tuple[tuple[str, L.Expr], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,11 +111,40 @@ def from_isl(node: isl.AstNode) -> Tree:
         children = node.block_get_children()
         return Block(tuple(from_isl(children.get_at(k)) for k in range(children.n_ast_node())))
     if kind == isl.ast_node_type.mark:
-        return Mark(from_isl(node.mark_get_node()))
+        return _mark(node)
     if kind == isl.ast_node_type.user:
         call = node.user_get_expr()
         return User(tuple(ast_expr(call.get_op_arg(k)) for k in range(1, call.get_op_n_arg())))
     raise InternalError(f"unexpected isl AST node {node.to_C_str()}")
+
+
+def annotate_marks(build: isl.AstBuild) -> tuple[isl.AstBuild, object]:
+    """`build` that gives each mark node its `Mark.values` (as an annotation), and the
+    callback's handle (keep it alive while `build` builds)."""
+    return build.set_after_each_mark(_annotated)
+
+
+def _annotated(node: isl.AstNode, build: isl.AstBuild) -> isl.AstNode:
+    """The mark `node` with the domain variables that the schedule so far fixes, each
+    as isl's expression of it at the mark (where only the enclosing loops are known)."""
+    back = isl.Map.from_union_map(build.get_schedule()).reverse()  # [loops] -> S[vars]
+    n = back.dim(isl.dim_type.out)
+    values = []
+    for k in range(n):
+        one = back.project_out(isl.dim_type.out, k + 1, n - k - 1)
+        one = one.project_out(isl.dim_type.out, 0, k)
+        if one.is_single_valued():
+            value = build.expr_from_pw_aff(isl.PwMultiAff.from_map(one).get_at(0))
+            values.append((back.get_dim_name(isl.dim_type.out, k), value))
+    return node.set_annotation(isl.Id("values", user=tuple(values)))
+
+
+def _mark(node: isl.AstNode) -> Mark:
+    try:
+        values = node.get_annotation().user
+    except isl.Error:  # built without `annotate_marks`
+        values = ()
+    return Mark(from_isl(node.mark_get_node()), tuple((n, ast_expr(v)) for n, v in values))
 
 
 def _for(node: isl.AstNode) -> For:
@@ -231,7 +264,8 @@ def box_tree(
                 const(1, I64),
             )
         )
-        tree = For(order[k], lo, hi, 1, Mark(tree) if mark == k + 1 else tree)
+        values = tuple((v, L.VarRef(v)) for v in order[: k + 1])
+        tree = For(order[k], lo, hi, 1, Mark(tree, values) if mark == k + 1 else tree)
     tree = Mark(tree) if mark == 0 else tree
     if guard is None:
         return tree
@@ -290,6 +324,7 @@ __all__ = [
     "Mark",
     "Tree",
     "User",
+    "annotate_marks",
     "ast_expr",
     "box_tree",
     "first_user",

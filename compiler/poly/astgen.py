@@ -186,7 +186,10 @@ def build_ast(nest: Nest, context: isl.Set, tiled: TileBand | None) -> isl.AstNo
         for name in names:
             ids = ids.add(isl.Id(name))
         build = build.set_iterators(ids)
-    return build.node_from_schedule(node.get_schedule())
+    build, handle = tree.annotate_marks(build)
+    ast = build.node_from_schedule(node.get_schedule())
+    del handle  # the callback lives until the AST is built
+    return ast
 
 
 def nest_tree(nest: Nest, context: isl.Set, tiled: TileBand | None) -> tree.Tree:
@@ -333,7 +336,7 @@ class _NestLowering:
         if isinstance(node, tree.Block):
             return L.Block(tuple(self._node(c, in_parallel) for c in node.children))
         if isinstance(node, tree.Mark):
-            return self._reduce(node.child, in_parallel)
+            return self._reduce(node, in_parallel)
         return self._instance(list(node.args))
 
     # ------------------------------------------------------------ statements
@@ -395,16 +398,19 @@ class _NestLowering:
             body = L.Let(name, v, body)
         return body
 
-    def _reduce(self, child: tree.Tree, in_parallel: bool) -> L.Stmt:
-        """A register accumulator around the reduction loops, stored once."""
+    def _reduce(self, mark: tree.Mark, in_parallel: bool) -> L.Stmt:
+        """A register accumulator around the reduction loops, stored once, at the
+        output element the mark's enclosing loops fix (`Mark.values`: a statement below
+        it may be specialised to a branch, `if (y == 0) S(0, l, i)`)."""
+        child = mark.child
         user = tree.first_user(child)
         if user is None:
             raise InternalError("a reduce mark without a statement")
-        values = self._values(list(user.args))
+        values = {**self._values(list(user.args)), **dict(mark.values)}
         inner = set(self.nest.inner)
         for v in self.nest.outer:
-            if L.var_names(values[v]) & inner:
-                raise InternalError(f"output index {v} depends on a reduction loop")
+            if v not in dict(mark.values) or L.var_names(values[v]) & inner:
+                raise InternalError(f"output index {v} is not fixed by the outer loops")
         index = tuple(self._lowering(values).index(a) for a in self.facts.stmt.lhs.args)
         acc = NameSupply(self._taken()).fresh("acc")
         dtype = self.target.dtype
