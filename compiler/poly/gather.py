@@ -283,10 +283,13 @@ def _never_in_bounds(stmt: Stmt, ranged: RangedDef) -> bool:
     sizes at which the forward def fails (its output index is negative, say), which
     range inference would reject in the gradient ("out of bounds for every size").
     Such a piece is dropped: for the sizes a valid call may have it is empty."""
+    # a guard may constrain a variable alone (`j in 0:j + 1`: j >= 0), after its range
     names = tuple(
-        c.expr.name
-        for c in stmt.where
-        if isinstance(c, RangeConstraint) and isinstance(c.expr, Var)
+        dict.fromkeys(
+            c.expr.name
+            for c in stmt.where
+            if isinstance(c, RangeConstraint) and isinstance(c.expr, Var)
+        )
     )
     space = StmtSpace(names, ranged.checked.size_params)
     domain = domain_of(stmt, space, "S", coalesce=False)  # emptiness tests only
