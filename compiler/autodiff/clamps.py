@@ -1,6 +1,6 @@
 """Reads through clamped subscripts, split into affine pieces before AD.
 
-    split_clamps(ranged) -> RangedDef
+    split_clamps(ranged) -> Split(ranged, reads_before)
 
 Requires: a `RangedDef` (every variable has an explicit `where` range).
 Ensures:  no read in a statement's right-hand side has a subscript whose value is a
@@ -19,8 +19,18 @@ Worked example (the natural TC spelling of a clamped boundary):
 
 The first piece keeps the statement's operator (`+=!` initialises once), the others
 use its accumulating form; an `=` statement has no reduction variables, so its pieces
-write disjoint elements. Statements with lets are left as they are (AD then says
-the read is not affine), and so are clamps of non-affine operands.
+write disjoint elements. A piece whose domain is empty for every size (the clamp
+never takes that argument: `A(min(i, N - 1)) where i in 0:N`) is dropped, and the
+kept one needs no condition (`compiler.autodiff.emptiness` decides, without isl).
+A statement with lets is split with its lets inlined (AD inlines them anyway);
+clamps of non-affine operands are left as they are (AD then says the read is not
+affine).
+
+The pieces of one statement are still one statement: its reads see the tensors as
+they were before it (`O(i) += O(0) * A(min(k + 1, N - 1))`: the second piece reads
+the `O(0)` the first one read, not the first one's result). `Split.reads_before`
+gives, per statement of the result, the statement whose previous state its reads
+see, for `compiler.autodiff.versions`.
 """
 
 from __future__ import annotations
@@ -28,6 +38,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from compiler.autodiff.emptiness import runs_never
+from compiler.autodiff.rewrite import inline_lets
 from compiler.frontend.ast import (
     Access,
     Binary,
@@ -50,26 +62,38 @@ from compiler.frontend.scopes import walk
 MAX_PIECES = 16  # 4 clamps in one statement; more is left to AD's error
 
 
-def split_clamps(ranged: RangedDef) -> RangedDef:
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """The def with its clamps split, and per statement of it the index of the
+    statement whose previous state its reads see (the first piece of its group)."""
+
+    ranged: RangedDef
+    reads_before: tuple[int, ...]
+
+
+def split_clamps(ranged: RangedDef) -> Split:
     """`ranged` with every clamped read split into affine pieces (see the module doc)."""
     definition = ranged.checked.definition
     stmts: list[Stmt] = []
+    reads_before: list[int] = []
     changed = False
     for stmt in definition.stmts:
         pieces = _split(stmt, ranged)
         changed = changed or pieces != [stmt]
+        reads_before.extend([len(stmts)] * len(pieces))
         stmts.extend(pieces)
     if not changed:
-        return ranged
+        return Split(ranged, tuple(range(len(stmts))))
     rechecked = check_def(dataclasses.replace(definition, stmts=tuple(stmts)))
-    return RangedDef(rechecked, ranged.output_bounds, ranged.warnings)
+    return Split(RangedDef(rechecked, ranged.output_bounds, ranged.warnings), tuple(reads_before))
 
 
 def _split(stmt: Stmt, ranged: RangedDef) -> list[Stmt]:
-    if any(isinstance(c, Let) for c in stmt.where):
-        return [stmt]
+    flat = inline_lets(stmt) if any(isinstance(c, Let) for c in stmt.where) else stmt
+    if not _clamps(flat, ranged):
+        return [stmt]  # nothing to split: the lets stay
     done: list[Stmt] = []
-    todo = [stmt]
+    todo = [flat]
     while todo:
         piece = todo.pop(0)
         clamp = next(iter(_clamps(piece, ranged)), None)
@@ -79,6 +103,8 @@ def _split(stmt: Stmt, ranged: RangedDef) -> list[Stmt]:
             todo[:0] = _choices(piece, clamp, ranged)
         if len(done) + len(todo) > MAX_PIECES:
             return [stmt]
+    if not done:
+        return [stmt]  # the statement itself never runs: range inference said so already
     return [done[0]] + [_accumulating(p) for p in done[1:]]
 
 
@@ -135,10 +161,13 @@ def _choices(stmt: Stmt, clamp: Call, ranged: RangedDef) -> list[Stmt]:
         return [dataclasses.replace(stmt, rhs=_replace(stmt.rhs, clamp, b))]
     take_a = _at_least(Binary(BinOp.SUB, first, second), 0)
     take_b = _at_least(Binary(BinOp.SUB, second, first), 1)
-    return [
-        _with(stmt, clamp, a, take_a),
-        _with(stmt, clamp, b, take_b),
+    pieces = [(a, take_a), (b, take_b)]
+    kept = [
+        (v, c) for v, c in pieces if not runs_never((*stmt.where, c), ranged.checked.size_params)
     ]
+    if len(kept) == 1:  # the other argument is never taken: every point takes this one
+        return [dataclasses.replace(stmt, rhs=_replace(stmt.rhs, clamp, kept[0][0]))]
+    return [_with(stmt, clamp, v, c) for v, c in kept]
 
 
 def _always_at_least(e: Expr, lo: int, sizes: set[str]) -> bool:
@@ -200,4 +229,4 @@ def _replace(e: Any, old: Expr, new: Expr) -> Any:
     return dataclasses.replace(e, **changes)
 
 
-__all__ = ["MAX_PIECES", "split_clamps"]
+__all__ = ["MAX_PIECES", "Split", "split_clamps"]

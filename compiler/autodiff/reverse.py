@@ -103,8 +103,8 @@ def grad_def(
     supply = names if names is not None else name_supply(ranged.checked.definition)
     from compiler.autodiff.clamps import split_clamps  # reads through min/max: pieces
 
-    ranged = split_clamps(ranged)
-    reverse = _Reverse(ranged, wrt, supply, _zeros(ranged, zeros))
+    split = split_clamps(ranged)
+    reverse = _Reverse(split.ranged, wrt, supply, _zeros(ranged, zeros), split.reads_before)
     return merge_contributions(propagate_copies(reverse.run(), keep=len(reverse.wrt)))
 
 
@@ -117,6 +117,7 @@ class _Reverse:
         wrt: Iterable[str] | None,
         names: NameSupply,
         zeros: frozenset[str] = frozenset(),
+        reads_before: tuple[int, ...] = (),
     ) -> None:
         self.ranged = ranged
         self.zeros = zeros
@@ -127,7 +128,7 @@ class _Reverse:
         self.def_name = names.fresh(f"{ranged.name}_grad")
         self.out_adjoint = {t.name: names.fresh(f"{t.name}_grad") for t in self.checked.outputs}
         self.in_grad = {n: names.fresh(f"{n}_grad") for n in self.wrt}
-        self.v: Versions = analyse(ranged, names)
+        self.v: Versions = analyse(ranged, names, reads_before)
         self.types: dict[str, ScalarType] = {t.name: t.dtype for t in self.checked.tensors}
         self.types |= dict.fromkeys(self.checked.size_params, INDEX_TYPE)
         self.types |= dict.fromkeys(self.v.fresh_sizes, INDEX_TYPE)

@@ -61,6 +61,9 @@ class Versions:
     fresh_sizes: tuple[str, ...]
     version_names: Mapping[tuple[str, int], str]
     names: NameSupply  # the compilation's supply, seeded with the forward def's names
+    # per statement, the one whose previous state its reads see: itself, or the
+    # first piece of the statement a clamp split (`autodiff.clamps.Split`)
+    reads_before: tuple[int, ...] = ()
 
     @property
     def stmts(self) -> tuple[Stmt, ...]:
@@ -77,7 +80,8 @@ class Versions:
 
     def read_version(self, tensor: str, index: int) -> int:
         """The version of `tensor` that statement `index` reads (0 for inputs)."""
-        return sum(1 for w in self.writes.get(tensor, ()) if w < index)
+        start = self.reads_before[index] if self.reads_before else index
+        return sum(1 for w in self.writes.get(tensor, ()) if w < start)
 
     def name(self, tensor: str, version: int) -> str:
         """The gradient def's name for a version: the tensor itself when final (or 0:
@@ -151,9 +155,9 @@ class Versions:
         return not self.covers(index)
 
 
-def analyse(ranged: RangedDef, names: NameSupply) -> Versions:
+def analyse(ranged: RangedDef, names: NameSupply, reads_before: tuple[int, ...] = ()) -> Versions:
     """Versions of every output of `ranged`, and the shape dims of every output;
-    new names come from `names`."""
+    new names come from `names`; `reads_before` as `Versions.reads_before`."""
     writes: dict[str, list[int]] = {}
     for i, stmt in enumerate(ranged.checked.definition.stmts):
         writes.setdefault(stmt.lhs.name, []).append(i)
@@ -175,7 +179,7 @@ def analyse(ranged: RangedDef, names: NameSupply) -> Versions:
         (t, k): names.fresh(f"{t}_v{k}") for t, ws in writes.items() for k in range(1, len(ws))
     }
     frozen = {k: tuple(v) for k, v in writes.items()}
-    return Versions(ranged, frozen, shapes, tuple(fresh), version_names, names)
+    return Versions(ranged, frozen, shapes, tuple(fresh), version_names, names, reads_before)
 
 
 _SIZE_OPS = (BinOp.ADD, BinOp.SUB, BinOp.MUL, BinOp.DIV, BinOp.MOD)
