@@ -19,6 +19,7 @@ names (scopes.py), expression types (exprcheck.py), and per statement here:
   (`E_grad(idx(i), d) += ...`, the gradient of an indirect read);
 - its rank matches the declaration, and every earlier write of the same output;
 - a statement with reduction variables uses a reduction operator (`+=`, `+=!`, ...);
+- [tcc] an `op!` statement does not read its own output (the `!` resets it first);
 - a declared output's dtype is not narrowed without a cast (`promote(rhs, T) == T`);
 - a where clause constrains an index variable, and its bounds read no tensor;
 - every output is written; an accumulating first write (`+=` without `!`) is a
@@ -57,6 +58,7 @@ from compiler.frontend.ast import (
 from compiler.frontend.checked import CheckedDef, Role, StmtFacts, TensorInfo
 from compiler.frontend.exprcheck import DefState, ExprChecker, plural
 from compiler.frontend.normalise import normalise_def
+from compiler.frontend.printer import print_expr
 from compiler.frontend.scopes import (
     Reporter,
     StmtScope,
@@ -143,6 +145,7 @@ def _check_stmt(stmt: Stmt, state: DefState, report: Reporter) -> StmtFacts:
         for arg in stmt.equivalent.args:
             checker.check(arg)
     _check_reduction(stmt, scope, report)
+    _check_reset_self_read(stmt, report)
     _check_narrowing(stmt, target, rhs_type, state, report)
     _record_write(stmt, target, rhs_type, state, report)
     return StmtFacts(stmt, scope.index_vars, scope.reduction_vars, tuple(scope.lets))
@@ -317,6 +320,31 @@ def _check_reduction(stmt: Stmt, scope: StmtScope, report: Reporter) -> None:
         f"write `{stmt.lhs.name}(...) +=! ...` to sum over '{name}', or index"
         f" '{stmt.lhs.name}' by '{name}' too",
     )
+
+
+def _check_reset_self_read(stmt: Stmt, report: Reporter) -> None:
+    """[tcc] `O +=! O * B(i)`: the `!` sets all of `O` to the identity before the
+    statement accumulates, so a read of `O` in it sees a partial result whose value
+    depends on the order of the loops (TC leaves it undefined). No element is complete
+    while the statement runs, so every read of its own output is an error."""
+    if not stmt.op.init:
+        return
+    name = stmt.lhs.name
+    args = ", ".join(print_expr(a) for a in stmt.lhs.args)
+    copy = f"{name}_prev({args}) = {name}({args})" if args else f"{name}_prev = {name}"
+    for root in (stmt.rhs, *where_exprs(stmt)):
+        for node in walk(root):
+            if isinstance(node, (Access, Var)) and node.name == name:
+                report.error(
+                    f"`{stmt.op.value}` reads '{name}', the output it accumulates into: the"
+                    f" `!` first resets all of '{name}', so the read would see a partial"
+                    " result that depends on the order of the loops",
+                    node.span,
+                    f"to use what earlier statements wrote, copy it first into another output"
+                    f" (`{copy}`) and read that, or drop the `!` to"
+                    f" accumulate into the earlier value (`{stmt.op.base.value}`)",
+                )
+                return
 
 
 def _stmt_var_uses(stmt: Stmt) -> list[Var]:

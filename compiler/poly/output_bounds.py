@@ -17,6 +17,7 @@ negative for every size: "index `i` of output 'O' is negative for every size".
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import islpy as isl
@@ -48,8 +49,41 @@ def record_output(inf: _StmtInference, domain: isl.Set) -> None:
     for dim, (arg, image) in enumerate(zip(lhs.args, images, strict=True)):
         bounds.append(_lhs_bound(inf, arg, image))
         _check_non_negative(inf, lhs, dim, image)
-    inf.state.known[lhs.name] = tuple(bounds)
-    inf.state.images.setdefault(lhs.name, []).append(images)
+    earlier = inf.state.images.setdefault(lhs.name, [])
+    inf.state.known[lhs.name] = _extent(inf, earlier, images, tuple(bounds))
+    earlier.append(images)
+
+
+def _extent(
+    inf: _StmtInference,
+    earlier: list[tuple[isl.Set, ...]],
+    images: tuple[isl.Set, ...],
+    bounds: tuple[Bound, ...],
+) -> tuple[Bound, ...]:
+    """The output's extent once this statement has written `images`: per dimension,
+    the hull of every write so far. A later read of the output may touch any element
+    of it (one written by an earlier statement, or left at its initial value inside
+    the hull), not only what the latest, possibly partial, write covers."""
+    if not earlier:
+        return bounds
+    unions = [functools.reduce(isl.Set.union, dims) for dims in zip(*earlier, strict=True)]
+    if all(new.is_subset(old) for new, old in zip(images, unions, strict=True)):
+        return inf.state.known[inf.stmt.lhs.name]
+    if all(old.is_subset(new) for new, old in zip(images, unions, strict=True)):
+        return bounds
+    return hull([*earlier, images], inf.state.params)
+
+
+def hull(images: list[tuple[isl.Set, ...]], params: tuple[str, ...]) -> tuple[Bound, ...]:
+    """Per dimension, the smallest range `lo:hi` holding every write's image."""
+    ctx = params_space(params).context
+    result = []
+    for dims in zip(*images, strict=True):
+        union = functools.reduce(isl.Set.union, dims)
+        lo = pwaff_to_expr(union.dim_min(0), params, ctx)
+        hi = pwaff_to_expr(union.dim_max(0) + 1, params, ctx)
+        result.append(Bound(lo, hi))
+    return tuple(result)
 
 
 def _image(inf: _StmtInference, arg: Expr, domain: isl.Set) -> isl.Set:
@@ -125,4 +159,4 @@ def _all(clause: RangeConstraint) -> list[Expr]:
     return [n for e in (clause.lo, clause.hi) for n in walk(e)]
 
 
-__all__ = ["record_output"]
+__all__ = ["hull", "record_output"]

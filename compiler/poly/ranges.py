@@ -11,8 +11,11 @@ The rules are Tensor Comprehensions' (tc2halide's forward bounds inference), sta
 by statement in textual order:
 
 1. Every read constrains its subscripts: `0 <= s < D` for an input of extent `D`, and
-   `lo <= s < hi` for an output written by an *earlier* statement (the bounds inferred
-   for it by the latest such statement). A reduction (`+=`, `+=!`, ...) of an output
+   `lo <= s < hi` for an output written by *earlier* statements: its extent so far,
+   per dimension the hull of every earlier write (`output_bounds.record_output`), not
+   only the latest write, which may update part of it (`B(x) += I(x) where x in
+   N - 1:N` after `B(x) = I(x)` leaves B's extent 0:N; an element inside the hull
+   that no statement wrote holds the initial value, as in the final shape). A reduction (`+=`, `+=!`, ...) of an output
    written earlier also reads its own left-hand side. Each side of each dimension is
    one constraint.
 2. `where i in lo:hi` fixes `i`; reads then only check it. [tcc] A clause on an affine
@@ -80,7 +83,6 @@ from compiler.poly.isl_bridge import (
     interval_of,
     involves,
     only_dim,
-    params_space,
     plus,
     pwaff_to_expr,
     set_to_expr,
@@ -134,20 +136,9 @@ def infer_ranges(checked: CheckedDef) -> RangedDef:
 
 
 def _output_bounds(state: _DefState, name: str) -> tuple[Bound, ...]:
-    """Per dimension, the hull of what every statement writing `name` writes."""
-    images = state.images.get(name, [])
-    if len(images) == 1:
-        return state.known[name]
-    ctx = params_space(state.params).context
-    result = []
-    for dim in range(len(images[0]) if images else 0):
-        union = images[0][dim]
-        for image in images[1:]:
-            union = union | image[dim]
-        lo = pwaff_to_expr(union.dim_min(0), state.params, ctx)
-        hi = pwaff_to_expr(union.dim_max(0) + 1, state.params, ctx)
-        result.append(Bound(lo, hi))
-    return tuple(result)
+    """Per dimension, the hull of what every statement writing `name` writes (the
+    extent after its last write: `output_bounds.record_output`)."""
+    return state.known.get(name, ())
 
 
 class _StmtInference:

@@ -46,3 +46,69 @@ def test_a_different_element_is_still_checked() -> None:
     src = PARTIAL.replace("B(x) = B(x) * 2", "B(x) = B(x + 1) * 2")
     with pytest.raises(RangeError, match="out of bounds for every size"):
         compiler.define(src, target="interp")
+
+
+# Issue 43: a read of an output is bounded by its extent so far (the hull of every
+# earlier write), not by the latest write, which may be partial.
+UPDATE = (
+    "def update(double(N) I) -> (B, U, L) {\n"
+    "    B(x) = I(x)\n"
+    "    B(x) += I(x + 1) where x in 0:N-1\n"
+    "    B(x) += I(x) where x in N-1:N\n"
+    "    U(x) = I(x)\n"
+    "    U(x) = U(x) * U(x) + I(x + 1) where x in 0:N-1\n"
+    "    U(x) = U(x) * U(x) + I(x) where x in N-1:N\n"
+    "    L +=! B(x) * B(x) + U(x)\n"
+    "}\n"
+)
+DOUBLED_HEAD = (
+    "def f(float(N) I) -> (B, L) {\n"
+    "    B(x) = I(x)\n"
+    "    B(x) = B(x) * 2 where x in 0:N-1\n"
+    "    L(x) = B(x) + 1 where x in 0:N\n"
+    "}\n"
+)
+
+
+def _update_oracle(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    b = a.copy()
+    b[:-1] += a[1:]
+    b[-1] += a[-1]
+    u = a.copy()
+    u[:-1] = u[:-1] ** 2 + a[1:]
+    u[-1] = u[-1] ** 2 + a[-1]
+    return b, u, float((b * b + u).sum())
+
+
+@pytest.mark.parametrize("target", ["interp", "llvm", "cuda-emulated"])
+def test_a_read_after_partial_updates_sees_the_whole_extent(target: str) -> None:
+    a = np.array([1.0, 2.0, 3.0, 4.0])
+    b, u, total = compiler.define(UPDATE, target=target, cache=False)(a)
+    want_b, want_u, want_total = _update_oracle(a)
+    np.testing.assert_allclose(b, want_b)
+    np.testing.assert_allclose(u, want_u)
+    assert float(total) == pytest.approx(want_total) == 190.0  # not 84: one element
+
+
+def test_the_reads_range_is_the_hull_of_the_writes() -> None:
+    from compiler import pipeline
+    from compiler.frontend.printer import print_stmt
+
+    ranged = pipeline.run(UPDATE, upto="ranges")
+    last = print_stmt(ranged.checked.definition.stmts[-1])
+    assert last.strip().endswith("where x in 0:N"), last
+
+
+@pytest.mark.parametrize("target", ["interp", "llvm"])
+def test_a_partial_overwrite_then_a_read_of_everything(target: str) -> None:
+    a = np.arange(1, 5, dtype=np.float32)
+    b, total = compiler.define(DOUBLED_HEAD, target=target, cache=False)(a)
+    want = np.append(2 * a[:-1], a[-1])
+    np.testing.assert_array_equal(b, want)
+    np.testing.assert_array_equal(total, want + 1)
+
+
+def test_beyond_the_hull_of_the_writes_is_still_an_error() -> None:
+    src = DOUBLED_HEAD.replace("B(x) = I(x)\n", "B(x) = I(x) where x in 0:N-1\n")
+    with pytest.raises(RangeError, match="out of bounds for every size"):
+        compiler.define(src, target="interp")
