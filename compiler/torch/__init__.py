@@ -79,7 +79,7 @@ def define(
     source: str,
     name: str | None = None,
     *,
-    training: bool = False,
+    training: bool | None = None,
     backward: str | None = None,
     constants: Mapping[str, object] | None = None,
     options: object = None,
@@ -107,17 +107,21 @@ class TCLayer:
         source: str,
         name: str | None = None,
         *,
-        training: bool = False,
+        training: bool | None = None,
         backward: str | None = None,
         constants: Mapping[str, object] | None = None,
         options: object = None,
         target: str = "llvm",
         reorder_function: ReorderFunction | None = None,
     ) -> None:
-        if backward is not None and not training:
+        if training not in (None, True, False):
             raise OptionsError(
-                "backward= needs training=True (it is the backward of a training layer)",
-                hint="pass training=True",
+                f"training= must be None (automatic), True or False, got {training!r}"
+            )
+        if backward is not None and training is False:
+            raise OptionsError(
+                "backward= needs a training layer, but training=False (inference only)",
+                hint="drop training=False (autograd is automatic) or pass training=True",
             )
         _check_reorder(reorder_function, backward)
         tuned = isinstance(options, str) and options == "tuned"  # compiler.tune.tuned
@@ -141,7 +145,7 @@ class TCLayer:
             self.gradients.check_user_signature(*counts)
 
     def __repr__(self) -> str:
-        mode = "training" if self.training else "inference"
+        mode = {None: "automatic", True: "training", False: "inference"}[self.training]
         return f"<TCLayer {self.name} target={self.kernel.target!r} {mode}>"
 
     @property
@@ -154,17 +158,28 @@ class TCLayer:
         """The def's output names, in declaration order."""
         return tuple(t.name for t in self.kernel.ranged.checked.outputs)
 
-    # torch.compile: Dynamo does not trace into tcc (native code, NumPy); the call is a
-    # graph break, run eagerly, instead of a trace attempt and a warning on every call.
-    @torch.compiler.disable
     def __call__(
         self, *tensors: Any, reorder_function: ReorderFunction | None = None
     ) -> tuple[torch.Tensor, ...]:
         """One tensor per output. `reorder_function` overrides define's for this call."""
+        # torch.compile: Dynamo does not trace into tcc (native code, NumPy); the call is
+        # a graph break, run eagerly, instead of a trace attempt and a warning on every
+        # call. The disabled entry is made on first use: importing Dynamo costs seconds.
+        if torch.compiler.is_compiling():
+            return _untraced_call()(self, tensors, reorder_function)
+        return self._call(tensors, reorder_function)
+
+    def _call(
+        self, tensors: Sequence[Any], reorder_function: ReorderFunction | None
+    ) -> tuple[torch.Tensor, ...]:
         reorder = reorder_function or self.reorder_function
         _check_reorder(reorder, self.kernel.backward)
         recording = torch.is_grad_enabled() and _any_requires_grad(tensors)
-        if self.training and (recording or _any_transformed(tensors)):
+        if self.training is False:
+            if recording:
+                self._refuse_autograd(tensors)
+            return self.run(tensors)
+        if recording or _any_transformed(tensors):
             like = next((t for t in tensors if isinstance(t, torch.Tensor)), None)
             args = [self._as_tensor(i, t, like) for i, t in enumerate(tensors)]
             return tuple(_TCFunction.apply(self, reorder, *args))
@@ -178,14 +193,35 @@ class TCLayer:
         if _any_transformed(tensors):
             raise TCError(
                 f"layer '{self.name}' was called under forward-mode AD or a torch.func "
-                "transform, which needs a training layer",
-                hint="define the layer with training=True",
+                "transform, which needs a training layer, but training=False",
+                self.kernel.ranged.checked.definition.span,
+                hint="drop training=False (autograd is then automatic)",
             )
         if on_device(self.kernel.target, infos, tensors):  # CUDA tensors stay on the GPU
             args = [device_tensor(t, v) for t, v in zip(infos, tensors, strict=True)]
             return tuple(self.kernel(*args))
         arrays = [tensor_to_array(t, v) for t, v in zip(infos, tensors, strict=True)]
         return tuple(array_to_tensor(a) for a in self.kernel(*arrays))
+
+    def _refuse_autograd(self, tensors: Sequence[Any]) -> None:
+        """The TCError for an inference layer called on a tensor that requires grad
+        (its gradient would silently be lost)."""
+        infos = self.kernel.ranged.checked.inputs
+        names = [
+            t.name
+            for t, v in zip(infos, tensors, strict=False)
+            if isinstance(v, torch.Tensor) and v.requires_grad
+        ]
+        if not names:
+            return  # too many arguments: `run` raises the kernel's error about the count
+        first = next(t for t in infos if t.name == names[0])
+        raise TCError(
+            f"layer '{self.name}' was defined with training=False (inference only), but "
+            f"{_inputs_phrase(names)} grad: autograd would get no gradient through it",
+            first.span,
+            hint="drop training=False (autograd is then automatic), or call the layer "
+            "under torch.no_grad() / on detached tensors",
+        )
 
     def gradient_layer(self, wanted: tuple[str, ...]) -> TCLayer:
         """The derived gradient def for the inputs `wanted`, as a training layer (the
@@ -209,6 +245,23 @@ class TCLayer:
         array = tensor_to_array(info, value)
         device = like.device if like is not None and self.kernel.target == "cuda" else None
         return torch.as_tensor(array, dtype=torch_dtype(info.dtype), device=device)
+
+
+def _inputs_phrase(names: Sequence[str]) -> str:
+    """`input 'A' requires` or `inputs 'A', 'B' require`."""
+    listed = ", ".join(repr(n) for n in names)
+    return f"inputs {listed} require" if len(names) > 1 else f"input {listed} requires"
+
+
+_UNTRACED: list[Callable[..., tuple[torch.Tensor, ...]]] = []
+
+
+def _untraced_call() -> Callable[..., tuple[torch.Tensor, ...]]:
+    """`TCLayer._call` behind `torch.compiler.disable` (which imports Dynamo: only a
+    call that torch.compile traces makes it)."""
+    if not _UNTRACED:
+        _UNTRACED.append(torch.compiler.disable(TCLayer._call))
+    return _UNTRACED[0]
 
 
 def _any_requires_grad(values: Sequence[Any]) -> bool:

@@ -47,7 +47,7 @@ class Layer(nn.Module):
         name: str | None = None,
         *,
         params: Mapping[str, Any] | None = None,
-        training: bool = True,
+        training: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__()

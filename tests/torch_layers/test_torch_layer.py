@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
 import sys
 
 import numpy as np
@@ -59,6 +61,17 @@ def test_import_without_torch_names_the_pip_command(monkeypatch: pytest.MonkeyPa
     monkeypatch.delitem(sys.modules, "compiler.torch")
     with pytest.raises(ImportError, match=r"pip install torch==2\.13\.0"):
         importlib.import_module("compiler.torch")
+
+
+def test_import_does_not_load_dynamo() -> None:
+    # torch._dynamo costs seconds to import; only a call that torch.compile traces needs it
+    code = "import compiler.torch, sys; print('torch._dynamo' in sys.modules)"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
 
 
 # ------------------------------------------------- forward and gradients vs torch
@@ -193,17 +206,65 @@ def test_no_grad_inference_mode_and_retain_graph(conv_ad: tct.TCLayer) -> None:
         torch.testing.assert_close(x.grad, 2 * g)
 
 
-def test_non_training_layer_accepts_tensors_that_require_grad() -> None:
-    conv = tct.define(CONV, "conv")
-    inputs = _conv_inputs()
-    (out,) = conv(*inputs)
-    assert out.grad_fn is None and not out.requires_grad
-    torch.testing.assert_close(out, F.conv2d(*inputs).detach(), **TOL)
+CUBE = "def cube(double(N) A, double(N) B) -> (O) { O(i) = A(i) * A(i) * B(i) }"
+
+
+def _cube_inputs() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    return tuple(
+        torch.randn(6, dtype=torch.float64, generator=g, requires_grad=True) for _ in range(2)
+    )
+
+
+def test_default_layer_is_differentiable_when_an_input_requires_grad() -> None:
+    layer = tct.define(CUBE)  # training=None: automatic
+    assert repr(layer).endswith("automatic>")
+    a, b = _cube_inputs()
+    (layer(a, b)[0] + a).sum().backward()  # the program: the graph is not cut
+    ra, rb = (x.detach().clone().requires_grad_() for x in (a, b))
+    (ra * ra * rb + ra).sum().backward()  # the same expression in torch
+    torch.testing.assert_close(a.grad, ra.grad)
+    torch.testing.assert_close(b.grad, rb.grad)
+    assert torch.autograd.gradcheck(lambda x, y: layer(x, y)[0], (a, b))
+    (plain,) = layer(a.detach(), b.detach())  # nothing requires grad: no autograd node
+    assert plain.grad_fn is None
+    with torch.no_grad():
+        assert layer(a, b)[0].grad_fn is None
+
+
+def test_default_module_layer_trains_its_parameters() -> None:
+    layer = tct.Layer(CUBE, params={"B": torch.full((6,), 2.0, dtype=torch.float64)})
+    a = torch.arange(6, dtype=torch.float64, requires_grad=True)
+    layer(a).sum().backward()
+    torch.testing.assert_close(a.grad, 4 * a.detach())
+    torch.testing.assert_close(layer.B.grad, a.detach() ** 2)
+
+
+def test_inference_layer_refuses_inputs_that_require_grad() -> None:
+    layer = tct.define(CUBE, training=False)
+    a, b = _cube_inputs()
+    with pytest.raises(TCError, match="training=False.*input 'B' requires grad") as err:
+        layer(a.detach(), b)
+    assert "torch.no_grad()" in err.value.render()
+    assert err.value.span.col == CUBE.index("double(N) B") + 1  # at B's declaration
+    with pytest.raises(TCError, match="inputs 'A', 'B' require grad"):
+        layer(a, b)
+    with torch.no_grad():
+        (out,) = layer(a, b)
+    assert out.grad_fn is None
+    torch.testing.assert_close(out, (a * a * b).detach())
+    torch.testing.assert_close(layer(a.detach(), b.detach())[0], out)
+
+
+def test_training_must_be_a_bool_or_none() -> None:
+    with pytest.raises(OptionsError, match="training= must be None"):
+        tct.define(CUBE, training="yes")  # type: ignore[arg-type]
 
 
 def test_backward_needs_training() -> None:
-    with pytest.raises(OptionsError, match="training=True"):
-        tct.define(CONV, "conv", backward="conv_grad")
+    with pytest.raises(OptionsError, match="training=False"):
+        tct.define(CONV, "conv", backward="conv_grad", training=False)
+    assert tct.define(CONV, "conv", backward="conv_grad").kernel.backward == "conv_grad"
 
 
 # ------------------------------------------------- tensors, dtypes and devices
