@@ -135,6 +135,13 @@ def _mul(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     return b.mul(x, y)
 
 
+def _add(b: ir.IRBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """`x + y`, folded when both are constants (an address's constant subscripts)."""
+    if isinstance(x, ir.Constant) and isinstance(y, ir.Constant):
+        return ir.Constant(x.type, x.constant + y.constant)
+    return b.add(x, y)
+
+
 def _pure_int(e: Expr) -> tuple[str, ...] | None:
     """The names an int64 expression of variables and constants reads (sorted), or None
     when it is not one (a load, a call, a select, another type)."""
@@ -222,7 +229,7 @@ class FunctionEmitter:
 
     def _address(self, name: str, index: tuple[Expr, ...]) -> tuple[ir.Value, ir.Type]:
         ref = self.buffers[name]
-        offset: ir.Value = ir.Constant(I64, 0)
+        offset: ir.Value | None = None  # no term yet (a constant term is a term too)
         prefix: tuple | None = (self.builder.block, name)
         for i, stride in zip(index, ref.strides, strict=True):
             part = self._term_key(i) if prefix is not None else None
@@ -233,10 +240,12 @@ class FunctionEmitter:
                 continue
             term = self.expr(i)
             if not (isinstance(stride, ir.Constant) and stride.constant == 1):
-                term = self.builder.mul(term, stride)
-            offset = term if isinstance(offset, ir.Constant) else self.builder.add(offset, term)
+                term = _mul(self.builder, term, stride)
+            offset = term if offset is None else _add(self.builder, offset, term)
             if prefix is not None:
                 self._emitted[prefix] = offset
+        if offset is None:  # a 0-d buffer
+            offset = ir.Constant(I64, 0)
         ty = memory_type(ref.buffer.dtype)
         return self.builder.gep(ref.ptr, [offset], inbounds=True, source_etype=ty), ty
 
