@@ -33,7 +33,9 @@ per loop nest, in execution order, each with its isl domain and two bands:
 
 `context` holds what the sizes are known to satisfy when the code runs: every size
 >= 1, and every output extent >= 0 (a negative extent is a ShapeError at call time).
-The AST builder uses it to drop useless guards.
+The AST builder uses it to drop useless guards; a nest whose domain is empty under it
+is dropped (`A_grad(y, z) += O1_grad(i) where ..., N - 1 in 0:1` when an input's
+extent `N - 3` says N >= 4).
 
 Worked example, `C(m, n) +=! A(m, k) * B(k, n)` with ranges `0:M, 0:N, 0:K`:
 one Nest `S0[m, n, k]`, outer band `(m, n)` parallel, inner band `(k,)`,
@@ -176,7 +178,10 @@ def schedule(ranged: RangedDef, options: Options | None = None) -> Schedule:
     context = size_context(ranged)
     nests: list[Nest] = []
     for poly, facts in zip(build_statements(ranged), _ranged_facts(ranged), strict=True):
-        nests.extend(_nests_of(poly, facts, extents, params, context, options))
+        made = _nests_of(poly, facts, extents, params, context, options)
+        # a nest that runs at no size a call may have gets no loops (isl builds no AST
+        # for an empty domain): a gradient's piece for sizes its inputs' shapes exclude
+        nests.extend(n for n in made if not n.domain.intersect_params(context).is_empty())
     if options.fuse:
         from compiler.poly.companions import with_companions  # it reads this module's Nest
 
