@@ -144,6 +144,7 @@ class _Reverse:
         self.tmp_count = 0
         self.span: Span = ranged.checked.definition.span
         self.pending_copy: dict[str, str] = {}
+        self.zero_started: set[str] = set()  # accumulators of a zero cotangent
         # (target, version) of a product -> its (count, nonzero, zeros) reductions
         self.products: dict[tuple[str, int], tuple[Access, Access, Access]] = {}
 
@@ -242,6 +243,8 @@ class _Reverse:
             # then covers its whole shape, so range inference bounds its reads by it.
             idx, where = full_box(self.v, target)
             self._emit(Access(adjoint, idx), Access(self.pending_copy.pop(adjoint), idx), where)
+        elif adjoint in self.zero_started:
+            self._cover(adjoint, target)
         self.span = forward.span  # generated statements point at their forward statement
         seed_access = Access(adjoint, stmt.lhs.args, span=stmt.lhs.span)
         self.types[adjoint] = self.v.dtype(target)
@@ -260,6 +263,17 @@ class _Reverse:
                 self._contribute(index, part, read, contribution, guards)
         if k > 1 and (target, k - 1) in self.active:
             self._pass_through(index, stmt, target, k, adjoint)
+
+    def _cover(self, adjoint: str, target: str) -> None:
+        """A zero cotangent's accumulator, about to be read over the whole output: its
+        contributions may write only part of it (`Y(i) = X(i) where i in 0:N - 1`
+        reads part of `X`), so add zero over the whole shape last, unless one of them
+        already wrote all of it (range inference bounds its reads by its writes)."""
+        dims = self.v.dims(target)
+        if any(s.lhs.name == adjoint and _writes_box(s, dims) for s in self.stmts):
+            return
+        idx, where = full_box(self.v, target)
+        self._emit(Access(adjoint, idx), Const(0, ScalarType.INT32), where)
 
     def _seed(self, stmt: Stmt, target: str, k: int, adjoint: Access) -> Expr:
         base = stmt.op.base
@@ -386,6 +400,7 @@ class _Reverse:
             existing = self.names.fresh(f"{adjoint}_acc")  # contribution starts the sum
             self._declare(existing, tensor)
             self.adjoint[(tensor, version)] = existing
+            self.zero_started.add(existing)
         elif existing == adjoint:  # the caller's adjoint is immutable: accumulate
             existing = self.names.fresh(f"{adjoint}_acc")  # into a copy, added last
             self._declare(existing, tensor)  # (see _statement)
@@ -445,16 +460,31 @@ class _Reverse:
         if stmt.op is AssignOp.TIMES:  # `*=`: times the product (`_times_seed`)
             self._times_pass_through(index, stmt, target, k, adjoint, grad)
             return
-        idx, where = full_box(self.v, target)
-        value: Expr = Access(adjoint, idx)
         if stmt.op.base in (AssignOp.MAX, AssignOp.MIN):
-            self._need(target, k - 1)
-            self._need(target, k)
-            same = al.eq(
-                Access(self.v.name(target, k - 1), idx), Access(self.v.name(target, k), idx)
-            )
-            value = al.mul(value, al.indicator(same)) or value
+            self._extremum_pass_through(stmt, target, k, adjoint, grad)
+            return
+        idx, where = full_box(self.v, target)
+        self._emit(Access(grad, idx), Access(adjoint, idx), where)
+
+    def _extremum_pass_through(
+        self, stmt: Stmt, target: str, k: int, adjoint: str, grad: str
+    ) -> None:
+        """`max=` / `min=` into the previous version: where the statement writes, the
+        previous value keeps the adjoint if it is still the extremum; elsewhere it is
+        the value. The previous version is read only where the statement writes (an
+        earlier write may cover only that part: `O(i) = A(i) where i in 2:N`)."""
+        self._need(target, k - 1)
+        self._need(target, k)
+        plain = _plain_vars(stmt.lhs)
+        if plain is None:
+            idx, where = full_box(self.v, target)
+        else:
+            idx, where = stmt.lhs.args, lhs_where(stmt, stmt.where)
+        same = al.eq(Access(self.v.name(target, k - 1), idx), Access(self.v.name(target, k), idx))
+        value = al.mul(Access(adjoint, idx), al.indicator(same)) or Access(adjoint, idx)
         self._emit(Access(grad, idx), value, where)
+        if plain is not None and not self.v.covers_box(stmt):
+            self._masked_pass_through(dataclasses.replace(stmt, where=where), target, adjoint, grad)
 
     def _times_pass_through(
         self, index: int, stmt: Stmt, target: str, k: int, adjoint: str, grad: str
@@ -493,6 +523,29 @@ class _Reverse:
         )
         kept = al.select(written, None, Access(adjoint, idx)) if written else Access(adjoint, idx)
         self._emit(Access(grad, idx), kept or Access(adjoint, idx), where)
+
+
+def _writes_box(stmt: Stmt, dims: tuple[Expr, ...]) -> bool:
+    """Whether `stmt` writes every element of a tensor of shape `dims`: distinct plain
+    variables on the left, each `in 0:dim`, and no other clause on them."""
+    names = _plain_vars(stmt.lhs)
+    if names is None:
+        return False
+    ranges = {}
+    for c in stmt.where:
+        if isinstance(c, RangeConstraint):
+            if isinstance(c.expr, Var) and c.expr.name in names and c.expr.name not in ranges:
+                ranges[c.expr.name] = (c.lo, c.hi)
+            elif any(isinstance(e, Var) and e.name in names for e in walk(c.expr)):
+                return False
+    zero = Const(0, ScalarType.INT32)
+    return all(ranges.get(n) == (zero, d) for n, d in zip(names, dims, strict=True))
+
+
+def _plain_vars(lhs: Access) -> tuple[str, ...] | None:
+    """The left-hand side's variables when it is distinct plain variables, else None."""
+    names = tuple(a.name for a in lhs.args if isinstance(a, Var))
+    return names if len(names) == len(lhs.args) == len(set(names)) else None
 
 
 def _constant_subscripts_as_vars(
