@@ -12,7 +12,8 @@ and `tcc compile --grad`. A kernel defined
 with `backward="name"` uses that def of the same source instead, with TC's training
 convention: its parameters are the forward inputs, then (optionally) the forward
 outputs, then one gradient per forward output; its outputs are the gradients of the
-forward inputs, in order (fewer outputs: the remaining inputs get None).
+forward inputs, in order, one for each float input at least (`check_backward_def`: a
+missing gradient is a TCError naming it, never a silent None).
 
 `vjp` on a CUDA target with device arrays (`compiler.runtime.cuda_device`: all arrays
 on the device, or all NumPy; None cotangents are zeros either way) never leaves the
@@ -32,7 +33,7 @@ import numpy as np
 
 from compiler import pipeline
 from compiler.diagnostics import OptionsError, ShapeError, TCError
-from compiler.frontend.checked import RangedDef
+from compiler.frontend.checked import CheckedDef, RangedDef
 from compiler.frontend.parser import parse
 from compiler.frontend.printer import print_def
 from compiler.interp.expr import NP_DTYPE
@@ -132,6 +133,74 @@ def gradient_kernel(kernel: Kernel) -> Kernel:
     return define_ranged(
         gradient_ranged(kernel.ranged), target=kernel.target, options=options, cache=cache
     )
+
+
+def check_backward_def(
+    forward: CheckedDef, backward: CheckedDef, counts: Sequence[int | None] = (None,)
+) -> None:
+    """A TCError unless the hand-written `backward` def fits `forward` (TC's training
+    convention): its parameters are the forward inputs, optionally the forward outputs,
+    then n output gradients for some n in `counts` (None: any number, which a
+    `reorder_function` decides); its outputs are the gradients of the inputs in input
+    order, at least up to the last float input (an integer input's position holds an
+    output that is ignored), each of its input's type and rank.
+
+        def mm(float(M,K) A, float(K,N) B) -> (C)
+        def mm_grad(float(M,K) A, float(K,N) B, float(M,N) C_grad) -> (A_grad, B_grad)
+    """
+    n_in, n_out = len(forward.inputs), len(forward.outputs)
+    n_params = len(backward.inputs)
+    fits = [n is None or n_params in (n_in + n, n_in + n_out + n) for n in counts]
+    wanted = " or ".join("some" if n is None else str(n) for n in counts)
+    example = _backward_signature(forward, backward.name)
+    if not any(fits):
+        raise TCError(
+            f"backward def '{backward.name}' has {n_params} parameter(s); expected the "
+            f"{n_in} input(s) of '{forward.name}', optionally its {n_out} output(s), then "
+            f"{wanted} output gradient(s)",
+            backward.definition.span,
+            hint=f"declare it as {example}; with temporary outputs, pass "
+            "reorder_function= to choose the gradients the backward def takes",
+        )
+    floats = [i for i, t in enumerate(forward.inputs) if t.dtype.is_float]
+    missing = [forward.inputs[i].name for i in floats if i >= len(backward.outputs)]
+    if missing:
+        names = ", ".join(f"'{n}'" for n in missing)
+        raise TCError(
+            f"backward def '{backward.name}' has {len(backward.outputs)} output(s), so it "
+            f"produces no gradient for input(s) {names} of '{forward.name}': its outputs "
+            "must be the gradients of the inputs, in input order",
+            backward.definition.span,
+            hint=f"declare it as {example}",
+        )
+    for i in floats:
+        _check_gradient_output(forward, backward, i)
+
+
+def _check_gradient_output(forward: CheckedDef, backward: CheckedDef, position: int) -> None:
+    info, out = forward.inputs[position], backward.outputs[position]
+    if out.dtype is not info.dtype or out.rank != info.rank:
+        raise ShapeError(
+            f"backward def '{backward.name}' output '{out.name}' (the gradient of input "
+            f"'{info.name}') is {out.dtype.value} of rank {out.rank}, but input "
+            f"'{info.name}' is {info.dtype.value} of rank {info.rank}",
+            out.span,
+            hint="declare the gradient with its input's type and shape",
+        )
+
+
+def _backward_signature(forward: CheckedDef, name: str) -> str:
+    """`def mm_grad(A, B, [C,] C_grad) -> (A_grad, B_grad)`: what a backward def takes."""
+    inputs = [t.name for t in forward.inputs]
+    outputs = [t.name for t in forward.outputs]
+    last = max((i for i, t in enumerate(forward.inputs) if t.dtype.is_float), default=-1)
+    grads = [
+        f"{t.name}_grad" if t.dtype.is_float else f"{t.name}_ignored"
+        for t in forward.inputs[: last + 1]
+    ]
+    params = ", ".join(inputs) + ", [" + ", ".join(outputs) + ",] "
+    params += ", ".join(f"{o}_grad" for o in outputs)
+    return f"def {name}({params}) -> ({', '.join(grads)})"
 
 
 def vjp(kernel: Kernel, arrays: Sequence[Any], grad_outputs: Sequence[Any]) -> tuple[Any, ...]:
@@ -262,16 +331,10 @@ def _backward_arguments(
     n_in, n_out = len(checked.inputs), len(checked.outputs)
     needs_outputs = kernel.backward is None and any(t.name in params for t in checked.outputs)
     if kernel.backward is not None:
-        if len(params) == n_in + n_out:
-            needs_outputs = False
-        elif len(params) == n_in + 2 * n_out:
-            needs_outputs = True
-        else:
-            raise TCError(
-                f"backward def '{kernel.backward}' has {len(params)} parameter(s); expected "
-                f"the {n_in} input(s) of '{kernel.name}', optionally its {n_out} output(s), "
-                f"then {n_out} output gradient(s)"
-            )
+        if not kernel.__dict__.get("_backward_fits"):  # checked once per kernel
+            check_backward_def(kernel.ranged.checked, kernel.grad.ranged.checked, (n_out,))
+            kernel.__dict__["_backward_fits"] = True
+        needs_outputs = len(params) == n_in + 2 * n_out
     forward = kernel(*arrays) if needs_outputs else ()
     if kernel.backward is not None:
         return [*arrays, *forward, *grad_outputs]
@@ -284,6 +347,7 @@ def _backward_arguments(
 
 __all__ = [
     "GradForm",
+    "check_backward_def",
     "grad",
     "gradient_kernel",
     "gradient_ranged",

@@ -14,8 +14,9 @@ Two sources of gradients, as in TC's training layers:
 - user-supplied (`backward="name"`, a def of the same source): its parameters are the
   forward inputs, optionally the forward outputs, then the output gradients (after
   `reorder_function`, if any, so there may be fewer than outputs); its outputs are the
-  gradients of the forward inputs in order (fewer outputs: the rest get None). It
-  always computes every gradient it declares; the unneeded ones are dropped.
+  gradients of the forward inputs in order, one for each float input at least (checked
+  at define time: a missing one is a TCError, never a silent None). It always computes
+  every gradient it declares; the unneeded ones are dropped.
 
 The arrays are NumPy arrays, or, on the device path of a CUDA layer
 (`compiler.torch.convert.on_device`), the tensors themselves (the gradient kernels run
@@ -30,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from compiler.backward import gradient_ranged
-from compiler.diagnostics import InternalError, ShapeError, TCError
+from compiler.backward import check_backward_def, gradient_ranged
+from compiler.diagnostics import InternalError, ShapeError
 from compiler.kernel import Kernel, define_ranged
 
 MAX_SPECIALISED = 2  # gradient kernels compiled for exact requests before the general one
@@ -58,21 +59,10 @@ class GradientRunner:
 
     def check_user_signature(self, *counts: int | None) -> None:
         """A TCError unless the backward def takes the inputs, optionally the outputs,
-        then n output gradients for some n in `counts` (None: any number)."""
-        checked = self.kernel.ranged.checked
-        n_in, n_out = len(checked.inputs), len(checked.outputs)
-        n_params = len(self.user_kernel().ranged.checked.inputs)
-        fits = [n is None or n_params in (n_in + n, n_in + n_out + n) for n in counts]
-        if not any(fits):
-            wanted = " or ".join(str(n) for n in counts)
-            raise TCError(
-                f"backward def '{self.kernel.backward}' has {n_params} parameter(s); expected "
-                f"the {n_in} input(s) of '{self.kernel.name}', optionally its {n_out} "
-                f"output(s), then {wanted} output gradient(s)",
-                self.user_kernel().ranged.checked.definition.span,
-                hint="with temporary outputs, pass reorder_function= to choose the gradients "
-                "the backward def takes",
-            )
+        then n output gradients for some n in `counts` (None: any number), and returns
+        the gradient of every float input in input order
+        (`compiler.backward.check_backward_def`)."""
+        check_backward_def(self.kernel.ranged.checked, self.user_kernel().ranged.checked, counts)
 
     # -------------------------------------------------------------- gradients
 

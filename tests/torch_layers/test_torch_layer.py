@@ -124,6 +124,46 @@ def test_backward_def_that_does_not_fit_the_gradients_is_refused() -> None:
         tct.define(CONV, "conv", training=True, backward="conv")  # not a backward def
 
 
+MUL = """
+def mul(double(N) A, int32(N) K, double(N) B) -> (O) { O(i) = A(i) * float(K(i)) * B(i) }
+def mul_a(double(N) A, int32(N) K, double(N) B, double(N) O_grad) -> (A_grad) {
+    A_grad(i) = O_grad(i) * float(K(i)) * B(i)
+}
+def mul_ab(double(N) A, int32(N) K, double(N) B, double(N) O_grad)
+    -> (A_grad, K_ignored, B_grad) {
+    A_grad(i) = O_grad(i) * float(K(i)) * B(i)
+    K_ignored(i) = K(i)
+    B_grad(i) = O_grad(i) * float(K(i)) * A(i)
+}
+def mul_f32(double(N) A, int32(N) K, double(N) B, double(N) O_grad)
+    -> (A_grad, K_ignored, B_grad) {
+    A_grad(i) = O_grad(i) * float(K(i)) * B(i)
+    K_ignored(i) = K(i)
+    B_grad(i) = float(O_grad(i))
+}
+"""
+
+
+def test_backward_def_missing_a_gradient_is_refused_at_define_time() -> None:
+    with pytest.raises(TCError, match=r"produces no gradient for input\(s\) 'B' of 'mul'") as e:
+        tct.define(MUL, "mul", backward="mul_a")
+    assert "def mul_a(A, K, B, [O,] O_grad) -> (A_grad, K_ignored, B_grad)" in e.value.render()
+    with pytest.raises(ShapeError, match="output 'B_grad' .* is float32 of rank 1, but input"):
+        tct.define(MUL, "mul", backward="mul_f32")
+
+
+def test_backward_def_with_an_integer_input_between_floats() -> None:
+    layer = tct.define(MUL, "mul", backward="mul_ab")
+    g = torch.Generator().manual_seed(5)
+    a, b = (torch.randn(4, dtype=torch.float64, generator=g, requires_grad=True) for _ in "ab")
+    k = torch.tensor([1, -2, 3, 0], dtype=torch.int32)
+    (out,) = layer(a, k, b)
+    cot = torch.randn(4, dtype=torch.float64, generator=g)
+    ga, gb = torch.autograd.grad(out, (a, b), cot)
+    torch.testing.assert_close(ga, cot * k.double() * b.detach())
+    torch.testing.assert_close(gb, cot * k.double() * a.detach())
+
+
 def test_reorder_function_without_backward_def_is_refused() -> None:
     with pytest.raises(OptionsError, match="backward="):
         tct.define(CONV, "conv", training=True, reorder_function=lambda g: g)
