@@ -219,7 +219,8 @@ def _packable(
         return False
     (r,) = facts.reduction_vars
     return any(
-        mentions(read.args[-1], j, lets)
+        read.args  # a 0-d read (a scalar factor `* b`) is no panel
+        and mentions(read.args[-1], j, lets)
         and any(mentions(a, r, lets) for a in read.args[:-1])
         and not any(mentions(a, block_var, lets) for a in read.args)
         for read in reads
