@@ -244,7 +244,17 @@ def run_from(
         if p.name == "grad" and not (ctx.grad or ctx.jvp):
             continue
         began = time.perf_counter()
-        value = p.run(value, ctx)
+        try:
+            value = p.run(value, ctx)
+        except Exception as e:
+            # an isl failure is a compiler bug: a poly pass names the statement it
+            # was on (poly.failures), what still escapes it names the pass here
+            from compiler.poly.failures import isl_failure
+
+            failure = isl_failure(e, f"pass '{p.name}'")
+            if failure is None:
+                raise
+            raise failure from e
         if observe is not None:
             observe(p.name, value, time.perf_counter() - began)
     return value

@@ -51,6 +51,7 @@ from compiler.poly.aliasing import ALIAS_BYTES
 from compiler.poly.colsum import block_column_sums
 from compiler.poly.companions import companion_versions
 from compiler.poly.cpu_model import PANEL_LANES
+from compiler.poly.failures import isl_failures
 from compiler.poly.lower_expr import (
     I64,
     ExprLowering,
@@ -105,6 +106,11 @@ def lower_schedule(sched: Schedule) -> Lowered:
 
 def _lower_nest(sched: Schedule, nest: Nest, state: _State) -> L.Stmt:
     """One nest's loops; with an alternative, both under the run-time alias test."""
+    with isl_failures(nest.facts.stmt):
+        return _lower_versions(sched, nest, state)
+
+
+def _lower_versions(sched: Schedule, nest: Nest, state: _State) -> L.Stmt:
     body = _NestLowering(sched, nest, state).run()
     if nest.companions:  # and the nests apart, for too few parallel iterations
         apart = [_lower_nest(sched, c, state) for c in nest.companions]

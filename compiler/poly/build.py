@@ -29,9 +29,10 @@ from dataclasses import dataclass
 import islpy as isl
 
 from compiler.frontend.ast import Access, Expr, RangeConstraint, Stmt
-from compiler.frontend.checked import RangedDef
+from compiler.frontend.checked import RangedDef, StmtFacts
 from compiler.names import NameSupply
 from compiler.poly.accesses import lets_of, reads_of
+from compiler.poly.failures import isl_failures
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, condition_of, expr_to_aff
 
 
@@ -167,40 +168,44 @@ def reads_in_bounds(ranged: RangedDef, stmt: Stmt, space: StmtSpace, domain: isl
 
 def build_statements(ranged: RangedDef) -> tuple[PolyStmt, ...]:
     """One `PolyStmt` per statement of `ranged`, in textual order."""
-    params = ranged.checked.size_params
     result: list[PolyStmt] = []
     written: set[str] = set()
     for k, facts in enumerate(ranged.checked.stmts):
-        stmt, name = facts.stmt, f"S{k}"
-        space = StmtSpace(facts.all_vars, params)
-        domain = domain_of(stmt, space, name)
-        lets = lets_of(stmt)
-        write, bad = _relation(stmt.lhs, space, domain, lets)
-        scatter = None
-        if bad:
-            write = write.intersect_range(_box(ranged, stmt.lhs.name, params))
-            scatter = NonAffineWrite(stmt.lhs.name, stmt.lhs, bad, write)
-        reads: list[PolyRead] = []
-        nonaffine: list[NonAffineRead] = []
-        for read in reads_of(stmt, written):
-            relation, bad = _relation(read.access, space, domain, lets)
-            if bad:
-                nonaffine.append(NonAffineRead(read.access.name, read.access, bad, relation))
-            else:
-                reads.append(PolyRead(read.access.name, relation, read.access, read.implicit))
-        written.add(stmt.lhs.name)
-        result.append(
-            PolyStmt(
-                name,
-                k,
-                stmt,
-                facts.index_vars,
-                facts.reduction_vars,
-                domain,
-                write,
-                tuple(reads),
-                tuple(nonaffine),
-                scatter,
-            )
-        )
+        with isl_failures(facts.stmt):
+            result.append(_poly_stmt(ranged, k, facts, written))
+        written.add(facts.stmt.lhs.name)
     return tuple(result)
+
+
+def _poly_stmt(ranged: RangedDef, k: int, facts: StmtFacts, written: set[str]) -> PolyStmt:
+    """Statement `k`; `written`: the tensors earlier statements write."""
+    params = ranged.checked.size_params
+    stmt, name = facts.stmt, f"S{k}"
+    space = StmtSpace(facts.all_vars, params)
+    domain = domain_of(stmt, space, name)
+    lets = lets_of(stmt)
+    write, bad = _relation(stmt.lhs, space, domain, lets)
+    scatter = None
+    if bad:
+        write = write.intersect_range(_box(ranged, stmt.lhs.name, params))
+        scatter = NonAffineWrite(stmt.lhs.name, stmt.lhs, bad, write)
+    reads: list[PolyRead] = []
+    nonaffine: list[NonAffineRead] = []
+    for read in reads_of(stmt, written):
+        relation, bad = _relation(read.access, space, domain, lets)
+        if bad:
+            nonaffine.append(NonAffineRead(read.access.name, read.access, bad, relation))
+        else:
+            reads.append(PolyRead(read.access.name, relation, read.access, read.implicit))
+    return PolyStmt(
+        name,
+        k,
+        stmt,
+        facts.index_vars,
+        facts.reduction_vars,
+        domain,
+        write,
+        tuple(reads),
+        tuple(nonaffine),
+        scatter,
+    )

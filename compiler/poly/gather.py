@@ -87,12 +87,13 @@ from compiler.frontend.ast import (
 from compiler.frontend.builtins import ARITY
 from compiler.frontend.check import check_def
 from compiler.frontend.checked import Bound, RangedDef, StmtFacts
-from compiler.frontend.printer import print_def, print_expr, print_stmt
+from compiler.frontend.printer import print_def, print_expr
 from compiler.frontend.scopes import walk
 from compiler.frontend.visit import substitute
 from compiler.names import NameSupply
 from compiler.poly.accesses import lets_of
 from compiler.poly.build import domain_of, reads_in_bounds
+from compiler.poly.failures import isl_failures
 from compiler.poly.invert import Inexpressible, Piece, choose_inner, invert, schedule_of
 from compiler.poly.isl_bridge import StmtSpace, condition_of, expr_to_aff
 from compiler.poly.partial import keep_partial
@@ -167,7 +168,8 @@ def scatter_to_gather(
     for k, (stmt, facts) in enumerate(zip(checked.definition.stmts, checked.stmts, strict=True)):
         if write_kind(facts) is WriteKind.SCATTER and k not in kept:
             try:
-                new = _budgeted(_gather, budget, dataclasses.replace(facts, stmt=stmt), ranged)
+                with isl_failures(stmt):
+                    new = _budgeted(_gather, budget, dataclasses.replace(facts, stmt=stmt), ranged)
             except _OutOfBudget:
                 warnings.warn(
                     f"the scatter -> gather pass gave up on `{print_expr(stmt.lhs)} "
@@ -179,8 +181,6 @@ def scatter_to_gather(
                     stacklevel=2,
                 )
                 new = [stmt]
-            except isl.Error as e:
-                raise InternalError(f"isl failed on `{print_stmt(stmt)}`: {e}") from e
             if len(new) > 1 and new[0].op is AssignOp.ASSIGN and stmt.op.init:
                 initialised.add(stmt.lhs.name)
             stmts.extend(new)

@@ -61,6 +61,7 @@ from compiler.frontend.check import check_def
 from compiler.frontend.checked import Bound, RangedDef, StmtFacts
 from compiler.frontend.printer import print_def
 from compiler.frontend.visit import walk
+from compiler.poly.failures import isl_failures
 from compiler.poly.isl_bridge import (
     NotAffine,
     StmtSpace,
@@ -77,7 +78,8 @@ def pad_gathers(ranged: RangedDef) -> RangedDef:
     outputs: list[Param] = []
     bounds = list(ranged.output_bounds)
     for stmt, facts in zip(checked.definition.stmts, checked.stmts, strict=True):
-        found = _padding(dataclasses.replace(facts, stmt=stmt), ranged)
+        with isl_failures(stmt):
+            found = _padding(dataclasses.replace(facts, stmt=stmt), ranged)
         if found is None:
             stmts.append(stmt)
             continue

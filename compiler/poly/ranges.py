@@ -72,6 +72,7 @@ from compiler.frontend.printer import print_expr
 from compiler.frontend.scopes import walk
 from compiler.frontend.source import NO_SPAN, Span
 from compiler.poly.accesses import Read, lets_of, reads_of
+from compiler.poly.failures import isl_failures
 from compiler.poly.isl_bridge import (
     NotAffine,
     StmtSpace,
@@ -124,7 +125,8 @@ def infer_ranges(checked: CheckedDef) -> RangedDef:
     state = _DefState(checked, tuple(checked.size_params))
     stmts: list[Stmt] = []
     for facts in checked.stmts:
-        stmts.append(_StmtInference(facts, state).run())
+        with isl_failures(facts.stmt):
+            stmts.append(_StmtInference(facts, state).run())
     definition = dataclasses.replace(checked.definition, stmts=tuple(stmts))
     facts = tuple(dataclasses.replace(f, stmt=s) for f, s in zip(checked.stmts, stmts, strict=True))
     bounds = tuple((t.name, _output_bounds(state, t.name)) for t in checked.outputs)

@@ -62,6 +62,7 @@ from compiler.poly.aliasing import AliasCheck, alias_check
 from compiler.poly.build import PolyStmt, build_statements, tensor_extents
 from compiler.poly.cpu_model import LoopOrder, choose_order, literal_order
 from compiler.poly.cpu_registers import panel_rows
+from compiler.poly.failures import isl_failures
 from compiler.poly.gather import WriteKind, write_kind
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff, params_space
 from compiler.poly.lower_expr import bound_to_loops
@@ -178,7 +179,8 @@ def schedule(ranged: RangedDef, options: Options | None = None) -> Schedule:
     context = size_context(ranged)
     nests: list[Nest] = []
     for poly, facts in zip(build_statements(ranged), _ranged_facts(ranged), strict=True):
-        made = _nests_of(poly, facts, extents, params, context, options)
+        with isl_failures(facts.stmt):
+            made = _nests_of(poly, facts, extents, params, context, options)
         # a nest that runs at no size a call may have gets no loops (isl builds no AST
         # for an empty domain): a gradient's piece for sizes its inputs' shapes exclude
         nests.extend(n for n in made if not n.domain.intersect_params(context).is_empty())
