@@ -1,6 +1,6 @@
 """The `tcc` command: one function per subcommand, registered in `COMMANDS`.
 
-    tcc check FILE...              parse and check; diagnostics on stderr
+    tcc check FILE... [--no-ranges] parse, check, infer ranges; diagnostics on stderr
     tcc fmt FILE... [--in-place | --check]
                                    print canonical TC, rewrite it, or test it
     tcc infer FILE [--entry NAME] [--shape A=4,5 ...]
@@ -37,6 +37,7 @@ from compiler.diagnostics import Diagnostic, TCError
 
 if TYPE_CHECKING:
     from compiler.frontend.ast import Expr, Module
+    from compiler.frontend.checked import CheckedDef
 
 PROG = "tcc"
 STDIN_NAME = "-"
@@ -147,9 +148,17 @@ def _collect_warnings(checked: object) -> list[Diagnostic]:
 def _add_check_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="TC source files ('-': stdin)")
     parser.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    parser.add_argument(
+        "--no-ranges",
+        action="store_true",
+        help="skip range inference (parse and semantic checks only)",
+    )
 
 
 def _run_check(args: argparse.Namespace) -> int:
+    """Parse, check and (unless --no-ranges) infer the ranges of every def: what every
+    later stage needs, so a file `tcc check` passes is not rejected by `tcc compile`
+    for its ranges (`where i in 8:4`, a read out of bounds for every size)."""
     from compiler.frontend.check import check_module
 
     status = 0
@@ -162,12 +171,35 @@ def _run_check(args: argparse.Namespace) -> int:
             status = 1
             continue
         warnings = _collect_warnings(checked)
-        print_diagnostics(warnings)
-        if not args.quiet:
+        errors = [] if args.no_ranges else _range_diagnostics(checked, warnings)
+        print_diagnostics(sorted([*warnings, *errors], key=_position))
+        if errors:
+            status = 1
+        elif not args.quiet:
             names = ", ".join(d.name for d in module.defs) or "no defs"
             note = f", {len(warnings)} warning(s)" if warnings else ""
             print(f"{path}: ok ({names}{note})")
     return status
+
+
+def _range_diagnostics(checked: Sequence[CheckedDef], found: list[Diagnostic]) -> list[Diagnostic]:
+    """Range inference of every def (the pipeline's `ranges` pass): its warnings are
+    appended to `found`; the errors of all defs are returned."""
+    from compiler import pipeline
+
+    errors: list[Diagnostic] = []
+    for item in checked:
+        ctx = pipeline.PassContext()
+        try:
+            pipeline.run_from(item, ctx, start="ranges", upto="ranges")
+        except TCError as err:
+            errors += err.diagnostics
+        found += ctx.diagnostics
+    return errors
+
+
+def _position(diag: Diagnostic) -> tuple[str, int]:
+    return (diag.span.filename, diag.span.start)
 
 
 # -------------------------------------------------------------------- tcc fmt

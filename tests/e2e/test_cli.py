@@ -161,6 +161,58 @@ def test_check_reads_stdin() -> None:
     assert proc.returncode == 1 and proc.stderr.startswith("<stdin>:2:")
 
 
+RANGE_ERRORS = {
+    "empty_where": (
+        "def f(float(N) I) -> (O) {\n    O(i) = I(i) where i in 8:4\n}\n",
+        (2, 23),
+        "empty range: `i in 8:4`",
+    ),
+    "negative_index": (
+        "def f(float(N) I) -> (O) {\n    O(i) = I(i + 5)\n}\n",
+        (2, 7),
+        "index `i` of output 'O' is negative for every size",
+    ),
+    "coupled": (
+        "def f(float(N) I) -> (O) {\n    O(i) max=! I(2 * i + k)\n}\n",
+        (2, 7),
+        "could not infer a range for 'i', 'k'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RANGE_ERRORS))
+def test_check_runs_range_inference(tmp_path: Path, case: str) -> None:
+    text, position, message = RANGE_ERRORS[case]
+    (tmp_path / "r.tc").write_text(text)
+    proc = tcc("check", "r.tc", cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout
+    assert assert_caret_diagnostic(proc.stderr, "r.tc") == position
+    assert message in proc.stderr.splitlines()[0]
+    # what `tcc compile` says too: the same error at the same place
+    compiled = tcc("compile", "r.tc", "--emit", "loops", cwd=tmp_path)
+    assert compiled.returncode == 1 and compiled.stderr == proc.stderr
+    proc = tcc("check", "--no-ranges", "r.tc", cwd=tmp_path)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "r.tc: ok (f)\n", "")
+
+
+def test_check_reports_the_range_errors_of_every_def(tmp_path: Path) -> None:
+    bad = [RANGE_ERRORS[k][0].replace("def f", f"def {k}") for k in sorted(RANGE_ERRORS)]
+    (tmp_path / "r.tc").write_text("\n".join([*bad, MATMUL]))
+    proc = tcc("check", "r.tc", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert len(re.findall(r"^r\.tc:\d+:\d+: error: ", proc.stderr, re.M)) == 3, proc.stderr
+
+
+def test_check_prints_range_warnings(tmp_path: Path) -> None:
+    (tmp_path / "w.tc").write_text(
+        "def f(float(N) I, float(M) J) -> (O) {\n    O(i) = I(i) + J(i) where i in 0:N\n}\n"
+    )
+    proc = tcc("check", "w.tc", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert proc.stdout == "w.tc: ok (f, 1 warning(s))\n"
+    assert proc.stderr.startswith("w.tc:2:19: warning: cannot prove that `J(i)` stays in bounds")
+
+
 # -------------------------------------------------------------------- tcc fmt
 
 
