@@ -23,6 +23,7 @@ from compiler.loops.ir import (
     Max,
     Min,
     Mod,
+    Select,
     Unary,
     UnaryOp,
     VarRef,
@@ -108,6 +109,14 @@ def eval_size_expr(e: Expr, env: Mapping[str, int]) -> int:
         return _ARITH[e.op](eval_size_expr(e.a, env), eval_size_expr(e.b, env))
     if isinstance(e, Unary) and e.op is UnaryOp.NEG:
         return -eval_size_expr(e.x, env)
+    # a piecewise extent (`N >= 6 && M > N ? N : 5`: isl's `max(min(N, M), 5)`); its
+    # conditions evaluate to 0 or 1
+    if isinstance(e, Select):
+        return eval_size_expr(e.a if eval_size_expr(e.cond, env) else e.b, env)
+    if isinstance(e, Bin) and e.op in _TEST:
+        return int(_TEST[e.op](eval_size_expr(e.a, env), eval_size_expr(e.b, env)))
+    if isinstance(e, Unary) and e.op is UnaryOp.NOT:
+        return int(not eval_size_expr(e.x, env))
     raise InternalError(f"not an expression of size parameters: {print_expr(e)}")
 
 
@@ -115,4 +124,14 @@ _ARITH = {
     BinOp.ADD: lambda a, b: a + b,
     BinOp.SUB: lambda a, b: a - b,
     BinOp.MUL: lambda a, b: a * b,
+}
+_TEST = {
+    BinOp.AND: lambda a, b: bool(a) and bool(b),
+    BinOp.OR: lambda a, b: bool(a) or bool(b),
+    BinOp.EQ: lambda a, b: a == b,
+    BinOp.NE: lambda a, b: a != b,
+    BinOp.LT: lambda a, b: a < b,
+    BinOp.LE: lambda a, b: a <= b,
+    BinOp.GT: lambda a, b: a > b,
+    BinOp.GE: lambda a, b: a >= b,
 }

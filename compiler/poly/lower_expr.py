@@ -262,8 +262,8 @@ class ExprLowering:
 
 def bound_to_loops(e: Expr) -> L.Expr:
     """A bound or shape expression of the sizes (`N - KH + 1`, `(W - 1) / 2`,
-    `min(A, B)`) as int64 loop IR: `/` and `%` are floor operations, as in
-    `compiler.shapes`."""
+    `min(A, B)`, isl's piecewise `N >= 6 && M > N ? N : 5`) as int64 loop IR (its
+    conditions as booleans): `/` and `%` are floor operations, as in `compiler.shapes`."""
     if isinstance(e, Const) and isinstance(e.value, int):
         return const(e.value, I64)
     if isinstance(e, Var):
@@ -278,6 +278,16 @@ def bound_to_loops(e: Expr) -> L.Expr:
     if isinstance(e, Call) and e.fn in ("min", "max") and len(e.args) == 2:
         a, b = (bound_to_loops(x) for x in e.args)
         return L.Min(a, b) if e.fn == "min" else L.Max(a, b)
+    if isinstance(e, Select):  # a piecewise extent (`max(min(N, M), 5)`, as isl splits it)
+        cond, a, b = (bound_to_loops(x) for x in (e.cond, e.then, e.otherwise))
+        return L.Select(cond, a, b)
+    if isinstance(e, Compare):
+        return L.Bin(_CMP[e.op], bound_to_loops(e.lhs), bound_to_loops(e.rhs))
+    if isinstance(e, Logical):
+        op = L.BinOp.AND if e.op is LogicOp.AND else L.BinOp.OR
+        return L.Bin(op, bound_to_loops(e.lhs), bound_to_loops(e.rhs))
+    if isinstance(e, Unary) and e.op is UnaryOp.NOT:
+        return L.Unary(L.UnaryOp.NOT, bound_to_loops(e.operand))
     raise InternalError(f"not a bound expression of the sizes: {e!r}")
 
 
