@@ -65,18 +65,21 @@ def define(
     `options` a `compiler.Options` (threads, schedule) for llvm; `backward` names a
     def of the same source to use as the gradient instead of tcc's AD; `cache` (llvm):
     True reuses compiled code in memory and on disk, a directory caches there, None in
-    memory only, False never. See `compiler.kernel` and `Kernel.__call__`."""
+    memory only, False never. See `compiler.kernel` and `Kernel.__call__`. A define
+    that takes over a second shows a progress line on stderr when it is a terminal."""
+    from compiler import progress
     from compiler.kernel import define as _define
 
-    return _define(
-        source,
-        name,
-        constants=constants,
-        target=target,
-        options=options,
-        backward=backward,
-        cache=cache,
-    )
+    with progress.Progress(f"tcc: compiling '{name}'" if name else "tcc: compiling the def"):
+        return _define(
+            source,
+            name,
+            constants=constants,
+            target=target,
+            options=options,
+            backward=backward,
+            cache=cache,
+        )
 
 
 def autotune(source: str, name: str | None = None, *inputs: Any, **kwargs: Any) -> Any:

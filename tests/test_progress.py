@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from compiler.progress import Progress
@@ -72,3 +73,31 @@ def test_tcc_compile_grad_shows_a_spinner_on_a_terminal_only() -> None:
     assert "define" in text and "conv2d_grad" in text
     piped = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert "tcc compile" not in piped.stderr and "\r" not in piped.stderr
+
+
+class _TTY(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_define_shows_progress_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    import compiler
+    import compiler.progress
+
+    made: list[Progress] = []
+
+    def instant(label: str, **kwargs: object) -> Progress:  # without the one-second delay
+        made.append(Progress(label, delay=0, interval=0.001, **kwargs))  # type: ignore[arg-type]
+        return made[-1]
+
+    monkeypatch.setattr(compiler.progress, "Progress", instant)
+    src = "def scale2(float(N) A) -> (B) { B(i) = 2.0 * A(i) }"
+    monkeypatch.setattr(sys, "stderr", _TTY())
+    compiler.define(src, "scale2", target="interp")
+    assert made[-1].label == "tcc: compiling 'scale2'" and made[-1].enabled
+    pipe = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", pipe)
+    kernel = compiler.define(src, "scale2", target="interp")
+    assert not made[-1].enabled and pipe.getvalue() == ""
+    (b,) = kernel(np.arange(3, dtype=np.float32))
+    assert b.tolist() == [0.0, 2.0, 4.0]

@@ -50,6 +50,7 @@ ImportError that says `pip install torch==2.13.0`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 try:
@@ -126,14 +127,15 @@ class TCLayer:
         _check_reorder(reorder_function, backward)
         tuned = isinstance(options, str) and options == "tuned"  # compiler.tune.tuned
         self.options = _target_options(target, None if tuned else options)
-        self.kernel = (_tuned_kernel if tuned else Kernel)(
-            source,
-            name,
-            constants=constants,
-            target=target,
-            **({} if tuned else {"options": self.options}),
-            backward=backward,
-        )
+        with _progress(f"defining layer '{name}'" if name else "defining a layer"):
+            self.kernel = (_tuned_kernel if tuned else Kernel)(
+                source,
+                name,
+                constants=constants,
+                target=target,
+                **({} if tuned else {"options": self.options}),
+                backward=backward,
+            )
         self.name = self.kernel.name
         self.training = training
         self.reorder_function = reorder_function
@@ -197,11 +199,21 @@ class TCLayer:
                 self.kernel.ranged.checked.definition.span,
                 hint="drop training=False (autograd is then automatic)",
             )
-        if on_device(self.kernel.target, infos, tensors):  # CUDA tensors stay on the GPU
-            args = [device_tensor(t, v) for t, v in zip(infos, tensors, strict=True)]
-            return tuple(self.kernel(*args))
-        arrays = [tensor_to_array(t, v) for t, v in zip(infos, tensors, strict=True)]
-        return tuple(array_to_tensor(a) for a in self.kernel(*arrays))
+        with self._first_compile("forward", f"compiling layer '{self.name}'"):
+            if on_device(self.kernel.target, infos, tensors):  # CUDA tensors stay on the GPU
+                args = [device_tensor(t, v) for t, v in zip(infos, tensors, strict=True)]
+                return tuple(self.kernel(*args))
+            arrays = [tensor_to_array(t, v) for t, v in zip(infos, tensors, strict=True)]
+            return tuple(array_to_tensor(a) for a in self.kernel(*arrays))
+
+    def _first_compile(self, key: object, label: str) -> AbstractContextManager[object]:
+        """A progress line (on a terminal, after a second) for the first call of kind
+        `key` (the forward; the backward for one set of inputs), which compiles."""
+        done: set[object] = self.__dict__.setdefault("_compiled", set())
+        if key in done:
+            return nullcontext()
+        done.add(key)
+        return _progress(label)
 
     def _refuse_autograd(self, tensors: Sequence[Any]) -> None:
         """The TCError for an inference layer called on a tensor that requires grad
@@ -245,6 +257,14 @@ class TCLayer:
         array = tensor_to_array(info, value)
         device = like.device if like is not None and self.kernel.target == "cuda" else None
         return torch.as_tensor(array, dtype=torch_dtype(info.dtype), device=device)
+
+
+def _progress(label: str) -> AbstractContextManager[object]:
+    """`compiler.progress.Progress` for a layer's compile: shown only when stderr is a
+    terminal and the work takes over a second (looked up here, so tests can swap it)."""
+    from compiler import progress
+
+    return progress.Progress(f"tcc: {label}")
 
 
 def _inputs_phrase(names: Sequence[str]) -> str:
@@ -434,21 +454,25 @@ def _gradients(ctx: Any, *grad_outputs: torch.Tensor) -> tuple[torch.Tensor | No
     ]
     if ctx.reorder is not None:
         grads = list(ctx.reorder(list(grads)))
+    needed = ctx.needs_input_grad[2:]
+    first = layer._first_compile(("backward", needed), f"compiling the gradient of '{layer.name}'")
     if ctx.on_device:  # the tensors go to the gradient kernel as they are (on the GPU)
-        results = layer.gradients.input_gradients(
-            [device_tensor(t, v) for t, v in zip(in_infos, inputs, strict=True)],
-            [device_tensor(t, v, "output") for t, v in zip(out_infos, outputs, strict=True)],
-            [None if g is None else _grad_tensor(g, i) for i, g in enumerate(grads)],
-            ctx.needs_input_grad[2:],
-        )
+        with first:
+            results = layer.gradients.input_gradients(
+                [device_tensor(t, v) for t, v in zip(in_infos, inputs, strict=True)],
+                [device_tensor(t, v, "output") for t, v in zip(out_infos, outputs, strict=True)],
+                [None if g is None else _grad_tensor(g, i) for i, g in enumerate(grads)],
+                needed,
+            )
         return (None, None, *results)
     grad_arrays = [_grad_array(g, i) for i, g in enumerate(grads)]
-    results = layer.gradients.input_gradients(
-        [tensor_to_array(t, v) for t, v in zip(in_infos, inputs, strict=True)],
-        [tensor_to_array(t, v, "output") for t, v in zip(out_infos, outputs, strict=True)],
-        grad_arrays,
-        ctx.needs_input_grad[2:],
-    )
+    with first:
+        results = layer.gradients.input_gradients(
+            [tensor_to_array(t, v) for t, v in zip(in_infos, inputs, strict=True)],
+            [tensor_to_array(t, v, "output") for t, v in zip(out_infos, outputs, strict=True)],
+            grad_arrays,
+            needed,
+        )
     return (None, None, *(None if r is None else array_to_tensor(r) for r in results))
 
 
