@@ -1,0 +1,119 @@
+"""Gradient checks of generated float64 programs.
+
+For every target: `Kernel.vjp` against central finite differences of the ORACLE (one
+random direction per float input, so a wrong gradient of one input is not hidden by
+another's), with random symbolic-zero cotangents (None for some outputs); and the
+dot-product test <jvp(t), c> == <t, vjp(c)> on the kernel itself. Data within reach of
+a kink or tie (the oracle's `gap`) is redrawn; a program whose data keeps landing on one
+is skipped.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from tools.fuzz_ir import Invalid, Program, evaluate
+from tools.fuzz_run import Outcome, _failure, compile_for, make_inputs, signature
+
+STEP = 1e-6
+MIN_GAP = 1e-3
+
+
+def _loss(p: Program, inputs: dict, cots: list) -> float:
+    vals = evaluate(p, dict(p.sizes), inputs).values
+    return float(
+        sum(np.vdot(c, vals[o]) for o, c in zip(p.outputs, cots, strict=True) if c is not None)
+    )
+
+
+def _data(p: Program, seed: int) -> tuple[dict, dict] | None:
+    """Inputs away from kinks and ties (float64), and the oracle's outputs there."""
+    for attempt in range(4):
+        inputs = make_inputs(p, seed * 7 + attempt, exact=False)
+        try:
+            exp = evaluate(p, dict(p.sizes), inputs)
+        except Invalid:
+            continue
+        if exp.gap > MIN_GAP:
+            return inputs, exp.values
+    return None
+
+
+def check_gradients(p: Program, seed: int, targets: tuple) -> list[Outcome]:
+    if p.dtype != "double":
+        return []
+    got = _data(p, seed)
+    if got is None:
+        return [Outcome("ok", "grad-skipped", "", "data near a kink")]
+    inputs, values = got
+    rng = np.random.default_rng(seed + 99)
+    cots = [
+        None if len(p.outputs) > 1 and rng.random() < 0.3 else rng.standard_normal(values[o].shape)
+        for o in p.outputs
+    ]
+    if all(c is None for c in cots):
+        cots[0] = rng.standard_normal(values[p.outputs[0]].shape)
+    floats = [t.name for t in p.inputs if t.dtype == "double"]
+    dirs = {n: rng.standard_normal(inputs[n].shape) for n in floats}
+    fd = {}
+    for n in floats:
+        try:
+            up = dict(inputs, **{n: inputs[n] + STEP * dirs[n]})
+            down = dict(inputs, **{n: inputs[n] - STEP * dirs[n]})
+            fd[n] = (_loss(p, up, cots) - _loss(p, down, cots)) / (2 * STEP)
+        except Invalid:
+            return [Outcome("ok", "grad-skipped", "", "finite difference left the domain")]
+    args = [inputs[t.name] for t in p.inputs]
+    outcomes = []
+    for target in targets:
+        outcomes.append(_check_target(p, seed, target, args, cots, dirs, fd))
+    return outcomes
+
+
+def _check_target(p, seed, target, args, cots, dirs, fd) -> Outcome:  # noqa: ANN001
+    name = f"grad-{target}"
+    try:
+        kernel, opts = compile_for(p, target, seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            grads = kernel.vjp(*args, grad_outputs=cots)
+    except Exception as e:  # noqa: BLE001 - every exception is an outcome
+        return _failure(name, e)
+    by_name = dict(zip((t.name for t in p.inputs), grads, strict=True))
+    dot_vjp = 0.0
+    for n, d in dirs.items():
+        g = by_name[n]
+        if g is None:
+            g = np.zeros_like(d)
+        g = np.asarray(g, dtype=np.float64)
+        if g.shape != d.shape:
+            return Outcome("wrong", name, signature("wrong", name, None, f"{n}_grad shape"),
+                           f"{n}_grad shape {g.shape}, expected {d.shape}")  # fmt: skip
+        a, b = float(np.vdot(g, d)), fd[n]
+        dot_vjp += a
+        scale = max(abs(a), abs(b), float(np.abs(g).sum() * np.abs(d).max()) * 1e-3, 1e-6)
+        if not abs(a - b) <= 1e-5 * scale:
+            return Outcome("wrong", name, signature("wrong", name, None, f"{n}_grad"),
+                           f"<{n}_grad, t> = {a!r}, finite differences of the oracle {b!r} "
+                           f"{opts}".strip())  # fmt: skip
+    if target == "cuda-emulated":
+        return Outcome("ok", name)
+    name = f"jvp-{target}"
+    try:
+        tangents = [dirs.get(t.name) for t in p.inputs]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, touts = kernel.jvp(*args, tangents=tangents)
+    except Exception as e:  # noqa: BLE001
+        return _failure(name, e)
+    dot_jvp = sum(
+        float(np.vdot(c, np.asarray(t, dtype=np.float64)))
+        for c, t in zip(cots, touts, strict=True)
+        if c is not None and t is not None
+    )
+    if not abs(dot_jvp - dot_vjp) <= 1e-8 * max(1.0, abs(dot_jvp), abs(dot_vjp)):
+        return Outcome("wrong", name, signature("wrong", name, None, "dot-product"),
+                       f"<jvp(t), c> = {dot_jvp!r}, <t, vjp(c)> = {dot_vjp!r}")  # fmt: skip
+    return Outcome("ok", name)

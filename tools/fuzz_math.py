@@ -1,0 +1,147 @@
+"""The fuzzer's builtin functions: their meaning (Python's math / SciPy, never tcc's),
+the argument domain the generator keeps them in, and where they have kinks.
+
+`BUILTINS[name] = Fn(impl, arity, domain, exact, kink, smooth)`:
+- `domain`: per argument, "any", "pos" (the generator writes `x * x + 0.5`), "ge1"
+  (`x * x + 1.5`), "unit" (`tanh(x) * 0.75`) or "small" (`tanh(x) * 4`: exp-like
+  growth stays finite);
+- `exact`: the result of exact (dyadic) arguments is exact (so exact mode may use it);
+- `kink`: the distance of the arguments to a point where the function is not smooth
+  (None: smooth on the domain);
+- `smooth`: differentiable on the domain (False: tcc rejects its gradient, README).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from scipy import special
+
+
+def _round(x: float) -> float:
+    return float(math.floor(x + 0.5)) if x >= 0 else -float(math.floor(-x + 0.5))
+
+
+def _frac_dist(x: float) -> float:
+    return abs(x - round(x))
+
+
+def _half_dist(x: float) -> float:
+    return abs(x - math.floor(x) - 0.5)
+
+
+@dataclass(frozen=True)
+class Fn:
+    impl: Any
+    arity: int
+    domain: tuple
+    exact: bool = False
+    kink: Any = None
+    smooth: bool = True
+
+
+_ANY1, _POS1, _UNIT1, _SMALL1 = ("any",), ("pos",), ("unit",), ("small",)
+
+BUILTINS: dict[str, Fn] = {
+    "exp": Fn(math.exp, 1, _SMALL1),
+    "exp2": Fn(lambda x: 2.0**x, 1, _SMALL1),
+    "exp10": Fn(lambda x: 10.0**x, 1, ("unit",)),
+    "expm1": Fn(math.expm1, 1, _SMALL1),
+    "log": Fn(math.log, 1, _POS1),
+    "log2": Fn(math.log2, 1, _POS1),
+    "log10": Fn(math.log10, 1, _POS1),
+    "log1p": Fn(math.log1p, 1, _POS1),
+    "sqrt": Fn(math.sqrt, 1, _POS1),
+    "rsqrt": Fn(lambda x: 1 / math.sqrt(x), 1, _POS1),
+    "cbrt": Fn(math.cbrt, 1, _POS1),
+    "rcbrt": Fn(lambda x: 1 / math.cbrt(x), 1, _POS1),
+    "sin": Fn(math.sin, 1, _ANY1),
+    "cos": Fn(math.cos, 1, _ANY1),
+    "tan": Fn(math.tan, 1, _UNIT1),
+    "asin": Fn(math.asin, 1, _UNIT1),
+    "acos": Fn(math.acos, 1, _UNIT1),
+    "atan": Fn(math.atan, 1, _ANY1),
+    "sinh": Fn(math.sinh, 1, _SMALL1),
+    "cosh": Fn(math.cosh, 1, _SMALL1),
+    "tanh": Fn(math.tanh, 1, _ANY1),
+    "asinh": Fn(math.asinh, 1, _ANY1),
+    "acosh": Fn(math.acosh, 1, ("ge1",)),
+    "atanh": Fn(math.atanh, 1, _UNIT1),
+    "sinpi": Fn(lambda x: math.sin(math.pi * x), 1, _ANY1),
+    "cospi": Fn(lambda x: math.cos(math.pi * x), 1, _ANY1),
+    "erf": Fn(math.erf, 1, _ANY1),
+    "erfc": Fn(math.erfc, 1, _ANY1),
+    "erfinv": Fn(lambda x: float(special.erfinv(x)), 1, _UNIT1),
+    "erfcx": Fn(lambda x: float(special.erfcx(x)), 1, _UNIT1),
+    "normcdf": Fn(lambda x: 0.5 * math.erfc(-x / math.sqrt(2)), 1, _ANY1),
+    "lgamma": Fn(math.lgamma, 1, _POS1, smooth=False),
+    "j0": Fn(lambda x: float(special.j0(x)), 1, _ANY1),
+    "j1": Fn(lambda x: float(special.j1(x)), 1, _ANY1),
+    "cyl_bessel_i0": Fn(lambda x: float(special.i0(x)), 1, _ANY1),
+    "fabs": Fn(abs, 1, _ANY1, True, lambda x: abs(x)),
+    "floor": Fn(lambda x: float(math.floor(x)), 1, _ANY1, True, _frac_dist),
+    "ceil": Fn(lambda x: float(math.ceil(x)), 1, _ANY1, True, _frac_dist),
+    "trunc": Fn(lambda x: float(math.trunc(x)), 1, _ANY1, True, _frac_dist),
+    "round": Fn(_round, 1, _ANY1, True, _half_dist),
+    "pow": Fn(lambda x, y: x**y, 2, ("pos", "unit")),
+    "hypot": Fn(math.hypot, 2, ("any", "any"), kink=lambda x, y: math.hypot(x, y)),
+    "atan2": Fn(math.atan2, 2, ("any", "pos"), kink=lambda y, x: abs(y) if x < 0 else math.inf),
+    "fmod": Fn(math.fmod, 2, ("any", "pos"), kink=lambda x, y: _frac_dist(x / y) * y),
+    "fdim": Fn(lambda x, y: max(x - y, 0.0), 2, ("any", "any"), True, lambda x, y: x - y),
+    "copysign": Fn(math.copysign, 2, ("any", "any"), True, lambda x, y: min(abs(x), abs(y))),
+    "fdivide": Fn(lambda x, y: x / y, 2, ("any", "pos")),
+    "fmin": Fn(min, 2, ("any", "any"), True, lambda x, y: x - y),
+    "fmax": Fn(max, 2, ("any", "any"), True, lambda x, y: x - y),
+    "min": Fn(min, 2, ("any", "any"), True, lambda x, y: x - y),
+    "max": Fn(max, 2, ("any", "any"), True, lambda x, y: x - y),
+    "fma": Fn(lambda x, y, z: x * y + z, 3, ("any", "any", "any"), True),
+    "norm3d": Fn(
+        lambda x, y, z: math.sqrt(x * x + y * y + z * z),
+        3,
+        ("any",) * 3,
+        kink=lambda x, y, z: math.sqrt(x * x + y * y + z * z),
+    ),  # fmt: skip
+    "rnorm3d": Fn(lambda x, y, z: 1 / math.sqrt(x * x + y * y + z * z + 0.0), 3, ("pos",) * 3),
+}
+EXACT = tuple(n for n, f in BUILTINS.items() if f.exact)
+# interp only ("not supported by the native targets yet"): drawn rarely
+NOT_NATIVE = frozenset({"cospi", "cyl_bessel_i0", "erfcx", "erfinv", "j0", "j1", "sinpi"})
+
+
+def _slope(f: Fn, xs: list[float], k: int) -> float:
+    """|d f / d x_k| by a central difference in float64 (for the error scale only)."""
+    h = 1e-6 * max(1.0, abs(xs[k]))
+    up, down = list(xs), list(xs)
+    up[k] += h
+    down[k] -= h
+    try:
+        return abs(f.impl(*up) - f.impl(*down)) / (2 * h)
+    except (ValueError, OverflowError, ZeroDivisionError):
+        return abs(f.impl(*xs)) / max(abs(xs[k]), 1e-3)
+
+
+def call(oracle: Any, n: Any, args: list[tuple]) -> tuple:
+    """The value of builtin call `n` on evaluated arguments (see `fuzz_ir.Oracle`)."""
+    from tools.fuzz_ir import Invalid
+
+    f = BUILTINS.get(n.fn)
+    if f is None:
+        raise Invalid(f"unknown builtin {n.fn}")
+    xs = [a[0] for a in args]
+    try:
+        v = float(f.impl(*xs))
+    except (ValueError, OverflowError, ZeroDivisionError) as e:
+        raise Invalid(f"{n.fn}{tuple(xs)}: {e}") from e
+    margin = math.inf
+    if f.kink is not None:
+        margin = oracle._kink(f.kink(*xs), *args)
+    if f.exact:
+        mag = max(a[1] for a in args) if n.fn != "fma" else args[0][1] * args[1][1] + args[2][1]
+        grid = max(a[3] for a in args) if n.fn != "fma" else args[0][3] + args[1][3]
+        cnt = max(a[2] for a in args) + 1
+        return oracle._combine(v, tuple(args), cnt, max(mag, abs(v)), grid, True, margin)
+    mag = abs(v) + sum(_slope(f, xs, k) * a[1] for k, a in enumerate(args))
+    cnt = max(a[2] for a in args) + 8  # libm / vector math: a few ulps
+    return oracle._combine(v, tuple(args), cnt, mag, 0, False, margin)
