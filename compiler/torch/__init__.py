@@ -1,19 +1,23 @@
 """PyTorch layers from TC defs: forward on tensors, backward through autograd.
 
     import compiler.torch as tct
-    conv = tct.define(src, "conv2d", training=True)          # target="llvm"
-    conv = tct.define(src, "conv2d", training=True, target="cuda")  # CUDA tensors
+    conv = tct.define(src, "conv2d")                           # target="llvm"
+    conv = tct.define(src, "conv2d", target="cuda")            # CUDA tensors
     (O,) = conv(I, W1, B)                                      # tensors in, a tuple out
     O.sum().backward()                                         # I.grad, W1.grad, B.grad
 
-    conv = tct.define(src, "conv2d", training=True, backward="conv2d_grad")
+    conv = tct.define(src, "conv2d", backward="conv2d_grad")   # a hand-written gradient
+    infer = tct.define(src, "conv2d", training=False)          # inference only
     layer = tct.Layer(src, "conv2d", params={"W1": (4, 3, 3, 3), "B": (4,)})  # nn.Module
 
 `define` compiles the def once (`compiler.kernel.Kernel`) and returns a `TCLayer`.
 Calling it converts each tensor without copying (`compiler.torch.convert`), runs
 the kernel and returns one tensor per output sharing the kernel's result memory.
+Compiling shows a progress line on stderr when it is a terminal and the work takes
+over a second (the define, the first call, the first backward).
 
-With `training=True`, when autograd is recording and some input requires grad, the
+`training=None` (the default, automatic) and `training=True` make a training layer:
+when autograd is recording and some input requires grad, the
 call goes through a `torch.autograd.Function`: the forward saves its inputs and
 outputs; the backward (`compiler.torch.grad`) runs the AD-derived gradient kernel for
 exactly the inputs whose `ctx.needs_input_grad` is set, or the user's `backward=` def
@@ -26,7 +30,11 @@ outputs are marked non-differentiable. Under `create_graph=True` the backward is
 itself a TC layer (the gradient def's), so gradients of gradients, Hessian-vector
 products and `gradgradcheck` work to any order; forward-mode AD (`torch.func.jvp`,
 `torch.autograd.forward_ad`) runs the tangent def (`Kernel.jvp`). A layer with a
-hand-written `backward=` def supports neither: both raise a TCError.
+hand-written `backward=` def supports neither: both raise a TCError. A `backward=`
+def is checked when the layer is defined: a float input whose gradient it does not
+return is a TCError naming it. `training=False` makes an inference layer: it never
+records autograd, and a call on an input that requires grad while grad mode is on is a
+TCError (its gradient would be lost), as is forward-mode AD through it.
 
 Devices (`compiler.torch.convert`): a layer defined with `target="cuda"` takes CUDA
 tensors and keeps them on the GPU, forward and backward: the kernels read the tensors'
@@ -43,8 +51,10 @@ forward-mode AD on CUDA tensors is a TCError (Kernel.jvp runs on NumPy arrays).
 Under `torch.no_grad()` / `torch.inference_mode()`, or when no input requires grad,
 the kernel runs directly and the outputs have no `grad_fn`. Under torch.compile a
 TC layer call is a graph break (`torch.compiler.disable`): it runs eagerly, with
-autograd, and Dynamo does not trace into it. TorchScript is not supported. Without PyTorch, importing this module is an
-ImportError that says `pip install torch==2.13.0`.
+autograd, and Dynamo does not trace into it; importing this module does not import
+Dynamo (seconds), only a call that torch.compile traces does. TorchScript is not
+supported. Without PyTorch, importing this module is an ImportError that says
+`pip install torch==2.13.0`.
 """
 
 from __future__ import annotations
@@ -87,7 +97,77 @@ def define(
     target: str = "llvm",
     reorder_function: ReorderFunction | None = None,
 ) -> TCLayer:
-    """Compile def `name` (or the only def) of `source` into a layer on tensors."""
+    """Compile a TC def into a layer called on PyTorch tensors, differentiable by autograd.
+
+    The def is parsed, checked and given its ranges now; native code is compiled on the
+    first call (and the gradient's on the first backward), with a progress line on a
+    terminal when that takes over a second. Calling the layer converts each tensor
+    without copying, runs the kernel and returns one tensor per output.
+
+    Args:
+        source (str): TC source text with one or more defs.
+        name (str | None): The def to compile. Defaults to None: the only def of
+            `source` (more than one is a TCError that lists them).
+        training (bool | None): Whether calls take part in autograd. Defaults to None
+            (automatic): a call goes through autograd whenever grad mode is on and some
+            input requires grad, or under forward-mode AD or a torch.func transform; the
+            gradient def is derived and compiled on the first backward. Otherwise the
+            kernel runs directly and the outputs have no `grad_fn`. True is the same.
+            False makes an inference-only layer: a call on an input that requires grad
+            while grad mode is on raises TCError instead of losing its gradient (call
+            it under `torch.no_grad()` or on detached tensors).
+        backward (str | None): A hand-written gradient def of the same source to use
+            instead of tcc's AD. Defaults to None. Its parameters are the forward
+            inputs, optionally the forward outputs, then one gradient per forward
+            output (or the list `reorder_function` returns), in that order; its
+            outputs are the gradients of the forward inputs in input order, one for
+            every float input at least (an integer input before the last float input
+            needs an output at its position, which is ignored). For
+            `def mm(float(M,K) A, float(K,N) B) -> (C)`:
+            `def mm_grad(float(M,K) A, float(K,N) B, float(M,N) C_grad) -> (A_grad, B_grad)`.
+            Checked now; such a layer supports neither double backward nor forward mode.
+        constants (Mapping[str, object] | None): Values for `{name}` placeholders in
+            `source` (TC's str.format templates). Defaults to None.
+        options (object): `compiler.Options` for target "llvm", `CudaOptions` for the
+            CUDA targets, or "tuned" (the `compiler.autotune` winner per input size).
+            Defaults to None: the target's defaults.
+        target (str): "llvm" (native CPU code, the default), "interp" (the NumPy
+            reference), "cuda" (takes CUDA tensors and keeps them on the GPU) or
+            "cuda-emulated".
+        reorder_function (Callable[[list[torch.Tensor]], Sequence[torch.Tensor]] | None):
+            Maps the list of output gradients to the list the `backward=` def takes
+            (for temporary outputs whose gradients it does not take). Only with
+            `backward=`; it may also be given to each call. Defaults to None.
+
+    Returns:
+        TCLayer: `layer(*tensors)` returns a tuple with one tensor per output, in
+        declaration order.
+
+    Raises:
+        ParseError: The source does not parse.
+        SemanticError: The def is ill-formed (names, types).
+        RangeError: An index's range cannot be inferred.
+        OptionsError: Unknown target or options, `training` not None/True/False,
+            `backward=` with `training=False`, or `reorder_function=` without `backward=`.
+        TCError: The `backward=` def is missing, takes the wrong number of parameters, or
+            does not return the gradient of every float input.
+        ShapeError: A `backward=` output is not of its input's type and rank.
+
+    Calls raise ShapeError for tensors of the wrong count, dtype, rank or sizes, and
+    TCError for a tensor that requires grad on a `training=False` layer or a CUDA
+    tensor on a CPU target.
+
+    Example:
+        >>> import torch
+        >>> import compiler.torch as tct
+        >>> src = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
+        >>> mm = tct.define(src)
+        >>> a = torch.randn(3, 4, requires_grad=True)
+        >>> (c,) = mm(a, torch.randn(4, 5))
+        >>> c.sum().backward()
+        >>> a.grad.shape
+        torch.Size([3, 4])
+    """
     return TCLayer(
         source,
         name,
@@ -101,7 +181,16 @@ def define(
 
 
 class TCLayer:
-    """A compiled TC def called on PyTorch tensors (see the module doc)."""
+    """A compiled TC def called on PyTorch tensors; made by `define`, which documents
+    the arguments (`TCLayer(...)` takes the same).
+
+    Attributes:
+        kernel (compiler.Kernel): The compiled forward def.
+        name (str): The def's name.
+        training (bool | None): As given to `define` (None: automatic).
+        inputs (tuple[str, ...]): The def's input names, in parameter order.
+        outputs (tuple[str, ...]): The def's output names, in declaration order.
+    """
 
     def __init__(
         self,
@@ -163,7 +252,23 @@ class TCLayer:
     def __call__(
         self, *tensors: Any, reorder_function: ReorderFunction | None = None
     ) -> tuple[torch.Tensor, ...]:
-        """One tensor per output. `reorder_function` overrides define's for this call."""
+        """Run the def on `tensors`, one per input in parameter order.
+
+        Args:
+            *tensors (torch.Tensor | int | float): One per input; Python numbers are
+                accepted for 0-d inputs. Each must have the declared dtype (float32
+                for `float`, float64 for `double`, ...) and rank.
+            reorder_function (Callable | None): Overrides `define`'s for this call.
+
+        Returns:
+            tuple[torch.Tensor, ...]: One tensor per output, in declaration order;
+            differentiable when the layer is a training layer and autograd records.
+
+        Raises:
+            ShapeError: Wrong number of tensors, dtype, rank or sizes.
+            TCError: On a `training=False` layer, an input that requires grad while
+                grad mode is on, or forward-mode AD; a CUDA tensor on a CPU target.
+        """
         # torch.compile: Dynamo does not trace into tcc (native code, NumPy); the call is
         # a graph break, run eagerly, instead of a trace attempt and a warning on every
         # call. The disabled entry is made on first use: importing Dynamo costs seconds.

@@ -16,8 +16,9 @@ uniformly in +-1/sqrt(fan_in), fan_in the product of all dimensions but the firs
 the one dimension of a vector, from torch's global generator, so `torch.manual_seed`
 makes it reproducible). A parameter must be a float input, its dtype and rank those
 the def declares. `forward` returns the output tensor for a one-output def, else a
-tuple in declaration order. `training=True` (the default) makes the layer
-differentiable; the other keywords are those of `compiler.torch.define`.
+tuple in declaration order. `training=None` (the default, automatic) makes the layer
+differentiable whenever autograd records; the other keywords are those of
+`compiler.torch.define`.
 
 On the GPU: define it with `target="cuda"` and move it as any module
 (`layer.cuda()` / `layer.to("cuda")`), or give CUDA tensors as params; then call it
@@ -39,7 +40,29 @@ from compiler.torch.convert import check_device, torch_dtype
 
 
 class Layer(nn.Module):
-    """A TC def with its weights as `nn.Parameter`s (see the module doc)."""
+    """A TC def as a `torch.nn.Module` that holds some of its inputs as trainable
+    `nn.Parameter`s.
+
+    Each input of the def named in `params` is a parameter of the module, registered
+    under the input's name (`layer.W1`) and passed at the position the def declares;
+    `forward(*tensors)` takes the other inputs, in declared order. For
+    `def conv2d(I, W1, B)` with params W1 and B, `layer(I)` runs `conv2d(I, W1, B)`.
+
+    Attributes:
+        tc (TCLayer): The compiled def (`compiler.torch.define`).
+        param_names (tuple[str, ...]): The inputs held as parameters, in declared order.
+        argument_names (tuple[str, ...]): The inputs `forward` takes, in declared order.
+
+    Example:
+        >>> import torch
+        >>> from compiler.torch import Layer
+        >>> src = "def lin(float(B,K) X, float(N,K) W) -> (Y) { Y(b,n) +=! X(b,k) * W(n,k) }"
+        >>> layer = Layer(src, params={"W": (5, 4)})
+        >>> y = layer(torch.randn(2, 4))
+        >>> y.sum().backward()
+        >>> tuple(layer.W.grad.shape)
+        (5, 4)
+    """
 
     def __init__(
         self,
@@ -50,6 +73,33 @@ class Layer(nn.Module):
         training: bool | None = None,
         **kwargs: Any,
     ) -> None:
+        """Compile the def and create its parameters.
+
+        Args:
+            source (str): TC source text with one or more defs.
+            name (str | None): The def to compile. Defaults to None: the only def.
+            params (Mapping[str, torch.Tensor | tuple[int, ...]] | None): The inputs to
+                hold as parameters, by name. A tensor is copied into a new
+                `nn.Parameter` (the module owns its weights; pass an `nn.Parameter` to
+                share one); a shape (a tuple of ints) is initialised uniformly in
+                +-1/sqrt(fan_in), fan_in being the product of all dimensions but the
+                first (the one dimension of a vector), from torch's global generator,
+                so `torch.manual_seed` makes it reproducible. Defaults to None: no
+                parameters.
+            training (bool | None): As for `compiler.torch.define`. Defaults to None
+                (automatic: autograd records whenever an input or a parameter
+                requires grad and grad mode is on). False makes the module
+                inference-only: call it under `torch.no_grad()` (its parameters
+                require grad, so a call with grad mode on raises TCError).
+            **kwargs: The other keywords of `compiler.torch.define`: `backward`,
+                `constants`, `options`, `target`, `reorder_function`.
+
+        Raises:
+            TCError: `params` names something that is not an input of the def, or an
+                integer input; any error of `compiler.torch.define`.
+            ShapeError: A parameter tensor is not of the declared dtype and rank, or a
+                shape is not a tuple of the declared rank of non-negative ints.
+        """
         super().__init__()
         from compiler.torch import define
 
@@ -74,6 +124,17 @@ class Layer(nn.Module):
         return f"def={self.tc.name}, arguments=({', '.join(self.argument_names)})"
 
     def forward(self, *tensors: Any) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """Run the def on `tensors` (the inputs not held as parameters, in declared
+        order) and the parameters.
+
+        Returns:
+            torch.Tensor | tuple[torch.Tensor, ...]: The output tensor of a one-output
+            def, else one tensor per output in declaration order.
+
+        Raises:
+            ShapeError: Not one tensor per argument input, or a tensor of the wrong
+                dtype, rank or sizes.
+        """
         if len(tensors) != len(self.argument_names):
             raise ShapeError(
                 f"layer '{self.tc.name}' takes {len(self.argument_names)} tensor(s) "
