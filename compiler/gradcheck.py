@@ -52,7 +52,33 @@ def gradcheck(
     seed: int = 0,
     progress: Callable[[int, int], None] | None = None,
 ) -> None:
-    """Raise GradcheckError unless the kernel's vjp matches finite differences."""
+    """Check the kernel's gradient against central finite differences, in float64.
+
+    The def is promoted to float64 (`as_float64`), a random cotangent is drawn per float
+    output, and `vjp` is compared element by element with the central difference of
+    `<cotangent, f(x)>` at every element of every float input.
+
+    Args:
+        kernel (Kernel): a kernel from `compiler.define` (any target; its `backward=` def
+            is checked when it has one).
+        *arrays: the point to check at, one array per input.
+        eps (float): the finite-difference step.
+        atol (float): absolute tolerance.
+        rtol (float): relative tolerance.
+        seed (int): the cotangents' seed.
+        progress (Callable[[int, int], None] | None): called with (elements done, total).
+
+    Raises:
+        GradcheckError: the gradients disagree; the report names the input and the worst
+            element, and says when a NaN or a tie (`max=`, `fmax` of equal values) makes
+            the check meaningless rather than the gradient wrong.
+
+    Example:
+        ```python
+        k = compiler.define(open("examples/conv2d.tc").read())
+        compiler.gradcheck(k, I, W1, B)  # returns None, or raises GradcheckError
+        ```
+    """
     k64 = as_float64(kernel)
     inputs = [_to64(a, t.dtype) for a, t in zip(arrays, k64.ranged.checked.inputs, strict=True)]
     outputs = k64(*inputs)

@@ -105,7 +105,31 @@ def define(
 
 
 class Kernel:
-    """A compiled TC def: call it with one array per input."""
+    """A compiled TC def: call it with one array per input (made by `compiler.define`).
+
+    Args:
+        source (str): TC source text with one or more defs.
+        name (str | None): the def to compile; None: the only one.
+        constants (Mapping[str, object] | None): values for `{name}` placeholders.
+        target (str): `"llvm"`, `"interp"`, `"cuda"` or `"cuda-emulated"`.
+        options (Options | CudaOptions | str | None): schedule options for the target,
+            `"tuned"` for the autotuner's cached winners (llvm).
+        backward (str | None): a def of `source` to use as the gradient instead of AD.
+        cache (bool | str | os.PathLike | None): the compile cache (llvm).
+
+    Attributes:
+        name (str): the def's name.
+        target (str): the target it runs on.
+        ranged (RangedDef): the checked def with explicit ranges (the pipeline's IR).
+
+    Example:
+        ```python
+        k = compiler.define(open("examples/matmul.tc").read())
+        (C,) = k(A, B)                                   # NumPy in, NumPy out
+        dA, dB = k.vjp(A, B, grad_outputs=(np.ones_like(C),))
+        print(k.grad_source)                             # the gradient def as TC
+        ```
+    """
 
     def __init__(
         self,
@@ -211,9 +235,31 @@ class Kernel:
         return found[1]
 
     def vjp(self, *arrays: Any, grad_outputs: Sequence[Any]) -> tuple[np.ndarray | None, ...]:
-        """One gradient per input (None for an integer input), given one output
-        gradient per output (None: zero): the vector-Jacobian product. On a CUDA
-        target with device arrays everything stays on the device (`compiler.backward`)."""
+        """The vector-Jacobian product: one gradient per input, given one output
+        gradient per output.
+
+        On a CUDA target with device arrays everything stays on the device
+        (`compiler.backward`).
+
+        Args:
+            *arrays: the inputs, as for a call.
+            grad_outputs (Sequence[np.ndarray | float | None]): one cotangent per output,
+                of its shape and dtype; None is a symbolic zero.
+
+        Returns:
+            tuple[np.ndarray | None, ...]: one gradient per input, of its shape; None for
+                an integer input.
+
+        Raises:
+            ShapeError: an input or a cotangent of the wrong count, rank, dtype or size.
+            TCError: the def cannot be differentiated (e.g. `lgamma`).
+
+        Example:
+            ```python
+            (O,) = k(I, W1, B)
+            dI, dW1, dB = k.vjp(I, W1, B, grad_outputs=(np.ones_like(O),))
+            ```
+        """
         from compiler.backward import vjp
 
         return vjp(self, arrays, grad_outputs)
@@ -221,8 +267,22 @@ class Kernel:
     def jvp(
         self, *arrays: Any, tangents: Sequence[Any]
     ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray | None, ...]]:
-        """(outputs, output tangents) given one tangent per input (None: zero): the
-        Jacobian-vector product, by forward mode (`compiler.higher`)."""
+        """The Jacobian-vector product, by forward mode (`compiler.higher`).
+
+        Args:
+            *arrays: the inputs, as for a call (NumPy arrays).
+            tangents (Sequence[np.ndarray | None]): one tangent per input, of its shape;
+                None is zero.
+
+        Returns:
+            tuple[tuple[np.ndarray, ...], tuple[np.ndarray | None, ...]]: the outputs and
+                one tangent per output.
+
+        Example:
+            ```python
+            (O,), (dO,) = k.jvp(I, W1, B, tangents=(dI, None, dB))
+            ```
+        """
         from compiler.higher import kernel_jvp
         from compiler.runtime.cuda_device import host_only
 
@@ -232,8 +292,22 @@ class Kernel:
     def hvp(
         self, *arrays: Any, vectors: Sequence[Any], grad_outputs: Sequence[Any]
     ) -> tuple[np.ndarray | None, ...]:
-        """The derivative of `vjp(*arrays, grad_outputs=...)` along `vectors` (one per
-        input, None: zero), forward-over-reverse: H·v for a scalar output."""
+        """The derivative of `vjp(*arrays, grad_outputs=...)` along `vectors`,
+        forward-over-reverse: the Hessian-vector product H·v for a scalar output.
+
+        Args:
+            *arrays: the inputs (NumPy arrays).
+            vectors (Sequence[np.ndarray | None]): one direction per input; None is zero.
+            grad_outputs (Sequence[np.ndarray | float | None]): one cotangent per output.
+
+        Returns:
+            tuple[np.ndarray | None, ...]: one array per input (None for an integer input).
+
+        Example:
+            ```python
+            hI, hW1, hB = k.hvp(I, W1, B, vectors=(dI, W1, dB), grad_outputs=(G,))
+            ```
+        """
         from compiler.higher import kernel_hvp
         from compiler.runtime.cuda_device import host_only
 
@@ -254,12 +328,29 @@ class Kernel:
         return output_shapes(self.ranged, sizes)
 
     def __call__(self, *arrays: Any, out: Any = None) -> tuple[np.ndarray, ...]:
-        """Run the def: one array per input, in declaration order (NumPy arrays of the
-        declared dtypes -- `float` is float32 -- or Python numbers for 0-d inputs);
-        returns a tuple with one new array per output, in declaration order. `out=`
-        (a sequence in output order, or a dict by name) gives arrays to write into and
-        return instead; a def that accumulates (`+=` without `!`) adds to their values.
-        A wrong count, rank, dtype or size is a `ShapeError` that names the parameter."""
+        """Run the def.
+
+        Args:
+            *arrays: one array per input, in declaration order: NumPy arrays of the
+                declared dtypes (`float` is float32), Python numbers for 0-d inputs, or
+                device arrays on a CUDA target.
+            out (Sequence[np.ndarray] | Mapping[str, np.ndarray] | None): arrays to write
+                the outputs into and return instead (in output order, or by name); a def
+                that accumulates (`+=` without `!`) adds to their values.
+
+        Returns:
+            tuple[np.ndarray, ...]: one array per output, in declaration order.
+
+        Raises:
+            ShapeError: a wrong count, rank, dtype or size, naming the parameter; an
+                indirect read out of bounds.
+
+        Example:
+            ```python
+            (C,) = k(A, B)
+            k(A, B, out=(C,))  # C += A B for a def written with `+=`
+            ```
+        """
         if self.target in CUDA_TARGETS and self._on_device(arrays, out):
             from compiler.runtime.cuda_device import device_call
 

@@ -84,7 +84,39 @@ GATHER_MODES = ("full", AUTO, "partial")
 
 @dataclass(frozen=True, slots=True)
 class Options:
-    """How to compile and run a def on a native target (see the module doc)."""
+    """How to compile and run a def on a native target (frozen; validated when made).
+
+    Every default leaves the choice to the CPU model (`compiler/poly/cpu_model.py`); the
+    module doc and the documentation's "Schedule options" page say what each field does.
+
+    Attributes:
+        threads (int | None): threads for each statement's outermost parallel loop;
+            None: every core (`os.cpu_count()`).
+        innermost (str | None): `"auto"` (the model picks, per reduction statement, an
+            output variable to run below the reduction loops), None (the literal order),
+            or an index variable's name.
+        unroll (int | None): unroll-and-jam factor of the innermost reduction loop,
+            1..16 (1: off); None: the model's.
+        block (int | None): register blocking of an output loop, 1..16; None: the
+            model's.
+        tile (tuple[int, ...] | None): cache tile sizes, one per loop of a statement's
+            nest, outermost first; `()`: off; None: the model's.
+        register_tile (int | None): lanes of a register tile, 1..64 (1: off); None: the
+            model's.
+        fuse (bool): fuse adjacent loop nests with equal bounds.
+        gather (str): `"auto"`, `"full"` or `"partial"`: what the gather pass does
+            with an affine scatter of a gradient.
+        vector_bits (int | None): 128, 256 or 512, the vector width the model sizes
+            tiles for; None: the host's.
+
+    Raises:
+        OptionsError: a value out of range or of the wrong type, with a hint.
+
+    Example:
+        ```python
+        k = compiler.define(src, options=compiler.Options(threads=1, innermost=None))
+        ```
+    """
 
     threads: int | None = None
     innermost: str | None = AUTO

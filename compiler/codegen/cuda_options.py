@@ -54,7 +54,32 @@ DEFAULT_BLOCKS = 1024  # blocks along a dimension whose extent the host cannot c
 
 @dataclass(frozen=True, slots=True)
 class CudaOptions:
-    """How to map and compile a def for the CUDA targets (see the module doc)."""
+    """How to map and compile a def for the CUDA targets (frozen; validated when made).
+
+    Attributes:
+        block (int): threads per block, 1..1024.
+        grid (int | None): the most blocks along x; None: enough to cover the band
+            (kernels are grid-stride loops, so any grid covers any extent).
+        fast_math (bool): CUDA's fast intrinsics (`__expf`) instead of `expf`.
+        atomics (bool): run data-dependent scatters in parallel with `atomicAdd`
+            (False: one thread).
+        arch (str | None): NVRTC's `sm_XX`; None: the device's.
+        thread_tile (tuple[int, int]): outputs a thread computes in a band over a
+            reduction: rows of the variable whose copies share the most loads, times
+            columns of the innermost one.
+        tile_threads (int): thread tiles run for bands of at least `32 * tile_threads`
+            iterations.
+        warp_outputs (int): a band of at most this many outputs over a long reduction
+            runs a warp an output.
+
+    Raises:
+        OptionsError: a value out of range or of the wrong type, with a hint.
+
+    Example:
+        ```python
+        k = compiler.define(src, target="cuda", options=CudaOptions(block=128, fast_math=True))
+        ```
+    """
 
     block: int = 256
     grid: int | None = None

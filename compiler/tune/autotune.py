@@ -74,7 +74,20 @@ class Trial:
 
 @dataclass(frozen=True)
 class TuneResult:
-    """The outcome of `autotune` (times in milliseconds, medians of blocks)."""
+    """The outcome of `autotune` (times in milliseconds, medians of blocks).
+
+    Attributes:
+        name (str): the def tuned.
+        target (str): the target tuned for.
+        options (Options): the winner (the default when nothing beat it).
+        time_ms (float): the winner's time in the final comparison.
+        default_ms (float): the default's time in the same comparison.
+        trials (tuple[Trial, ...]): every candidate, with its time or why it failed.
+        elapsed_s (float): the search's wall time.
+        key (str): the tuned-options cache key (def text, shapes, dtypes, target, CPU).
+        cache_path (str | None): the tuned-options file the winner was saved to.
+        searched (tuple[str, ...]): the Options fields the search varied.
+    """
 
     name: str
     target: str
@@ -89,6 +102,7 @@ class TuneResult:
 
     @property
     def speedup(self) -> float:
+        """`default_ms / time_ms`: above 1, the tuned options are faster."""
         return self.default_ms / self.time_ms if self.time_ms > 0 else 1.0
 
     @property
@@ -100,6 +114,7 @@ class TuneResult:
         return tuple(t for t in self.trials if not t.ok)
 
     def summary(self) -> str:
+        """A few lines: default and best time, speedup, failures by reason, the cache."""
         lines = [
             f"def {self.name} ({self.target}): {self.tried} candidates, "
             f"{len(self.failed)} failed, {self.elapsed_s:.1f} s",
@@ -150,7 +165,39 @@ def autotune(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     constants: Mapping[str, object] | None = None,
 ) -> TuneResult:
-    """Tune def `name` of `source` for `example_inputs` (see the module doc)."""
+    """Tune def `name` of `source` for `example_inputs` (see the module doc).
+
+    Args:
+        source (str): TC source text.
+        name (str | None): the def; None: the only one.
+        *example_inputs: one array per input, of the shapes to tune for.
+        target (str): `"llvm"`.
+        budget (float | str | None): seconds (`60`, `"90s"`, `"2m"`); None: no limit
+            (then `candidates` is required).
+        candidates (int | None): stop after this many candidates.
+        cache (bool | str | os.PathLike): where the tuned-options JSON lives (True: the
+            compile cache directory; False: keep nothing).
+        progress (bool): a progress bar on stderr when it is a terminal.
+        seed (int): the search's and the random gradient inputs' seed.
+        grad (bool): tune the gradient def on these inputs instead.
+        executor (object): None (local worker processes), `"ray"`, or an executor
+            (`LocalExecutor`, `RayExecutor`, `InlineExecutor`).
+        timeout_s (float): seconds a candidate may take before it is a failure.
+        constants (Mapping[str, object] | None): values for `{name}` placeholders.
+
+    Returns:
+        TuneResult: the winner and every trial.
+
+    Raises:
+        OptionsError: no budget, or a bad one.
+        TuneError: the default itself fails its checks.
+
+    Example:
+        ```python
+        result = compiler.autotune(MM, "mm", A, B, candidates=6)
+        print(result.summary())
+        ```
+    """
     started = time.perf_counter()
     seconds = parse_budget(budget)
     if candidates is not None and (
