@@ -172,7 +172,7 @@ class _StmtInference:
                 "this statement runs for no sizes at all: its ranges are empty for every size",
                 self.stmt.span,
                 "check the where clauses; a guarded read (`c ? A(i + 1) : 0`) still bounds "
-                "the index variables in it (see README, range inference)",
+                "the index variables in it (see docs/language.md, range inference)",
             )
         self._check_preconditions(constraints, domain)
         record_output(self, domain)
