@@ -4,7 +4,8 @@ Requires: the lowered loops of a column reduction (`poly.tiling`: one output var
 `j`, reduced over rows, strip-mined into parallel strips of `width` columns and blocks
 of rows): the strip loop `strip`, inside it the block loop `block`, inside that the
 row loops and the `j` loops, whose stores are all `S[j] = S[j] + e` (`e` not reading
-`S`), every `j` loop with the same bounds.
+`S`), every `j` loop with the same bounds, none of them a variable of the block (a
+triangular nest's `max(lo, k)`: the strip's offsets would move with `k`).
 Ensures:  `block_column_sums(stmt, target, strip, block, j, width)` computes the same
 sums with each block's part in a zeroed local strip buffer that is added to `S` after
 the block:
@@ -59,6 +60,8 @@ class _Strips(L.Mutator):
         if not inner or any((s.lo, s.hi, s.step) != (inner[0].lo, inner[0].hi, 1) for s in inner):
             return node
         lo, hi = inner[0].lo, inner[0].hi
+        if L.var_names(lo, hi) & _bound(outer.body):
+            return node  # a bound of a row loop's (triangular: `max(lo, k)`): no one strip
         buffer = L.Buffer(
             f"{self.target.name}.strip", self.target.dtype, (const(self.width, I64),), L.Role.TEMP
         )
@@ -146,6 +149,11 @@ class _Replace(L.Mutator):
 
 def _loops(s: L.Node) -> list[L.For]:
     return [n for n in L.walk(s) if isinstance(n, L.For)]
+
+
+def _bound(s: L.Stmt) -> set[str]:
+    """The names `s` binds (loop variables, lets, locals)."""
+    return {n.var for n in L.walk(s) if isinstance(n, (L.For, L.Let, L.Local))}
 
 
 def _reads(e: L.Expr, name: str) -> bool:
