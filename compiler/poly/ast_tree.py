@@ -106,7 +106,8 @@ def from_isl(node: isl.AstNode) -> Tree:
         return _for(node)
     if kind == isl.ast_node_type.if_:
         otherwise = from_isl(node.if_get_else_node()) if node.if_has_else_node() else None
-        return If(ast_expr(node.if_get_cond()), from_isl(node.if_get_then_node()), otherwise)
+        cond = _truth(ast_expr(node.if_get_cond()))
+        return If(cond, from_isl(node.if_get_then_node()), otherwise)
     if kind == isl.ast_node_type.block:
         children = node.block_get_children()
         return Block(tuple(from_isl(children.get_at(k)) for k in range(children.n_ast_node())))
@@ -176,6 +177,12 @@ _BIN = {
     isl.ast_expr_op_type.or_: L.BinOp.OR,
     isl.ast_expr_op_type.or_else: L.BinOp.OR,
 }
+_LOGIC = (
+    isl.ast_expr_op_type.and_,
+    isl.ast_expr_op_type.and_then,
+    isl.ast_expr_op_type.or_,
+    isl.ast_expr_op_type.or_else,
+)
 _FLOOR = (isl.ast_expr_op_type.fdiv_q, isl.ast_expr_op_type.pdiv_q)
 _MOD = (isl.ast_expr_op_type.pdiv_r, isl.ast_expr_op_type.zdiv_r)
 
@@ -204,14 +211,24 @@ def ast_expr(e: isl.AstExpr) -> L.Expr:
             result = combine(result, a)
         return result
     if op in (isl.ast_expr_op_type.select, isl.ast_expr_op_type.cond):
-        return L.Select(args[0], args[1], args[2])
+        return L.Select(_truth(args[0]), args[1], args[2])
     if op in _FLOOR:
         return L.FloorDiv(args[0], args[1])
     if op in _MOD:
         return L.Mod(args[0], args[1])
+    if op in _LOGIC:
+        return L.Bin(_BIN[op], _truth(args[0]), _truth(args[1]))
     if op in _BIN:
         return simplify(L.Bin(_BIN[op], args[0], args[1]))
     raise InternalError(f"unexpected isl AST expression {e.to_C_str()}")
+
+
+def _truth(e: L.Expr) -> L.Expr:
+    """A condition as a bool: isl writes one that always holds as the integer 1
+    (`j >= 2 * x || 1`), and the loop IR has no int operand of `||`."""
+    if isinstance(e, L.Const) and e.dtype is not L.DType.BOOL:
+        return const(bool(e.value), L.DType.BOOL)
+    return e
 
 
 def simplify(e: L.Expr) -> L.Expr:
@@ -269,7 +286,7 @@ def box_tree(
     tree = Mark(tree) if mark == 0 else tree
     if guard is None:
         return tree
-    return If(ast_expr(outer.expr_from_set(guard)), tree, None)
+    return If(_truth(ast_expr(outer.expr_from_set(guard))), tree, None)
 
 
 def _box_bounds(
