@@ -65,8 +65,9 @@ def check(p: object, seed: int, cfg: Config, exact: bool, targets: tuple) -> lis
 
     try:
         outcomes = check_forward(p, seed, targets, exact)
-        if cfg.grad:
-            outcomes += check_gradients(p, seed, targets)
+        if cfg.grad:  # only where the forward run was right: one bug, one signature
+            passed = {o.target for o in outcomes if o.kind == "ok"}
+            outcomes += check_gradients(p, seed, tuple(t for t in targets if t in passed))
     except Invalid as e:
         return [Outcome("ok", "invalid", "", str(e))]
     return outcomes

@@ -12,6 +12,7 @@ whose extent is the range's upper bound, or `i + k` with `k` stated `0:K` and `i
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 
@@ -76,7 +77,7 @@ class Gen:
     def size(self) -> tuple:
         """A size symbol (new or existing) or a small literal, as (Node, concrete)."""
         r = self.rng
-        if r.random() < 0.1:
+        if r.random() < 0.2:
             v = r.choice((1, 1, 2, 3))
             return (Num(v), v)
         names = list(self.sizes)
@@ -93,7 +94,7 @@ class Gen:
 
     def new_input(self, rank: int | None = None) -> TensorInfo:
         r = self.rng
-        rank = r.choices((0, 1, 2, 3), (1, 5, 5, 2))[0] if rank is None else rank
+        rank = r.choices((0, 1, 2, 3), (2, 5, 5, 2))[0] if rank is None else rank
         name = "ABCDEFGH"[len(self.inputs)] if len(self.inputs) < 8 else f"X{len(self.inputs)}"
         t = TensorInfo(name, self.dtype, tuple(self.size() for _ in range(rank)))
         self.tensors[name] = t
@@ -159,6 +160,10 @@ class StmtGen:
         e, ec = dim
         r = self.r
         usable = [v for v in self.order if self.scope[v].hi_c > self.scope[v].lo_c]
+        if r.random() < 0.08:  # a constant subscript: any into a literal extent, else 0 / E - 1
+            if isinstance(e, Num):
+                return Num(r.randrange(e.value))
+            return r.choice((Num(0), _minus(e, Num(1))))
         if usable and (not self.pending or r.random() < 0.3) and r.random() < 0.7:
             return self.reuse(r.choice(usable), dim)
         name = self.new_var()
@@ -192,14 +197,19 @@ class StmtGen:
         e, ec = dim
         r, key = self.r, show(e)
         pick = r.choices(
-            ("plain", "part", "window", "stride", "fdiv", "rev", "clamp", "indirect", "tri"),
-            (10, 2, 4, 2, 1, 1, 1, 1, 1),
+            ("plain", "part", "window", "stride", "fdiv", "rev", "clamp", "indirect", "tri", "min"),
+            (10, 2, 4, 2, 1, 1, 1, 1, 1, 1),
         )[0]
         outer = [u for u in self.order if key in self.scope[u].fits]
         if pick == "tri" and outer:
             u = r.choice(outer)
             self.introduce(v, VarInfo(Num(0), _plus(Var(u), Num(1)), 0, self.scope[u].hi_c,
                                       {key}))  # fmt: skip
+            return Var(v)
+        others = [(Size(n), c) for n, c in self.g.sizes.items() if n != key]
+        if pick == "min" and others:  # `v in 0:min(E, F)` fits both extents
+            f, fc = r.choice(others)
+            self.introduce(v, VarInfo(Num(0), Call("min", (e, f)), 0, min(ec, fc), {key, show(f)}))
             return Var(v)
         if pick == "part" and ec >= 2:
             self.introduce(v, VarInfo(Num(1), e, 1, ec, {key}))
@@ -401,20 +411,21 @@ def new_output_stmt(g: Gen) -> Stmt:
     rhs = sg.expr(r.choice((0, 1, 1, 2, 2, 3)))
     if not any(g.tensors[x.tensor].bound is None for x in _reads(rhs, [])):
         rhs = Bin("*", rhs, sg.read())  # a data read gives the output the program's dtype
-    for v in list(sg.pending):  # a left-hand-side variable no read used
-        e, ec = g.size()
-        sg.introduce(v, VarInfo(Num(0), e, 0, ec, {show(e)}))
-    reds = [v for v in sg.order if v not in lhs_vars]
     lets = ()
     if r.random() < 0.15:
         lets = (("t0", sg.expr(1)),)
         rhs = Bin(r.choice(("+", "*")), Var("t0"), rhs)
+    for v in list(sg.pending):  # a left-hand-side variable no read used
+        e, ec = g.size()
+        sg.introduce(v, VarInfo(Num(0), e, 0, ec, {show(e)}))
+    reds = [v for v in sg.order if v not in lhs_vars]
     subs: list = [Var(v) for v in lhs_vars]
     scatter = [v for v in reds if sg.scope[v].lo_c == 0 and isinstance(sg.scope[v].hi, Num | Size)]
     if subs and scatter and r.random() < 0.25:  # an affine scatter `O(i + k)`, `O(2 * i + k)`
         d = r.randrange(len(subs))
-        c = r.choice((1, 1, 2))
-        subs[d] = Bin("+", subs[d] if c == 1 else Bin("*", Num(c), subs[d]), Var(scatter[0]))
+        c, c2 = r.choice((1, 1, 2)), r.choice((1, 1, 1, 2, 3))
+        k = Var(scatter[0]) if c2 == 1 else Bin("*", Num(c2), Var(scatter[0]))
+        subs[d] = Bin("+", subs[d] if c == 1 else Bin("*", Num(c), subs[d]), k)
     if reds or any(not isinstance(s, Var) for s in subs):
         op = r.choice(REDUCTIONS)
     else:
@@ -524,14 +535,21 @@ def finish(g: Gen) -> Program:
     bounds = tuple((n, g.tensors[n].bound[0]) for n in g.inputs if g.tensors[n].bound)
     p = Program("f", g.dtype, tuple(sorted(g.sizes.items())), tuple(inputs), tuple(g.outputs),
                 tuple(g.stmts), bounds=bounds)  # fmt: skip
-    _check_sizes_bound(p)
+    p = _bound_sizes(p)
     output_shapes(p, dict(p.sizes))
     return p
 
 
-def _check_sizes_bound(p: Program) -> None:
-    """Every size symbol must be a plain dimension of some input (TC binds sizes so)."""
+def _bound_sizes(p: Program) -> Program:
+    """Drop sizes nothing uses; a size used but bound by no input's plain dimension
+    (how TC binds sizes) makes the program Invalid."""
+    import re
+
+    from tools.fuzz_ir import show_stmt
+
     bound = {d.name for t in p.inputs for d in t.dims if isinstance(d, Size)}
+    text = "\n".join(show_stmt(s) for s in p.stmts) + " ".join(show(b) for _, b in p.bounds)
     for name, _ in p.sizes:
-        if name not in bound:
+        if name not in bound and re.search(rf"\b{name}\b", text):
             raise Invalid(f"size {name} is bound by no input")
+    return dataclasses.replace(p, sizes=tuple((n, v) for n, v in p.sizes if n in bound))

@@ -14,8 +14,9 @@ import warnings
 
 import numpy as np
 
+from tools import fuzz_run
 from tools.fuzz_ir import Invalid, Program, evaluate
-from tools.fuzz_run import Outcome, _failure, compile_for, make_inputs, signature
+from tools.fuzz_run import Outcome, _failure, make_inputs, signature
 
 STEP = 1e-6
 MIN_GAP = 1e-3
@@ -68,14 +69,29 @@ def check_gradients(p: Program, seed: int, targets: tuple) -> list[Outcome]:
     args = [inputs[t.name] for t in p.inputs]
     outcomes = []
     for target in targets:
-        outcomes.append(_check_target(p, seed, target, args, cots, dirs, fd))
+        outcomes += _check_target(p, seed, target, args, cots, dirs, fd)
     return outcomes
 
 
-def _check_target(p, seed, target, args, cots, dirs, fd) -> Outcome:  # noqa: ANN001
+def _check_target(p, seed, target, args, cots, dirs, fd) -> list[Outcome]:  # noqa: ANN001
+    """The vjp outcome on `target`, then (unless it failed) the dot-product test's."""
+    grad = _check_vjp(p, seed, target, args, cots, dirs, fd)
+    if isinstance(grad, Outcome):
+        return [grad]
+    kernel, dot_vjp = grad
+    if target == "cuda-emulated":  # Kernel.jvp is host-only
+        return [Outcome("ok", f"grad-{target}")]
+    tangents = [dirs.get(t.name) for t in p.inputs]
+    return [
+        Outcome("ok", f"grad-{target}"),
+        _check_jvp(kernel, target, args, cots, tangents, dot_vjp),
+    ]
+
+
+def _check_vjp(p, seed, target, args, cots, dirs, fd) -> Outcome | tuple:  # noqa: ANN001
     name = f"grad-{target}"
     try:
-        kernel, opts = compile_for(p, target, seed)
+        kernel, opts = fuzz_run.compile_for(p, target, seed)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             grads = kernel.vjp(*args, grad_outputs=cots)
@@ -98,11 +114,12 @@ def _check_target(p, seed, target, args, cots, dirs, fd) -> Outcome:  # noqa: AN
             return Outcome("wrong", name, signature("wrong", name, None, f"{n}_grad"),
                            f"<{n}_grad, t> = {a!r}, finite differences of the oracle {b!r} "
                            f"{opts}".strip())  # fmt: skip
-    if target == "cuda-emulated":
-        return Outcome("ok", name)
+    return kernel, dot_vjp
+
+
+def _check_jvp(kernel, target, args, cots, tangents, dot_vjp) -> Outcome:  # noqa: ANN001
     name = f"jvp-{target}"
     try:
-        tangents = [dirs.get(t.name) for t in p.inputs]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             _, touts = kernel.jvp(*args, tangents=tangents)

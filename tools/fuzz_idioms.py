@@ -20,11 +20,15 @@ def _rng(v: str, lo: object, hi: object, stated: bool = True) -> tuple:
     return (v, lo, hi, stated)
 
 
-def idiom(g: object) -> object:
+KINDS = ("matmul", "bmm", "conv", "tconv", "softmax", "norm", "pool")
+
+
+def idiom(g: object, kind: str | None = None) -> object:
+    """One idiom (`kind`, or a random one) with random sizes, as a Program."""
     from tools.fuzz_gen import TensorInfo, finish
 
     r = g.rng
-    kind = r.choice(("matmul", "bmm", "conv", "tconv", "softmax", "norm", "pool"))
+    kind = kind or r.choice(KINDS)
     pick = (1, 2, 3, 5, 7, 13, 17)
     for n in ("N", "M", "K"):
         g.sizes[n] = r.choice(pick)
@@ -110,8 +114,9 @@ def idiom(g: object) -> object:
         s = r.choice((1, 2))
         inp("X", S("M"), S("N"))
         sub = _add(Bin("*", N(s), i) if s > 1 else i, k)
-        hi = _add(Bin("/", Bin("-", S("N"), S("K")), N(s)), N(1))
-        ranges = (_rng("j", N(0), S("M"), False), _rng("i", N(0), hi), _rng("k", N(0), S("K")))
+        kk = N(g.sizes["K"])  # a literal window: no input binds K
+        hi = _add(Bin("/", Bin("-", S("N"), kk), N(s)), N(1))
+        ranges = (_rng("j", N(0), S("M"), False), _rng("i", N(0), hi), _rng("k", N(0), kk))
         g.stmts.append(Stmt("O", (j, i), "max=!", Read("X", (j, sub)), ranges))
         out("O")
     return finish(g)

@@ -377,6 +377,8 @@ class Oracle:
         raise Invalid(f"cannot evaluate {n!r}")
 
     def read(self, n: Read, env: dict) -> tuple:
+        if n.tensor not in self.state:
+            raise Invalid(f"{n.tensor} is read but never written")
         arr, meta = self.state[n.tensor]
         at = tuple(ival(s, env, self.sizes, self.state) for s in n.subs)
         _bounds(n.tensor, arr.shape, at)
@@ -457,7 +459,7 @@ class Oracle:
         cnt = max(v[2] for v in vals) + len(vals)
         grid = max(v[3] for v in vals)
         if red == "+":
-            return self._combine(math.fsum(xs), tuple(vals), cnt, sum(v[1] for v in vals), grid,
+            return self._combine(math.fsum(xs) + 0.0, tuple(vals), cnt, sum(v[1] for v in vals), grid,
                                  True)  # fmt: skip
         if red == "*":
             return self._combine(math.prod(xs), tuple(vals), cnt, math.prod(v[1] for v in vals),
