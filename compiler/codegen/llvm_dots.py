@@ -94,7 +94,7 @@ def emit_dots(
 
             def step() -> None:
                 for part, lanes in zip(parts, plan, strict=True):
-                    value = em.lanes.vector(lanes)
+                    value = em.lanes.sum_terms(lanes)
                     b.store(b.fadd(b.load(part, typ=vty), value, flags=REDUCTION_FLAGS), part)
 
             em._loop(s.var, lo, end, w, step, True)

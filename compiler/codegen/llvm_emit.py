@@ -80,6 +80,7 @@ from compiler.loops import (
     UnaryOp,
     VarRef,
     Visitor,
+    children,
 )
 
 _LOOP_KINDS = frozenset({LoopKind.SERIAL, LoopKind.PARALLEL, LoopKind.VECTOR, LoopKind.UNROLL})
@@ -190,6 +191,9 @@ class FunctionEmitter:
         self.threads: ir.Value = ir.Constant(I64, 1)  # the entry's thread count argument
         self.launch: ir.Value | None = None  # its launcher argument (None: run serially)
         self.lanes = Lanes(self)  # register tiles' accumulators as vectors (llvm_lanes)
+        self.fused: Expr | None = None  # the product a sum is adding (`sum_term`)
+        self.loop_vars: list[str] = []  # the enclosing loops' variables (`_sum_update`)
+        self.let_reads: dict[str, frozenset[str]] = {}  # a Let -> the variables it reads
         # the outlined loop bodies (`work` functions, codegen.llvm_parallel) of the whole
         # module, shared with every fork: each is compiled as a part of its own (llvm_split)
         self.outlined: list[ir.Function] = []
@@ -316,6 +320,13 @@ class FunctionEmitter:
             i += covered or 1
 
     def _stmt_For(self, s: For) -> None:
+        self.loop_vars.append(s.var)
+        try:
+            self._for(s)
+        finally:
+            self.loop_vars.pop()
+
+    def _for(self, s: For) -> None:
         if s.kind not in _LOOP_KINDS:
             raise InternalError(
                 f"LLVM backend: {s.kind.value} loops are not implemented (loop '{s.var}')"
@@ -354,15 +365,41 @@ class FunctionEmitter:
                 self.stmt(s.otherwise)
 
     def _stmt_Store(self, s: Store) -> None:
-        value = self.expr(s.value)
+        value = self._sum_update(s)
+        value = value if value is not None else self.expr(s.value)
         if s.buffer.dtype is DType.BOOL:
             value = self.builder.zext(value, I8)
         ptr, _ = self._address(s.buffer.name, s.index)
         self.builder.store(value, ptr)
 
+    def _sum_update(self, s: Store) -> ir.Value | None:
+        """`X[i] = X[i] + term` inside a loop whose variable `i` does not use (a sum in
+        memory form): the term's product fuses with the addition (`sum_term`); None if
+        not that shape. An update of each element once (`O(i) = O(i) + A(i) * B(i)`)
+        is rounded as written, as its recomputation into another version is."""
+        e = s.value
+        if not (s.buffer.dtype.is_float and isinstance(e, Bin) and e.op is BinOp.ADD):
+            return None
+        me = Load(s.buffer, s.index)
+        if me not in (e.a, e.b):
+            return None
+        used = set().union(*(self._reads(x) for x in s.index))
+        if all(v in used for v in self.loop_vars):
+            return None
+        other = e.b if e.a == me else e.a
+        a, b = (self.expr(me), self.sum_term(other))
+        return self.builder.fadd(a, b, flags=CONTRACT_FLAGS)
+
     def _stmt_Let(self, s: Let) -> None:
+        self.let_reads[s.var] = self._reads(s.value)
         with self._bound(s.var, self.expr(s.value)):
             self.stmt(s.body)
+
+    def _reads(self, e: Expr) -> frozenset[str]:
+        """The variables `e` reads, with those the Lets it reads read."""
+        if isinstance(e, VarRef):
+            return frozenset({e.name}) | self.let_reads.get(e.name, frozenset())
+        return frozenset().union(*(self._reads(c) for c in children(e) if isinstance(c, Expr)))
 
     def _stmt_Local(self, s: Local) -> None:
         if s.dtype.is_float and isinstance(s.body, Local):
@@ -407,7 +444,8 @@ class FunctionEmitter:
         other = e.b if e.a == me else e.a
         if isinstance(e, Bin) and e.op not in (BinOp.ADD, BinOp.MUL):
             return None
-        acc, x = self.expr(me), self.expr(other)
+        summed = isinstance(e, Bin) and e.op is BinOp.ADD
+        acc, x = self.expr(me), self.sum_term(other) if summed else self.expr(other)
         b = self.builder
         if isinstance(e, Bin):
             op = b.fadd if e.op is BinOp.ADD else b.fmul
@@ -440,6 +478,17 @@ class FunctionEmitter:
         return fn if fn is not None else ir.Function(self.module, ir.FunctionType(ret, args), name)
 
     # ---- expressions ---------------------------------------------------------------
+
+    def sum_term(self, e: Expr) -> ir.Value:
+        """The term a sum adds to its accumulator: only its outermost product carries
+        `contract` (with the sum's addition: one FMA); every other float operation is
+        rounded as written, so a value computed twice (a gradient recomputing a `max=`
+        candidate to find the winner) has the same bits (README, numerics)."""
+        outer, self.fused = self.fused, e
+        try:
+            return self.expr(e)
+        finally:
+            self.fused = outer
 
     def expr(self, e: Expr) -> ir.Value:
         key = self._index_key(e) if isinstance(e, _INDEX_NODES) else None
@@ -520,9 +569,10 @@ class FunctionEmitter:
         if e.op is BinOp.OR:
             return bld.or_(a, b)
         if dtype.is_float:
-            if e.op in _CONTRACTABLE:  # `a * b + c` may become one fused multiply-add
+            if e.op in _CONTRACTABLE:  # only a sum's product fuses (`sum_term`)
                 ops = {BinOp.ADD: bld.fadd, BinOp.SUB: bld.fsub, BinOp.MUL: bld.fmul}
-                return ops[e.op](a, b, flags=CONTRACT_FLAGS)
+                fused = e is self.fused and e.op is BinOp.MUL
+                return ops[e.op](a, b, flags=CONTRACT_FLAGS if fused else ())
             if e.op is BinOp.DIV:
                 return bld.fdiv(a, b, flags=DIVIDE_FLAGS)
             return bld.frem(a, b)

@@ -177,7 +177,7 @@ class Lanes:
         """`partial += terms` of a run of sum updates (`codegen.llvm_sums`)."""
         b = self.em.builder
         terms = [_other(a) for a in part]
-        value = b.fadd(b.load(partial, typ=g.type), self.vector(terms), flags=REDUCTION_FLAGS)
+        value = b.fadd(b.load(partial, typ=g.type), self.sum_terms(terms), flags=REDUCTION_FLAGS)
         b.store(value, partial)
 
     def _assign(self, g: Group, part: tuple[Assign, ...]) -> None:
@@ -187,7 +187,10 @@ class Lanes:
         if shape is None:
             value = self.vector([a.value for a in part])
         else:
-            acc, x = b.load(g.slot, typ=ty), self.vector([_other(a) for a in part])
+            terms = [_other(a) for a in part]
+            summed = shape is BinOp.ADD
+            acc = b.load(g.slot, typ=ty)
+            x = self.sum_terms(terms) if summed else self.vector(terms)
             if shape is BinOp.ADD:
                 value = b.fadd(acc, x, flags=REDUCTION_FLAGS)
             elif shape is BinOp.MUL:
@@ -220,6 +223,16 @@ class Lanes:
         b.store(vec, ptr, align=first.buffer.dtype.bits // 8)
         return True
 
+    def sum_terms(self, exprs: list[Expr]) -> ir.Value:
+        """`vector(exprs)` of the terms a sum adds: the outermost products carry
+        `contract` (`FunctionEmitter.sum_term`)."""
+        em = self.em
+        outer, em.fused = em.fused, exprs[0]
+        try:
+            return self.vector(exprs)
+        finally:
+            em.fused = outer
+
     def vector(self, exprs: list[Expr]) -> ir.Value:
         """The lane-isomorphic `exprs` as one vector (checked by `_isomorphic`)."""
         em, b = self.em, self.em.builder
@@ -249,7 +262,8 @@ class Lanes:
             BinOp.SUB: b.fsub,
             BinOp.MUL: b.fmul,
         }
-        return ops[e0.op](x, y, flags=CONTRACT_FLAGS)
+        fused = e0 is self.em.fused and e0.op is BinOp.MUL
+        return ops[e0.op](x, y, flags=CONTRACT_FLAGS if fused else ())
 
     def _splat(self, x: ir.Value, w: int) -> ir.Value:
         b = self.em.builder

@@ -129,7 +129,7 @@ def blocked_sum(
                     i += g.width
                     continue
                 partial, ty = by_acc[a.var]  # type: ignore[union-attr]
-                value = b.fadd(b.load(partial, typ=ty), em.expr(term), flags=REDUCTION_FLAGS)
+                value = b.fadd(b.load(partial, typ=ty), em.sum_term(term), flags=REDUCTION_FLAGS)
                 b.store(value, partial)
                 i += 1
 

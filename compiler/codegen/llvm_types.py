@@ -9,7 +9,9 @@ from llvmlite import ir
 from compiler.loops import DType
 
 I1, I8 = ir.IntType(1), ir.IntType(8)
-CONTRACT_FLAGS = ("contract",)  # every float add, sub, mul: FMA allowed, nothing else
+# Only the product a sum adds to its accumulator (`FunctionEmitter.sum_term`): with the
+# sum's `contract` addition one FMA; every other float add, sub, mul is rounded as written.
+CONTRACT_FLAGS = ("contract",)
 # A float division may become a multiplication by the divisor's reciprocal (`arcp`):
 # LLVM then computes a divisor that the loop does not change (`P * V / l(i)` inside
 # `j` and `e`) once, before the loop, and multiplies (at most 1 ulp more than the

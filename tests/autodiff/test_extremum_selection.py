@@ -1,0 +1,88 @@
+"""The gradient of `max=` / `min=` picks the winners by recomputing the candidate and
+comparing it with the forward's result (`O_v1 * O_v1 + B(0, j) == O(i, j)`), so both
+must round alike (issue 50). On the native target only the product a sum adds to its
+accumulator may become an FMA (README, numerics): a candidate `a * b + c` is rounded
+as written, in the forward and in the gradient, scalar or vectorised. Checked in
+float64 against central differences and by hand, on every CPU target.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import compiler
+from compiler import Options
+
+TARGETS = {
+    "interp": {"target": "interp"},
+    "llvm-1": {"target": "llvm", "options": Options(threads=1)},
+    "llvm-2": {"target": "llvm", "options": Options(threads=2)},
+    "cuda-emulated": {"target": "cuda-emulated"},
+}
+
+ISSUE = (
+    "def f(double(M, K) B) -> (O) {\n"
+    "    O(b, i) = B(0, i) where b in 0:M\n"
+    "    O(i, j) max= O(i, j) * O(i, j) + B(0, j) where j in 0:16\n}"
+)
+
+DEFS = {
+    "max= (issue 50)": (ISSUE, [(3, 16)]),
+    "min=": (
+        "def f(double(M, K) B) -> (O) {\n"
+        "    O(b, i) = B(1, i) where b in 0:M\n"
+        "    O(i, j) min= B(i, j) * B(0, j) - B(1, j) where j in 0:K\n}",
+        [(3, 37)],
+    ),
+    "max=!": (
+        "def f(double(N, M) A, double(M) C) -> (O) {\n    O(i) max=! A(i, j) * C(j) + A(i, j)\n}",
+        [(5, 23), (23,)],
+    ),
+    "min=!": (
+        "def f(double(N, M) A, double(M) C) -> (O) {\n"
+        "    O(i) min=! A(i, j) * A(i, j) * C(j) + C(j) * 0.3\n}",
+        [(5, 23), (23,)],
+    ),
+    "previous version wins": (
+        "def f(double(N) A, double(N) B, double(N) C) -> (O) {\n"
+        "    O(i) = A(i) * B(i) + C(i)\n    O(i) max= C(i) * 0.5\n}",
+        [(33,), (33,), (33,)],
+    ),
+    "fmax and max builtins": (
+        "def f(double(N) A, double(N) B) -> (O) {\n"
+        "    O(i) = fmax(A(i) * B(i) + A(i), B(i)) + max(B(i) * B(i) - A(i), A(i) * 0.5)\n}",
+        [(33,), (33,)],
+    ),
+}
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize("case", sorted(DEFS))
+def test_gradient_matches_finite_differences(case: str, target: str) -> None:
+    source, shapes = DEFS[case]
+    rng = np.random.default_rng(1)
+    k = compiler.define(source, cache=False, **TARGETS[target])
+    compiler.gradcheck(k, *[rng.standard_normal(s) for s in shapes])
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_issue_by_hand(target: str) -> None:
+    """O(i, j) = max(B0j^2 + B0j, B0j): the square wins wherever B0j != 0."""
+    b = np.random.RandomState(1).randn(3, 16)
+    g = np.random.RandomState(2).randn(3, 16)
+    k = compiler.define(ISSUE, cache=False, **TARGETS[target])
+    (got,) = k.vjp(b, grad_outputs=(g,))
+    want = np.zeros_like(b)
+    want[0] = g.sum(axis=0) * (2 * b[0] + 1)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_llvm_rounds_each_operation_outside_sums(threads: int) -> None:
+    """`a * b + c` as NumPy computes it, bit for bit, scalar tail and vector body."""
+    rng = np.random.default_rng(3)
+    a, b, c = (rng.standard_normal(1001) for _ in range(3))
+    src = "def f(double(N) A, double(N) B, double(N) C) -> (O) { O(i) = A(i) * B(i) + C(i) }"
+    (got,) = compiler.define(src, target="llvm", options=Options(threads=threads))(a, b, c)
+    np.testing.assert_array_equal(got, a * b + c)
