@@ -60,7 +60,14 @@ from compiler.autodiff.products import (
 from compiler.autodiff.quotient import split_quotient
 from compiler.autodiff.reuse import Saved, reuse_forward, saved_outputs
 from compiler.autodiff.rewrite import locate
-from compiler.autodiff.versions import Versions, analyse, full_box, recompute
+from compiler.autodiff.versions import (
+    Versions,
+    analyse,
+    full_box,
+    plain_vars,
+    recompute,
+    writes_box,
+)
 from compiler.diagnostics import InternalError, TCError
 from compiler.frontend.ast import (
     Access,
@@ -270,7 +277,7 @@ class _Reverse:
         reads part of `X`), so add zero over the whole shape last, unless one of them
         already wrote all of it (range inference bounds its reads by its writes)."""
         dims = self.v.dims(target)
-        if any(s.lhs.name == adjoint and _writes_box(s, dims) for s in self.stmts):
+        if any(s.lhs.name == adjoint and writes_box(s, dims) for s in self.stmts):
             return
         idx, where = full_box(self.v, target)
         self._emit(Access(adjoint, idx), Const(0, ScalarType.INT32), where)
@@ -475,7 +482,7 @@ class _Reverse:
         earlier write may cover only that part: `O(i) = A(i) where i in 2:N`)."""
         self._need(target, k - 1)
         self._need(target, k)
-        plain = _plain_vars(stmt.lhs)
+        plain = plain_vars(stmt.lhs)
         if plain is None:
             idx, where = full_box(self.v, target)
         else:
@@ -523,29 +530,6 @@ class _Reverse:
         )
         kept = al.select(written, None, Access(adjoint, idx)) if written else Access(adjoint, idx)
         self._emit(Access(grad, idx), kept or Access(adjoint, idx), where)
-
-
-def _writes_box(stmt: Stmt, dims: tuple[Expr, ...]) -> bool:
-    """Whether `stmt` writes every element of a tensor of shape `dims`: distinct plain
-    variables on the left, each `in 0:dim`, and no other clause on them."""
-    names = _plain_vars(stmt.lhs)
-    if names is None:
-        return False
-    ranges = {}
-    for c in stmt.where:
-        if isinstance(c, RangeConstraint):
-            if isinstance(c.expr, Var) and c.expr.name in names and c.expr.name not in ranges:
-                ranges[c.expr.name] = (c.lo, c.hi)
-            elif any(isinstance(e, Var) and e.name in names for e in walk(c.expr)):
-                return False
-    zero = Const(0, ScalarType.INT32)
-    return all(ranges.get(n) == (zero, d) for n, d in zip(names, dims, strict=True))
-
-
-def _plain_vars(lhs: Access) -> tuple[str, ...] | None:
-    """The left-hand side's variables when it is distinct plain variables, else None."""
-    names = tuple(a.name for a in lhs.args if isinstance(a, Var))
-    return names if len(names) == len(lhs.args) == len(set(names)) else None
 
 
 def _constant_subscripts_as_vars(

@@ -218,6 +218,29 @@ def full_box(
     return tuple(Var(n) for n in names), where
 
 
+def writes_box(stmt: Stmt, dims: tuple[Expr, ...]) -> bool:
+    """Whether `stmt` writes every element of a tensor of shape `dims`: distinct plain
+    variables on the left, each `in 0:dim`, and no other clause on them."""
+    names = plain_vars(stmt.lhs)
+    if names is None:
+        return False
+    ranges = {}
+    for c in stmt.where:
+        if isinstance(c, RangeConstraint):
+            if isinstance(c.expr, Var) and c.expr.name in names and c.expr.name not in ranges:
+                ranges[c.expr.name] = (c.lo, c.hi)
+            elif any(isinstance(e, Var) and e.name in names for e in walk(c.expr)):
+                return False
+    zero = Const(0, ScalarType.INT32)
+    return all(ranges.get(n) == (zero, d) for n, d in zip(names, dims, strict=True))
+
+
+def plain_vars(lhs: Access) -> tuple[str, ...] | None:
+    """The left-hand side's variables when it is distinct plain variables, else None."""
+    names = tuple(a.name for a in lhs.args if isinstance(a, Var))
+    return names if len(names) == len(lhs.args) == len(set(names)) else None
+
+
 def recompute(
     versions: Versions, needed: set[tuple[str, int]]
 ) -> tuple[list[Stmt], list[tuple[str, int]]]:
@@ -257,6 +280,39 @@ def _deps(versions: Versions, index: int, tensor: str, k: int) -> Iterator[tuple
         yield tensor, k - 1
 
 
+def _copy_previous(versions: Versions, tensor: str, k: int) -> list[Stmt]:
+    """`T_vk = T_v(k-1)`, the start of an accumulating version: over the whole shape,
+    or, where no earlier write covers it, over what each earlier write wrote (range
+    inference bounds the reads of `T_v(k-1)` by its writes: `O(i) = A(i) where i in
+    1:N` then two `max=` updates)."""
+    name, previous = versions.name(tensor, k), versions.name(tensor, k - 1)
+    earlier = [versions.stmts[j] for j in versions.writes[tensor][: k - 1]]
+    dims = versions.dims(tensor)
+    reads_in_lhs = any(isinstance(e, Access) for s in earlier for a in s.lhs.args for e in walk(a))
+    if reads_in_lhs or any(writes_box(s, dims) for s in earlier):
+        idx, where = full_box(versions, tensor)
+        return [Stmt(Access(name, idx), AssignOp.ASSIGN, Access(previous, idx), where)]
+    copies: list[Stmt] = []
+    for s in earlier:
+        where = tuple(c for c in s.where if isinstance(c, RangeConstraint))
+        copy = Stmt(Access(name, s.lhs.args), AssignOp.ASSIGN, Access(previous, s.lhs.args), where)
+        copy = dataclasses.replace(copy, where=_lhs_ranges(copy))
+        if copy not in copies:
+            copies.append(copy)
+    return copies
+
+
+def _lhs_ranges(stmt: Stmt) -> tuple:
+    """The range constraints of `stmt` over its left-hand side's variables only."""
+    names = {e.name for a in stmt.lhs.args for e in walk(a) if isinstance(e, Var)}
+    return tuple(
+        c
+        for c in stmt.where
+        if isinstance(c, RangeConstraint)
+        and all(e.name in names for e in walk(c.expr) if isinstance(e, Var))
+    )
+
+
 def _recompute_one(versions: Versions, tensor: str, k: int, index: int) -> list[Stmt]:
     stmt = versions.versioned_reads(versions.stmts[index], index)
     name = versions.name(tensor, k)
@@ -264,10 +320,7 @@ def _recompute_one(versions: Versions, tensor: str, k: int, index: int) -> list[
     op = stmt.op
     if versions.accumulates(index):
         if k > 1:
-            idx, where = full_box(versions, tensor)
-            previous = Access(versions.name(tensor, k - 1), idx)
-            copy = Stmt(Access(name, idx), AssignOp.ASSIGN, previous, where)
-            out.append(locate(copy, stmt.span))
+            out.extend(locate(c, stmt.span) for c in _copy_previous(versions, tensor, k))
         elif op is AssignOp.PLUS:
             op = AssignOp.PLUS_INIT  # version 0 is zeros, the identity of +
     out.append(dataclasses.replace(stmt, lhs=dataclasses.replace(stmt.lhs, name=name), op=op))

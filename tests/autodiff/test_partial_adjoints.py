@@ -6,7 +6,8 @@
   its accumulator is read over the whole output, so it is zero where nothing wrote;
 - a `max=` / `min=` update whose previous version was written over part of the
   output (`O(i) = A(i) where i in 2:N` then `O(i) max= ...`): the selection of the
-  previous value reads it only where the update writes.
+  previous value reads it only where the update writes, and a recomputed
+  intermediate version starts as a copy of what the earlier writes wrote.
 """
 
 from __future__ import annotations
@@ -132,6 +133,20 @@ EXTREMA = {
         "def f(double(N, M) B) -> (O) {\n"
         "    O(i) = B(i, 1) where i in 1:N\n    O(i) min= B(i, j) * 1.5 where i in 1:N, j in 0:M\n}",
         [(4, 3)],
+    ),
+    "two max= updates over a partial write": (
+        "def f(double(N) A) -> (O) {\n"
+        "    O(i) = A(i) where i in 1:N\n"
+        "    O(i) max= A(i - 1) where i in 1:N\n"
+        "    O(i) max= A(i) * 3.0 where i in 1:N\n}",
+        [(5,)],
+    ),
+    "min= then += over a partial write": (
+        "def f(double(N) A) -> (O) {\n"
+        "    O(i) = A(i) where i in 1:N\n"
+        "    O(i) min= A(i) * A(i - 1) where i in 2:N\n"
+        "    O(i) += O(i) * 2.0 where i in 1:N\n}",
+        [(5,)],
     ),
 }
 
