@@ -1,6 +1,7 @@
 """Shapes at call time: bind the size parameters from the inputs, evaluate bounds.
 
     bind_sizes(ranged, {"I": (2, 3, 10, 12), ...})   -> {"N": 2, "C": 3, ...}
+    check_preconditions(ranged, sizes)                (bind_sizes calls it)
     output_shapes(ranged, sizes)                      -> {"O": (2, 4, 8, 10)}
     eval_bound_expr(expr, sizes, index_values=None)   -> int
     infer_shapes(source, name, input_shapes)          -> parse, check, infer, bind, shapes
@@ -10,7 +11,9 @@ an output at the index value itself). Bound expressions are integers throughout:
 `/` is floor division and `%` never negative, as TC's (Halide's) integer operators for
 the positive divisors that range inference produces.
 
-Every mismatch is a ShapeError naming the tensor, the dimension and both sizes.
+Every mismatch is a ShapeError naming the tensor, the dimension and both sizes; sizes
+that break a relation a read needs (`RangedDef.preconditions`: `G >= 4 * H` for
+`gates(n, 3 * H + j) where j in 0:H`) are a ShapeError naming the read and the relation.
 """
 
 from __future__ import annotations
@@ -105,7 +108,32 @@ def bind_sizes(ranged: RangedDef, input_shapes: Mapping[str, Sequence[int]]) -> 
             "size of any input, so it cannot be bound from the arguments",
             ranged.checked.definition.span,
         )
+    check_preconditions(ranged, sizes)
     return sizes
+
+
+def check_preconditions(ranged: RangedDef, sizes: Mapping[str, int]) -> None:
+    """A ShapeError for the first read that range inference could not prove in bounds
+    and that these sizes put out of bounds (`RangedDef.preconditions`): it names the
+    read and the relation of the sizes it needs."""
+    outputs = {t.name for t in ranged.checked.outputs}
+    for pre in ranged.preconditions:
+        if eval_bound_expr(pre.cond, sizes):
+            continue
+        read = print_expr(pre.access)
+        if pre.access.name in outputs:
+            hint = (
+                f"a read of output '{pre.access.name}' must lie in what earlier statements "
+                "wrote; narrow this statement's where clause, or write those elements first"
+            )
+        else:
+            hint = "pass inputs whose sizes satisfy it, or narrow this statement's where clause"
+        raise ShapeError(
+            f"this def reads `{read}` out of bounds with {_show(sizes)}: it needs "
+            f"`{print_expr(pre.cond)}`",
+            pre.access.span,
+            hint,
+        )
 
 
 def _check_dim_exprs(

@@ -17,7 +17,7 @@ import enum
 from dataclasses import dataclass
 
 from compiler.diagnostics import Diagnostic, TCError
-from compiler.frontend.ast import Def, Expr, ScalarType, Stmt
+from compiler.frontend.ast import Access, Def, Expr, ScalarType, Stmt
 from compiler.frontend.source import NO_SPAN, Span
 
 
@@ -94,6 +94,18 @@ class Bound:
 
 
 @dataclass(frozen=True, slots=True)
+class Precondition:
+    """A relation of the sizes that keeps a read in bounds, which range inference could
+    not prove (`G >= 4 * H` for `gates(n, 3 * H + j) where j in 0:H`): `cond` is an
+    expression of the size parameters alone, exact for every size; the call checks it
+    (`shapes.bind_sizes`). For a read of an output, in bounds means inside what earlier
+    statements wrote (its extent so far), which may be less than the output's shape."""
+
+    cond: Expr
+    access: Access
+
+
+@dataclass(frozen=True, slots=True)
 class RangedDef:
     """A checked def after range inference.
 
@@ -108,6 +120,7 @@ class RangedDef:
     checked: CheckedDef
     output_bounds: tuple[tuple[str, tuple[Bound, ...]], ...]
     warnings: tuple[Diagnostic, ...] = ()
+    preconditions: tuple[Precondition, ...] = ()  # checked at every call
 
     @property
     def name(self) -> str:

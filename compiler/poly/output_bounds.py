@@ -50,12 +50,12 @@ def record_output(inf: _StmtInference, domain: isl.Set) -> None:
         bounds.append(_lhs_bound(inf, arg, image))
         _check_non_negative(inf, lhs, dim, image)
     earlier = inf.state.images.setdefault(lhs.name, [])
-    inf.state.known[lhs.name] = _extent(inf, earlier, images, tuple(bounds))
+    inf.state.known[lhs.name] = _extent(inf.state.params, earlier, images, tuple(bounds))
     earlier.append(images)
 
 
 def _extent(
-    inf: _StmtInference,
+    params: tuple[str, ...],
     earlier: list[tuple[isl.Set, ...]],
     images: tuple[isl.Set, ...],
     bounds: tuple[Bound, ...],
@@ -66,12 +66,7 @@ def _extent(
     the hull), not only what the latest, possibly partial, write covers."""
     if not earlier:
         return bounds
-    unions = [functools.reduce(isl.Set.union, dims) for dims in zip(*earlier, strict=True)]
-    if all(new.is_subset(old) for new, old in zip(images, unions, strict=True)):
-        return inf.state.known[inf.stmt.lhs.name]
-    if all(old.is_subset(new) for new, old in zip(images, unions, strict=True)):
-        return bounds
-    return hull([*earlier, images], inf.state.params)
+    return hull([*earlier, images], params)
 
 
 def hull(images: list[tuple[isl.Set, ...]], params: tuple[str, ...]) -> tuple[Bound, ...]:

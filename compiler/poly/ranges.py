@@ -67,7 +67,15 @@ from compiler.frontend.ast import (
     Stmt,
     Var,
 )
-from compiler.frontend.checked import Bound, CheckedDef, RangedDef, Role, StmtFacts, TensorInfo
+from compiler.frontend.checked import (
+    Bound,
+    CheckedDef,
+    Precondition,
+    RangedDef,
+    Role,
+    StmtFacts,
+    TensorInfo,
+)
 from compiler.frontend.printer import print_expr
 from compiler.frontend.scopes import walk
 from compiler.frontend.source import NO_SPAN, Span
@@ -99,6 +107,7 @@ class _Constraint:
     access: Access
     dim: int
     guard: isl.Set  # where the read is evaluated (its `?:`, `&&` and `||` conditions)
+    exact: bool  # every guard is affine (a data-dependent one is assumed to hold anywhere)
 
     @property
     def cond(self) -> isl.Set:
@@ -114,6 +123,7 @@ class _DefState:
     known: dict[str, tuple[Bound, ...]] = dataclasses.field(default_factory=dict)
     images: dict[str, list[tuple[isl.Set, ...]]] = dataclasses.field(default_factory=dict)
     warnings: list[Diagnostic] = dataclasses.field(default_factory=list)
+    preconditions: list[Precondition] = dataclasses.field(default_factory=list)
     by_name: dict[str, TensorInfo] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -134,6 +144,7 @@ def infer_ranges(checked: CheckedDef) -> RangedDef:
         dataclasses.replace(checked, definition=definition, stmts=facts),
         bounds,
         tuple(state.warnings),
+        tuple(state.preconditions),
     )
 
 
@@ -253,7 +264,7 @@ class _StmtInference:
         if extents is None:
             return []
         found = []
-        guard = self._guard_of(read)
+        guard, exact = self._guard_of(read)
         for dim, (arg, (lo, hi)) in enumerate(zip(read.access.args, extents, strict=True)):
             try:
                 s = expr_to_aff(arg, self.space, self.lets)
@@ -266,19 +277,21 @@ class _StmtInference:
                 continue
             lo_aff = expr_to_aff(lo, self.space)
             hi_aff = expr_to_aff(hi, self.space)
-            found.append(_Constraint(s - lo_aff, read.access, dim, guard))
-            found.append(_Constraint(hi_aff - 1 - s, read.access, dim, guard))
+            found.append(_Constraint(s - lo_aff, read.access, dim, guard, exact))
+            found.append(_Constraint(hi_aff - 1 - s, read.access, dim, guard, exact))
         return found
 
-    def _guard_of(self, read: Read) -> isl.Set:
-        guard = self.space.universe
+    def _guard_of(self, read: Read) -> tuple[isl.Set, bool]:
+        """Where the read is evaluated, and whether that set is exact."""
+        guard, exact = self.space.universe, True
         for cond, value in read.guards:
             try:
                 where = condition_to_set(cond, self.space, self.lets)
             except NotAffine:
-                continue  # a data-dependent guard: assume the read may happen anywhere
+                exact = False  # a data-dependent guard: assume the read may happen anywhere
+                continue
             guard = guard & (where if value else where.complement())
-        return guard
+        return guard, exact
 
     # ------------------------------------------------------------- TC's rounds
 
@@ -423,20 +436,27 @@ class _StmtInference:
         return self._solved_domain().coalesce()
 
     def _check_preconditions(self, constraints: list[_Constraint], domain: isl.Set) -> None:
-        """Reads that the ranges do not keep in bounds: a warning, or an error when
-        they are out of bounds for every size."""
-        bad_by_access: dict[Access, tuple[Access, isl.Set]] = {}
+        """Reads that the ranges do not keep in bounds: an error when they are out of
+        bounds for every size, else a warning and, where the sizes alone decide it (every
+        guard affine, a read the statement evaluates), a `Precondition` every call checks.
+        A read under a data-dependent guard is checked read by read at run time instead,
+        against the tensor's shape."""
+        bad_by_access: dict[Access, tuple[isl.Set, bool]] = {}
         for c in constraints:
             if self._reads_what_it_writes(c.access):
                 continue
             bad = domain & c.guard & c.cond.complement()
             if bad.is_empty():
                 continue
-            key = c.access
-            prev = bad_by_access.get(key)
-            bad_by_access[key] = (c.access, bad if prev is None else prev[1] | bad)
+            prev = bad_by_access.get(c.access)
+            if prev is not None:
+                bad, exact = prev[0] | bad, prev[1] and c.exact
+            else:
+                exact = c.exact
+            bad_by_access[c.access] = (bad, exact)
         runs = domain.params()
-        for access, bad in bad_by_access.values():
+        evaluated = self._evaluated_reads()
+        for access, (bad, exact) in bad_by_access.items():
             bad_params = bad.params()
             if (runs - bad_params).is_empty():
                 raise self.error(
@@ -446,11 +466,44 @@ class _StmtInference:
                     "clauses of this statement",
                 )
             ok = set_to_expr(runs - bad_params, runs, self.state.params)
+            checked = exact and access in evaluated and not self._declared_output(access)
+            if checked:
+                sizes = self.space.context.params()
+                cond = set_to_expr(sizes - bad_params, sizes, self.state.params)
+                self.state.preconditions.append(Precondition(cond, access))
             self.warn(
                 f"cannot prove that `{print_expr(access)}` stays in bounds: it needs "
-                f"`{print_expr(ok)}`, which is checked at run time",
+                f"`{print_expr(ok)}`{self._how_checked(access, checked, evaluated)}",
                 access.span,
             )
+
+    def _evaluated_reads(self) -> set[Access]:
+        """The reads the statement evaluates: its right-hand side's and lets' (an
+        `exists` clause only constrains inference)."""
+        roots = [self.stmt.rhs, *self.lets.values()]
+        return {n for root in roots for n in walk(root) if isinstance(n, Access)}
+
+    def _declared_output(self, access: Access) -> bool:
+        """An output with a declared shape holds all of it from the start (what no
+        statement wrote is the initial value: a gradient's padded copy reads its zero
+        border), so each read is checked against that shape at run time."""
+        info = self.state.by_name.get(access.name)
+        return info is not None and info.role is Role.OUTPUT and info.dims is not None
+
+    def _how_checked(self, access: Access, checked: bool, evaluated: set[Access]) -> str:
+        if access not in evaluated:
+            return (
+                ", which nothing checks at run time: the def never evaluates a read in an"
+                " `exists` clause"
+            )
+        info = self.state.by_name.get(access.name)
+        if checked or info is None or info.role is Role.INPUT or info.dims is not None:
+            return ", which is checked at run time"
+        return (
+            f", which is checked at run time only against the shape of '{access.name}' (the"
+            " read is under a data-dependent condition): it may be larger than what earlier"
+            " statements wrote"
+        )
 
     def _warn_guarded_bounds(self, constraints: list[_Constraint]) -> None:
         """TC's rule, kept: a read inside a `?:` branch bounds the inferred ranges like
