@@ -39,7 +39,9 @@ from compiler.frontend.ast import (
     UnaryOp,
     Var,
 )
+from compiler.frontend.printer import print_expr
 from compiler.frontend.types import call_type, promote, unary_type
+from compiler.frontend.visit import walk
 from compiler.interp.builtins import builtin
 
 NP_DTYPE: dict[ScalarType, type[np.generic]] = {
@@ -146,8 +148,24 @@ def _out_of_range(expr: Access, dim: int, value: int, extent: int) -> ShapeError
         f"index {value} out of range for dimension {dim} of '{expr.name}' "
         f"(size {extent}) in the read {expr.name}(...)",
         expr.span,
-        hint="an index read from a tensor must lie in [0, size); check the index tensor's "
-        "values, or guard the read with a ternary",
+        hint=out_of_range_hint(expr, dim),
+    )
+
+
+def out_of_range_hint(expr: Access, dim: int) -> str:
+    """What to fix when a read leaves its tensor (every target's wording): the index
+    tensor's values when the subscript reads one, else the sizes or the guard."""
+    arg = expr.args[dim] if dim < len(expr.args) else None
+    if arg is None or any(isinstance(e, Access) for e in walk(arg)):
+        return (
+            "an index read from a tensor must lie in [0, size); check the index tensor's "
+            "values, or guard the read with a ternary"
+        )
+    return (
+        f"the subscript `{print_expr(arg)}` depends on sizes and index variables only: with "
+        f"these sizes it leaves '{expr.name}' where the def evaluates it (range inference "
+        "warned about this read); narrow the where clause, or guard the read with a ternary "
+        "that keeps it in bounds"
     )
 
 

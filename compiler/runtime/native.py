@@ -61,6 +61,7 @@ from compiler.diagnostics import InternalError, ShapeError
 from compiler.frontend.ast import Access
 from compiler.frontend.checked import RangedDef
 from compiler.frontend.printer import print_def, print_expr
+from compiler.interp.expr import out_of_range_hint
 from compiler.loops import Function, check_arguments
 from compiler.loops.overwrite import Overwrites
 from compiler.loops.versions import Branch, Choices, describe
@@ -246,8 +247,7 @@ def check_failure(
         f"index {value} out of range for dimension {check.dim} of '{check.access.name}' "
         f"(size {extent}) in the read {check.access.name}(...)",
         check.access.span,
-        hint="an index read from a tensor must lie in [0, size); check the index tensor's "
-        "values, or guard the read with a ternary",
+        hint=out_of_range_hint(check.access, check.dim),
     )
 
 

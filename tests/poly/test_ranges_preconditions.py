@@ -89,5 +89,21 @@ def test_a_data_dependent_guard_is_checked_read_by_read() -> None:
     c = np.array([1, 1, -1, -1], np.float32)
     (got,) = k(c, np.array([5, 6], np.float32))
     np.testing.assert_array_equal(got, [5, 6, 0, 0])
-    with pytest.raises(ShapeError, match="index 2 out of range for dimension 0 of 'B'"):
+    with pytest.raises(ShapeError, match="index 2 out of range for dimension 0 of 'B'") as info:
         k(-c, np.array([5, 6], np.float32))
+    assert "the subscript `i` depends on sizes and index variables only" in str(info.value)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_run_time_hint_names_the_cause(target: str) -> None:
+    guarded = "def f(float(N) C, float(M) B) -> (O) { O(i) = C(i) > 0 ? B(i) : 0 where i in 0:N }"
+    indirect = "def f(int32(N) idx, float(M) B) -> (O) { O(i) = B(idx(i)) }"
+    b = np.array([5, 6], np.float32)
+    with pytest.raises(ShapeError) as info:
+        compiler.define(guarded, target=target, cache=False)(np.ones(3, np.float32), b)
+    assert "`i` depends on sizes and index variables only" in str(info.value)
+    assert "index tensor" not in str(info.value)
+    with pytest.raises(ShapeError) as info:
+        compiler.define(indirect, target=target, cache=False)(np.array([0, 7], np.int32), b)
+    assert "index 7 out of range" in str(info.value)
+    assert "check the index tensor's values" in str(info.value)
