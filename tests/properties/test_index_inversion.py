@@ -18,12 +18,16 @@ negative for every size), op one of `+=!`, `+=`, `max=`, and random small sizes.
     many points as the scatter.
 
 Cases that range inference or the checker legitimately reject are skipped, counted,
-and must stay a minority (`test_index_inversion` asserts the ratio).
+and must stay a minority (`test_index_inversion` asserts the ratio). A statement over
+the gather pass's isl budget (`GatherBudgetWarning`; a few of the thorough profile's
+4-variable, 3-subscript maps) stays a scatter: (a) still holds, and such cases must
+stay rare.
 """
 
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -36,7 +40,7 @@ from compiler.frontend.ast import RangeConstraint, Var
 from compiler.frontend.checked import RangedDef
 from compiler.interp import evaluate
 from compiler.pipeline import run
-from compiler.poly.gather import remaining_scatters, scatter_to_gather
+from compiler.poly.gather import GatherBudgetWarning, remaining_scatters, scatter_to_gather
 from compiler.shapes import eval_bound_expr, output_shapes
 
 VARS = ("i", "j", "k", "l")
@@ -195,7 +199,7 @@ def _check_one_writer(case: Case, gather: RangedDef) -> None:
 
 # ------------------------------------------------------------ the property
 
-STATS = {"real": 0, "rejected": 0}
+STATS = {"real": 0, "rejected": 0, "budget": 0}
 
 
 def _ranged_or_none(case: Case) -> RangedDef | None:
@@ -215,20 +219,34 @@ def _inversion_property(case: Case, seed: int) -> None:
         event("rejected by check or range inference")
         assume(False)
     STATS["real"] += 1
-    gather = scatter_to_gather(scatter)
-    assert remaining_scatters(gather) == ()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", GatherBudgetWarning)
+        gather = scatter_to_gather(scatter)
+    if any(issubclass(w.category, GatherBudgetWarning) for w in caught):
+        # isl's budget ran out (4 variables, 3 subscripts): the scatter stays, which
+        # must still compute the scatter
+        STATS["budget"] += 1
+        event("over the gather budget: stays a scatter")
+        assert remaining_scatters(gather) == (0,)
+    else:
+        assert remaining_scatters(gather) == ()
     inputs = _inputs(case, seed)
     start = np.random.default_rng(seed + 1).standard_normal(_shape(case))
     expected = _brute_force(case, inputs, start)
     actual = evaluate(gather, inputs, case.size_values, outputs={"O": start})["O"]
     np.testing.assert_allclose(actual, expected, rtol=1e-12, atol=1e-12, err_msg=case.source)
-    _check_one_writer(case, gather)
+    if not remaining_scatters(gather):
+        _check_one_writer(case, gather)
     event(f"gather statements: {len(gather.checked.stmts)}")
 
 
 def test_index_inversion() -> None:
-    STATS.update(real=0, rejected=0)
+    STATS.update(real=0, rejected=0, budget=0)
     _inversion_property()
     ran = STATS["real"] + STATS["rejected"]
-    print(f"\nindex inversion: {STATS['real']} real cases, {STATS['rejected']} rejected")
+    print(
+        f"\nindex inversion: {STATS['real']} real cases, {STATS['rejected']} rejected, "
+        f"{STATS['budget']} over the gather budget"
+    )
     assert STATS["real"] >= 0.8 * ran, STATS
+    assert STATS["budget"] <= 0.05 * STATS["real"], STATS
