@@ -205,6 +205,17 @@ def summarise(results: list) -> tuple[str, dict]:
     return "\n".join(lines), {s: v[0] for s, v in per_sig.items()}
 
 
+def markdown(table: str, reductions: list) -> str:
+    """The summary table and the minimised reproducers, as Markdown."""
+    out = ["```", table, "```", ""]
+    for r in sorted(reductions, key=lambda r: r.get("signature", "")):
+        if "text" not in r:
+            continue
+        out += [f"### `{r['signature']}`", "", f"seed {r['seed']}, sizes {r['sizes']}", ""]
+        out += ["```", r["text"].rstrip(), "```", "", "```", r["detail"].strip()[-1200:], "```", ""]
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.fuzz", description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", default="0:100", help="A:B, the half-open range of seeds")
@@ -215,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reduce", action="store_true", help="minimise one program per signature")
     ap.add_argument("--cuda-fraction", type=float, default=0.2)
     ap.add_argument("--json", help="write every result (and reduction) to this file")
+    ap.add_argument("--report", help="write the summary and reproducers as Markdown here")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--exact", dest="exact", action="store_true", default=None)
     mode.add_argument("--inexact", dest="exact", action="store_false")
@@ -261,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
                 )
     finally:
         pool.close()
+    if args.report:
+        with open(args.report, "w") as f:
+            f.write(markdown(table, locals().get("reductions", [])))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"results": results, "reductions": locals().get("reductions", [])}, f)

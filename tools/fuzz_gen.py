@@ -369,11 +369,13 @@ def _inferable(g: Gen, s: Stmt, v: str, lo: object, hi: object, stated: dict) ->
     for e in [s.rhs, *(x for _, x in s.lets)]:
         for rd in _reads(e, []):
             t = g.tensors[rd.tensor]
+            if t.output:  # an output's extents are not what TC bounds reads by here
+                if any(_uses(sub, v) for sub in rd.subs):
+                    return False
+                continue
             for sub, (ext, _) in zip(rd.subs, t.dims, strict=True):
                 if not _uses(sub, v):
                     continue
-                if t.output:
-                    return False
                 if sub == Var(v) and ext == hi:
                     found = True
                     continue
@@ -548,7 +550,7 @@ def _bound_sizes(p: Program) -> Program:
     from tools.fuzz_ir import show_stmt
 
     bound = {d.name for t in p.inputs for d in t.dims if isinstance(d, Size)}
-    text = "\n".join(show_stmt(s) for s in p.stmts) + " ".join(show(b) for _, b in p.bounds)
+    text = "\n".join([*(show_stmt(s) for s in p.stmts), *(show(b) for _, b in p.bounds)])
     for name, _ in p.sizes:
         if name not in bound and re.search(rf"\b{name}\b", text):
             raise Invalid(f"size {name} is bound by no input")

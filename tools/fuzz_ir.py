@@ -324,6 +324,7 @@ class Oracle:
 
     def _combine(self, val: float, args: tuple, cnt: int, mag: float, grid: int,
                  exact: bool, margin: float = INF) -> tuple:  # fmt: skip
+        grid = min(grid, 400)  # past any mantissa: inexact, and 2.0**grid stays finite
         exact = exact and all(a[4] for a in args) and mag * 2.0**grid < 2.0 ** (self.mant - 1)
         margin = min([margin, *(a[5] for a in args)])
         if not math.isfinite(val) or abs(val) > 1e18:

@@ -136,10 +136,34 @@ def candidates(p: Program) -> Iterator[Program]:
         if s.lets:
             yield dataclasses.replace(p, stmts=(*p.stmts[:k], dataclasses.replace(s, lets=()),
                                                 *p.stmts[k + 1 :]))  # fmt: skip
+    for k, s in enumerate(p.stmts):
+        for c in _fewer_wheres(p, s):
+            yield dataclasses.replace(p, stmts=(*p.stmts[:k], c, *p.stmts[k + 1 :]))
     for name, v in p.sizes:
         for smaller in (x for x in SMALLER if x < v):
             sizes = tuple((n, smaller if n == name else w) for n, w in p.sizes)
             yield dataclasses.replace(p, sizes=sizes)
+
+
+def _fewer_wheres(p: Program, s: Stmt) -> Iterator[Stmt]:
+    """`s` without one stated range that TC's inference certainly recovers
+    (`fuzz_gen._inferable`, the generator's own rule)."""
+    from types import SimpleNamespace
+
+    from tools.fuzz_gen import TensorInfo, _inferable
+
+    tensors = {t.name: TensorInfo(t.name, t.dtype, tuple((d, 0) for d in t.dims)) for t in p.inputs}
+    for o in p.outputs:
+        tensors[o] = TensorInfo(o, p.dtype, (), output=True)
+    if s.op in ("+=", "max=", "min=", "*=") or any(
+        x.lhs == s.lhs for x in p.stmts[: p.stmts.index(s)]
+    ):
+        return  # an update: its ranges stay stated (as generated)
+    stated = {v: st for v, _, _, st in s.ranges}
+    for i, (v, lo, hi, st) in enumerate(s.ranges):
+        if st and _inferable(SimpleNamespace(tensors=tensors), s, v, lo, hi, stated):
+            ranges = (*s.ranges[:i], (v, lo, hi, False), *s.ranges[i + 1 :])
+            yield dataclasses.replace(s, ranges=ranges)
 
 
 def reduce(p: Program, still_fails: Callable[[Program], bool], budget_s: float = 120.0,
