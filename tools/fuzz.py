@@ -100,7 +100,7 @@ def reduce_seed(seed: int, cfg: Config, sig: str) -> dict:
     def still(c: object) -> bool:
         return any(o.signature == sig for o in check(c, seed, sub, exact, targets))
 
-    small = reduce(p, still, budget_s=max(60.0, 4 * cfg.timeout))
+    small = reduce(p, still, budget_s=max(60.0, 2 * cfg.timeout))
     detail = [o for o in check(small, seed, sub, exact, targets) if o.signature == sig]
     return {"seed": seed, "signature": sig, "text": show_program(small),
             "sizes": dict(small.sizes), "detail": detail[0].detail if detail else ""}  # fmt: skip
@@ -205,6 +205,26 @@ def summarise(results: list) -> tuple[str, dict]:
     return "\n".join(lines), {s: v[0] for s, v in per_sig.items()}
 
 
+def representatives(first: dict) -> dict:
+    """One signature per failure across targets (the same message on interp, llvm, ...
+    is one bug to minimise), the first target in TARGETS order; hangs and tester
+    errors have no reproducer to minimise."""
+    order = {t: i for i, t in enumerate(TARGETS)}
+    best: dict = {}
+    for sig, seed in first.items():
+        if sig.startswith(("hang", "tester")):
+            continue
+        kind, target, rest = sig.split(":", 2)
+        stage, base = "", target
+        if target.startswith(("grad-", "jvp-")):
+            stage, base = target.split("-", 1)
+        key = (kind, stage, rest)
+        rank = order.get(base, len(order))
+        if key not in best or rank < best[key][0]:
+            best[key] = (rank, sig, seed)
+    return {sig: seed for _, sig, seed in best.values()}
+
+
 def markdown(table: str, reductions: list) -> str:
     """The summary table and the minimised reproducers, as Markdown."""
     out = ["```", table, "```", ""]
@@ -259,8 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         print(table)
         reductions: list = []
         if args.reduce and first:
-            tasks = [("reduce", seed, cfg, sig) for sig, seed in first.items()
-                     if not sig.startswith(("hang", "tester"))]  # fmt: skip
+            tasks = [("reduce", seed, cfg, sig) for sig, seed in representatives(first).items()]
             pool.map(tasks, max(120.0, 6 * cfg.timeout), lambda t, r: reductions.append(r))
             print("\nMinimised reproducers:")
             for r in sorted(reductions, key=lambda r: r.get("signature", "")):

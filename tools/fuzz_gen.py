@@ -403,6 +403,26 @@ def drop_wheres(g: Gen, s: Stmt, update: bool) -> Stmt:
     return replace(s, ranges=ranges)
 
 
+def _free_range(g: Gen) -> VarInfo:
+    """The range of a variable no read bounds: a size, or a piecewise extent
+    (`min(N, M)`, `max(N, 5)`, `max(min(N, M), 5)`, `N + 2`)."""
+    r = g.rng
+    e, ec = g.size()
+    pick = r.choice(("plain", "plain", "plain", "min", "max", "maxmin", "plus"))
+    if pick == "plain" or not isinstance(e, Size):
+        return VarInfo(Num(0), e, 0, ec, {show(e)})
+    f, fc = g.size()
+    c = r.choice((2, 5))
+    if pick == "min":
+        return VarInfo(Num(0), Call("min", (e, f)), 0, min(ec, fc), {show(e), show(f)})
+    if pick == "max":
+        return VarInfo(Num(0), Call("max", (e, Num(c))), 0, max(ec, c))
+    if pick == "maxmin":
+        hi = Call("max", (Call("min", (e, f)), Num(c)))
+        return VarInfo(Num(0), hi, 0, max(min(ec, fc), c))
+    return VarInfo(Num(0), _plus(e, Num(c)), 0, ec + c)
+
+
 def new_output_stmt(g: Gen) -> Stmt:
     r = g.rng
     rank = r.choices((0, 1, 2, 3), (1, 5, 4, 1))[0]
@@ -418,8 +438,7 @@ def new_output_stmt(g: Gen) -> Stmt:
         lets = (("t0", sg.expr(1)),)
         rhs = Bin(r.choice(("+", "*")), Var("t0"), rhs)
     for v in list(sg.pending):  # a left-hand-side variable no read used
-        e, ec = g.size()
-        sg.introduce(v, VarInfo(Num(0), e, 0, ec, {show(e)}))
+        sg.introduce(v, _free_range(g))
     reds = [v for v in sg.order if v not in lhs_vars]
     subs: list = [Var(v) for v in lhs_vars]
     scatter = [v for v in reds if sg.scope[v].lo_c == 0 and isinstance(sg.scope[v].hi, Num | Size)]

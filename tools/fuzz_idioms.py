@@ -49,6 +49,9 @@ def idiom(g: object, kind: str | None = None) -> object:
         inp("A", *lead, S("N"), S("K"))
         inp("B", *lead, S("K"), S("M"))
         rhs = Bin("*", Read("A", (*b, i, k)), Read("B", (*b, k, j)))
+        if r.random() < 0.3:  # a 0-d scale inside the product
+            inp("s")
+            rhs = Bin("*", rhs, Read("s", ()))
         rb = (_rng("b", N(0), S("L"), False),) if b else ()
         mm = (*rb, _rng("i", N(0), S("N"), False), _rng("j", N(0), S("M"), False))
         g.stmts.append(Stmt("C", (*b, i, j), "+=!", rhs, (*mm, _rng("k", N(0), S("K"), False))))

@@ -238,3 +238,24 @@ def test_a_hanging_program_is_killed_and_the_worker_replaced() -> None:
 def test_generation_is_deterministic() -> None:
     assert show_program(generate(11)) == show_program(generate(11))
     assert random.Random(1).random() == random.Random(1).random()
+
+
+def test_one_reduction_per_failure_across_targets() -> None:
+    first = {"wrong:llvm:O": 1, "wrong:interp:O": 2, "rejected:grad-llvm:E: m": 3,
+             "rejected:grad-interp:E: m": 4, "rejected:jvp-llvm:E: m": 5,
+             "hang:(program):timeout": 6}  # fmt: skip
+    assert fuzz.representatives(first) == {
+        "wrong:interp:O": 2,
+        "rejected:grad-interp:E: m": 4,
+        "rejected:jvp-llvm:E: m": 5,
+    }
+
+
+def test_summary_groups_by_signature() -> None:
+    ok = {"kind": "ok", "target": "llvm", "signature": "", "detail": ""}
+    bad = {"kind": "wrong", "target": "llvm", "signature": "wrong:llvm:O", "detail": ""}
+    results = [{"seed": 1, "outcomes": [ok]}, {"seed": 2, "outcomes": [bad]},
+               {"seed": 3, "outcomes": [bad]}, {"seed": 4, "hang": True}]  # fmt: skip
+    table, first = fuzz.summarise(results)
+    assert first == {"wrong:llvm:O": 2, "hang:(program):timeout": 4}
+    assert "   2  wrong:llvm:O" in table
