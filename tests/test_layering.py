@@ -31,7 +31,7 @@ ALLOWED = {  # package -> the packages and root modules of ours it may import (b
     "loops": set(),
     "interp": {"frontend", "shapes"},
     "runtime": {"codegen", "frontend", "interp", "loops", "pipeline", "poly", "shapes"},
-    "torch": {"backward", "frontend", "interp", "kernel", "tune"},
+    "torch": {"backward", "frontend", "interp", "kernel", "progress", "tune"},
     "tune": {"backward", "cli", "codegen", "frontend", "interp", "kernel", "shapes"},
     "cli": {
         "codegen", "frontend", "gradcheck", "inputs", "kernel", "pipeline", "poly",
@@ -45,7 +45,7 @@ ALLOWED = {  # package -> the packages and root modules of ours it may import (b
 # codegen pass compiles through the CPU runtime, whose compile cache lowers through the
 # pipeline), kernel <-> tune (options="tuned"), cli <-> tune (`tcc tune`).
 ROOT_ALLOWED: dict[str, set[str]] = {
-    "__init__": {"backward", "gradcheck", "higher", "kernel", "shapes", "tune"},
+    "__init__": {"backward", "gradcheck", "higher", "kernel", "progress", "shapes", "tune"},
     "__main__": {"cli"},
     "backward": {"frontend", "interp", "kernel", "pipeline", "runtime", "templates"},
     "gradcheck": {"frontend", "kernel"},
