@@ -202,23 +202,25 @@ def summarise(results: list) -> tuple[str, dict]:
     for sig, seeds in sorted(per_sig.items(), key=lambda kv: -len(kv[1])):
         shown = ", ".join(map(str, seeds[:8])) + (" ..." if len(seeds) > 8 else "")
         lines.append(f"  {len(seeds):>4}  {sig}\n        seeds: {shown}")
-    return "\n".join(lines), {s: v[0] for s, v in per_sig.items()}
+    return "\n".join(lines), {s: tuple(v) for s, v in per_sig.items()}
 
 
 def representatives(first: dict) -> dict:
     """One signature per failure across targets (the same message on interp, llvm, ...
-    is one bug to minimise), the first target in TARGETS order; hangs and tester
-    errors have no reproducer to minimise."""
+    is one bug to minimise; a wrong value only where the same seeds fail), the first
+    target in TARGETS order, with its first seed; hangs and tester errors have no
+    reproducer to minimise. `first`: signature -> the seeds it failed on."""
     order = {t: i for i, t in enumerate(TARGETS)}
     best: dict = {}
-    for sig, seed in first.items():
+    for sig, seeds in first.items():
+        seed = seeds[0]
         if sig.startswith(("hang", "tester")):
             continue
         kind, target, rest = sig.split(":", 2)
         stage, base = "", target
         if target.startswith(("grad-", "jvp-")):
             stage, base = target.split("-", 1)
-        key = (kind, stage, rest)
+        key = (kind, stage, rest, tuple(seeds) if kind == "wrong" else ())
         rank = order.get(base, len(order))
         if key not in best or rank < best[key][0]:
             best[key] = (rank, sig, seed)

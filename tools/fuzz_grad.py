@@ -24,9 +24,12 @@ MIN_GAP = 1e-3
 
 def _loss(p: Program, inputs: dict, cots: list) -> float:
     vals = evaluate(p, dict(p.sizes), inputs).values
-    return float(
-        sum(np.vdot(c, vals[o]) for o, c in zip(p.outputs, cots, strict=True) if c is not None)
-    )
+    total = 0.0
+    for o, c in zip(p.outputs, cots, strict=True):
+        if c is not None:  # an element left at a `max=!` identity (+-inf) is a constant
+            keep = np.isfinite(vals[o])
+            total += float(np.vdot(np.where(keep, c, 0.0), np.where(keep, vals[o], 0.0)))
+    return total
 
 
 def _data(p: Program, seed: int) -> tuple[dict, dict] | None:

@@ -241,11 +241,12 @@ def test_generation_is_deterministic() -> None:
 
 
 def test_one_reduction_per_failure_across_targets() -> None:
-    first = {"wrong:llvm:O": 1, "wrong:interp:O": 2, "rejected:grad-llvm:E: m": 3,
-             "rejected:grad-interp:E: m": 4, "rejected:jvp-llvm:E: m": 5,
-             "hang:(program):timeout": 6}  # fmt: skip
+    first = {"wrong:llvm:O": (2, 7), "wrong:interp:O": (2, 7), "wrong:llvm-t2:O": (9,),
+             "rejected:grad-llvm:E: m": (3,), "rejected:grad-interp:E: m": (4,),
+             "rejected:jvp-llvm:E: m": (5,), "hang:(program):timeout": (6,)}  # fmt: skip
     assert fuzz.representatives(first) == {
         "wrong:interp:O": 2,
+        "wrong:llvm-t2:O": 9,  # other seeds: another bug
         "rejected:grad-interp:E: m": 4,
         "rejected:jvp-llvm:E: m": 5,
     }
@@ -257,5 +258,5 @@ def test_summary_groups_by_signature() -> None:
     results = [{"seed": 1, "outcomes": [ok]}, {"seed": 2, "outcomes": [bad]},
                {"seed": 3, "outcomes": [bad]}, {"seed": 4, "hang": True}]  # fmt: skip
     table, first = fuzz.summarise(results)
-    assert first == {"wrong:llvm:O": 2, "hang:(program):timeout": 4}
+    assert first == {"wrong:llvm:O": (2, 3), "hang:(program):timeout": (4,)}
     assert "   2  wrong:llvm:O" in table
