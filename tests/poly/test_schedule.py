@@ -207,6 +207,6 @@ def test_explicit_options_override_the_model() -> None:
 
 
 def test_self_reads_keep_the_register_form() -> None:
-    src = "def f(float(N,K) A) -> (O) { O(i,j) = A(i,j)  O(i,j) +=! O(i,j) * A(i,k) }"
+    src = "def f(float(N,K) A) -> (O) { O(i,j) = A(i,j)  O(i,j) += O(i,j) * A(i,k) }"
     nest = _schedule(src).nests[-1]
     assert nest.innermost == ()
