@@ -15,9 +15,11 @@ by statement in textual order:
    per dimension the hull of every earlier write (`output_bounds.record_output`), not
    only the latest write, which may update part of it (`B(x) += I(x) where x in
    N - 1:N` after `B(x) = I(x)` leaves B's extent 0:N; an element inside the hull
-   that no statement wrote holds the initial value, as in the final shape). A reduction (`+=`, `+=!`, ...) of an output
-   written earlier also reads its own left-hand side. Each side of each dimension is
-   one constraint.
+   that no statement wrote holds the initial value, as in the final shape). A
+   reduction (`+=`, `+=!`, ...) of an output written earlier also reads its own
+   left-hand side. Each side of each dimension is one constraint. A read that the
+   ranges keep in bounds only for some sizes is a warning and, where the sizes alone
+   decide it, a `Precondition` every call checks (`shapes.check_preconditions`).
 2. `where i in lo:hi` fixes `i`; reads then only check it. [tcc] A clause on an affine
    expression (`where h - kh in 0:HO`) is a filter on the iteration domain.
 3. Rounds: every variable that is the only unsolved variable of some constraints gets
