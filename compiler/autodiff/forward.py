@@ -48,6 +48,7 @@ from compiler.autodiff.products import (
 from compiler.autodiff.reverse import wrt_inputs
 from compiler.autodiff.rewrite import inline_lets, locate
 from compiler.autodiff.rules import NO_RULE, UNSUPPORTED, jvp
+from compiler.autodiff.versions import writes_box
 from compiler.diagnostics import InternalError, TCError
 from compiler.frontend.ast import (
     Access,
@@ -185,15 +186,22 @@ class _Forward:
         elif base is AssignOp.TIMES:
             return self._product(stmt, flat.rhs, where, value, dot)
         if value is None:
-            if op is AssignOp.PLUS:
+            if op is AssignOp.PLUS and not self._covers(stmt):
                 return []
-            value = al.const(0)
+            value = al.const(0)  # a `+=` over the whole output: the tangent covers it too
         dtype = self.types[target]
         if expr_type(value, _Env(self.types)) is not dtype:
             value = Cast(dtype, value)
         lhs = dataclasses.replace(stmt.lhs, name=dot)
         tangent = Stmt(lhs, op, value, where, span=stmt.span)
         return [locate(tangent, stmt.span)]
+
+    def _covers(self, stmt: Stmt) -> bool:
+        """Whether `stmt` writes all of its declared output (range inference bounds
+        later reads of the tangent by what its statements write: a gradient's
+        `X_grad_acc(i) += X_grad(i)` over the whole shape after a partial sum)."""
+        info = self.checked.tensor(stmt.lhs.name)
+        return info.dims is not None and writes_box(stmt, tuple(info.dims))
 
     def _product(
         self, stmt: Stmt, rhs: Expr, where: tuple, value: MaybeExpr, dot: str
