@@ -490,8 +490,10 @@ class _Reverse:
         same = al.eq(Access(self.v.name(target, k - 1), idx), Access(self.v.name(target, k), idx))
         value = al.mul(Access(adjoint, idx), al.indicator(same)) or Access(adjoint, idx)
         self._emit(Access(grad, idx), value, where)
-        if plain is not None and not self.v.covers_box(stmt):
-            self._masked_pass_through(dataclasses.replace(stmt, where=where), target, adjoint, grad)
+        inside = dataclasses.replace(stmt, where=where)
+        # a condition on the written elements (a clamp's piece: `1 - i in 1:...`) is partial
+        if plain is not None and not self.v.covers_box(inside, reducing=False):
+            self._masked_pass_through(inside, target, adjoint, grad)
 
     def _times_pass_through(
         self, index: int, stmt: Stmt, target: str, k: int, adjoint: str, grad: str

@@ -5,7 +5,9 @@ in float64 against central differences on every CPU target.
   (`A(min(i, N - 1)) where i in 0:N`), not a statement that "runs for no sizes";
 - the pieces of a statement that reads its own output read it as it was before the
   statement, as the forward does (`O(i) += O(0) * A(min(k + 1, N - 1))`);
-- a statement with lets is split like one without.
+- a statement with lets is split like one without;
+- the last piece of a `max=` / `min=` passes the adjoint on to the elements it does
+  not write (its condition makes it partial).
 """
 
 from __future__ import annotations
@@ -49,6 +51,18 @@ DEFS = {
         "def f(double(N) A) -> (O) {\n"
         "    O(i) = A(i)\n"
         "    O(i) += O(N - 1) * A(max(min(k + i - 1, N - 1), 0)) where k in 0:3\n}",
+        (4,),
+    ),
+    "min= pieces read their own output": (
+        "def f(double(N) A) -> (O) {\n"
+        "    O(i) = A(i)\n"
+        "    O(i) min= A(max(i - 1, 0)) * O(0) where i in 0:N\n}",
+        (5,),
+    ),
+    "max= pieces": (
+        "def f(double(N) A) -> (O) {\n"
+        "    O(i) = A(i)\n"
+        "    O(i) max= O(N - 1) * A(min(i + 1, N - 1)) where i in 0:N\n}",
         (4,),
     ),
     "let": (
