@@ -177,14 +177,15 @@ def build_ast(nest: Nest, context: isl.Set, tiled: TileBand | None) -> isl.AstNo
         node = node.insert_partial_schedule(tiled.schedule.gist_params(context)).child(0)
         names = tiled.names
         outer = tuple(v for v in outer if v != tiled.hoisted)
+    separate = _pieces_or_floors(domain_set)
     if outer:
-        node = node.insert_partial_schedule(_band(domain_set, outer)).child(0)
+        node = _insert_band(node, _band(domain_set, outer), separate).child(0)
     if nest.accumulate:
         node = node.insert_mark(isl.Id("reduce")).child(0)
     if nest.inner:
-        node = node.insert_partial_schedule(_band(domain_set, nest.inner)).child(0)
+        node = _insert_band(node, _band(domain_set, nest.inner), separate).child(0)
     if nest.innermost:
-        node = node.insert_partial_schedule(_band(domain_set, nest.innermost))
+        node = _insert_band(node, _band(domain_set, nest.innermost), separate)
     build = isl.AstBuild.from_context(positive)
     names += outer + nest.inner + nest.innermost
     if names:
@@ -234,6 +235,30 @@ def tile_band_of(nest: Nest) -> TileBand | None:
     return tile_band(
         nest.domain, nest.bands, nest.tiles, taken, hoist=bool(nest.outer), tiles_first=dot
     )
+
+
+def _pieces_or_floors(domain: isl.Set) -> bool:
+    """Whether `domain` has several pieces or existential variables (floors)."""
+    pieces = domain.get_basic_sets()
+    return len(pieces) > 1 or any(b.dim(isl.dim_type.div) for b in pieces)
+
+
+def _insert_band(
+    node: isl.ScheduleNode, band: isl.MultiUnionPwAff, separate: bool
+) -> isl.ScheduleNode:
+    """`band` inserted at `node`; `separate`: each of its loops isl's `separate` kind.
+
+    Why: over a domain of pieces with floors isl's default loop kind may leave out a
+    piece (the gather of a floor-divided read's gradient with a piece that holds at
+    one size only, `N = 5`: isl's AST skipped its points, a wrong gradient). Separated
+    loops cover every point and are no larger there (strided conv2d's gradient, full
+    gather: 828 loop-IR lines against 867; `atomic` covers them too, but over the hull
+    with a guard inside). Tests: tests/poly/test_separate_loops.py."""
+    node = node.insert_partial_schedule(band)
+    if separate:
+        for k in range(node.band_n_member()):
+            node = node.band_member_set_ast_loop_type(k, isl.ast_loop_type.separate)
+    return node
 
 
 def _band(domain: isl.Set, names: tuple[str, ...]) -> isl.MultiUnionPwAff:
