@@ -234,8 +234,10 @@ def _guards(
     piece = piece.align_params(box.get_space()) & space.context
     if (box.intersect_params(context) - piece).is_empty():
         return ()
-    rest = piece.gist(box).coalesce()
-    bsets = rest.get_basic_sets()
+    try:
+        bsets = piece.gist(box).coalesce().get_basic_sets()
+    except isl.Error:  # isl's gist fails an assertion on some boxes (pieces with
+        bsets = []  # different floors, `n_div`): the piece's own constraints instead
     if len(bsets) == 1:
         constraints = bsets[0].get_constraints()
     else:
