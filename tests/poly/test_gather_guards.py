@@ -4,6 +4,7 @@ refused the duplicated dimension name 'j'). Oracle: the scatter with Python loop
 
 from __future__ import annotations
 
+import islpy as isl
 import numpy as np
 import pytest
 
@@ -11,7 +12,9 @@ import compiler
 from compiler import Options
 from compiler.frontend.ast import RangeConstraint, Var
 from compiler.pipeline import run
+from compiler.poly import invert
 from compiler.poly.gather import remaining_scatters, scatter_to_gather
+from compiler.poly.isl_bridge import StmtSpace, condition_of
 
 STRIDES = "def f(float(M, K) X) -> (O) { O(2 * j + 3 * k) +=! X(j, k) }"
 
@@ -40,3 +43,28 @@ def test_two_strides_scatter(target: str, shape: tuple[int, int]) -> None:
     options = Options(gather="full") if target == "llvm" else None
     (got,) = compiler.define(STRIDES, target=target, options=options)(x)
     np.testing.assert_allclose(got, _scatter(x), rtol=1e-5, atol=1e-5)
+
+
+def test_guards_when_isl_gist_fails() -> None:
+    """isl's `gist` of this piece by its ranges' box fails an internal assertion
+    (`n_div` of the box's pieces): the guards come from the piece's own constraints,
+    and `_guards` checks that they state the piece exactly (a piece of the
+    index-inversion property test's `O(-i + 2 * j + 2 * k + 2 * l + Si - 1, i + 3 * j
+    - l + 1) += X(l, j, i, k) * Y(i)`)."""
+    piece = isl.Set(
+        "[Si] -> { [y, x, k] : 0 <= k <= 2 and -16 - Si + y + x <= 2k <= 3 - Si + y + x"
+        " and 5*floor((-2 - Si + y + x - 2k)/5) <= -5 - Si + y + x - 2k"
+        " and -8 - 2Si + y + 2x - 2k <= 8*floor((-2 - Si + y + x - 2k)/5)"
+        " <= -9 - Si + y + 2x - 2k }"
+    )
+    names, params = ["y", "x", "k"], ("Si",)
+    context = StmtSpace((), params).context.params()
+    ranges = tuple(invert._range_of(piece, k, names, params, context) for k in range(3))
+    guards = invert._guards(piece, ranges, names, params, context)
+    space = StmtSpace(tuple(names), params)
+    said = space.context
+    for r in (*ranges, *guards):
+        said = said & condition_of(r.expr, r.lo, r.hi, space)
+    assert said.intersect_params(context).is_equal(
+        piece.align_params(said.get_space()).intersect_params(context)
+    )
