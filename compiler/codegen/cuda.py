@@ -314,7 +314,9 @@ class _KernelEmitter:
                 self.stmt(s.otherwise)
 
     def _stmt_Store(self, s: Store) -> None:
-        self.w.line(f"{self._element(s.buffer, s.index)} = {self.expr(s.value)};")
+        me = Load(s.buffer, s.index)
+        value = self._fused_sum(me, s.value) or self.expr(s.value)
+        self.w.line(f"{self._element(s.buffer, s.index)} = {value};")
 
     def _stmt_AtomicAdd(self, s: AtomicAdd) -> None:
         self.w.line(f"atomicAdd(&{self._element(s.buffer, s.index)}, {self.expr(s.value)});")
@@ -340,7 +342,24 @@ class _KernelEmitter:
         self.stmt(body)
 
     def _stmt_Assign(self, s: Assign) -> None:
-        self.w.line(f"{self.name(s.var)} = {self.expr(s.value)};")
+        me = VarRef(s.var, s.value.dtype)
+        value = self._fused_sum(me, s.value) or self.expr(s.value)
+        self.w.line(f"{self.name(s.var)} = {value};")
+
+    def _fused_sum(self, me: Expr, e: Expr) -> str | None:
+        """`fma(a, b, acc)` for a float sum `acc = acc + a * b`, else None. NVRTC runs
+        with `--fmad=false` (unless `fast_math`), so this product is the only one fused
+        with an addition, as on the LLVM target: a value computed twice (a `max=`
+        gradient recomputing the candidate) rounds the same way both times."""
+        if not (isinstance(e, Bin) and e.op is BinOp.ADD and e.dtype.is_float):
+            return None
+        if e.dtype.bits < 32 or me not in (e.a, e.b):
+            return None
+        term = e.b if e.a == me else e.a
+        if not (isinstance(term, Bin) and term.op is BinOp.MUL and term.dtype == e.dtype):
+            return None
+        fn = "fmaf" if e.dtype.bits == 32 else "fma"
+        return f"{fn}({self.expr(term.a)}, {self.expr(term.b)}, {self.expr(me)})"
 
     # ------------------------------------------------------------ expressions
 

@@ -113,7 +113,7 @@ def test_matmul_maps_n_to_threads_and_accumulates_in_a_register() -> None:
     assert plain.mode == "parallel" and plain.name == "matmul_k0"
     text = program.source
     assert "const float* __restrict__ A" in text and "float* __restrict__ C" in text
-    assert "float acc = 0.0f;" in text and "acc = acc + A[m * K + k] * B[k * N + n];" in text
+    assert "float acc = 0.0f;" in text and "acc = fmaf(A[m * K + k], B[k * N + n], acc);" in text
     # n, the innermost band loop (unit stride in C), varies fastest with the thread index
     assert re.search(r"const long long n = tcc_t % tcc_e1;", text)
     assert "long long tcc_t = ((long long)blockIdx.x * blockDim.x + threadIdx.x)" in text
@@ -125,7 +125,8 @@ def test_matmul_maps_n_to_threads_and_accumulates_in_a_register() -> None:
     small = {"M": 64, "K": 4096, "N": 64}
     assert [program.grid(k, small)[0] > 0 for k in program.gpu.kernels] == [1, 0, 0, 0]
     # 8 x 4 outputs a thread: one load of A a row and of B a column per k, 32 FMAs
-    assert "acc_m7_n3 = acc_m7_n3 + A[(m + 7LL) * K + k] * B[k * N + (n + 96LL)];" in text
+    # (a sum's product is the one multiply-add that fuses: docs/internals/numerics.md)
+    assert "acc_m7_n3 = fmaf(A[(m + 7LL) * K + k], B[k * N + (n + 96LL)], acc_m7_n3);" in text
     assert "const long long n = n_t * 128LL + n_l;" in text
 
 
