@@ -15,16 +15,31 @@ import pytest
 
 from tools import fuzz
 
-FORWARD_SEEDS = range(0, 48)
-GRAD_SEEDS = range(0, 16)
+# the first seeds, and seeds of campaigns (`--seeds 2000:2200 --grad`, 3000:3250) that
+# found a bug: once fixed, they keep it fixed
+FORWARD_SEEDS = (*range(0, 60), 3010)
+GRAD_SEEDS = (*range(0, 20), 2082, 2100, 2118, 2120)
 CFG = fuzz.Config(cuda_fraction=0.1)
 GRAD_CFG = fuzz.Config(targets=("interp", "llvm", "llvm-rand"), grad=True, cuda_fraction=0.0)
 
 # (mode, seed) -> the failure signature seen when the entry was added (strict xfail).
-KNOWN_FAILURES: dict[tuple[str, int], str] = {}
+# F<n>: the entry of the findings report (/tmp/fuzz_findings.md, 2026-12-01) it belongs to.
+KNOWN_FAILURES: dict[tuple[str, int], str] = {
+    ("forward", 3010): "rejected:interp:RangeError: error: '_' reads out of bounds for every "
+    "size (F1: a read of an output after a partial write)",
+    ("grad", 1): "rejected:jvp-interp:TCError: error: cannot differentiate '_' without '_' as "
+    "the first write of '_' (F6: jvp of `max=` into the zero-initialised output)",
+    ("grad", 2082): "wrong:grad-llvm:A_grad (F3: `max=!` gradient on llvm, interp right)",
+    ("grad", 2100): "rejected:grad-interp:RangeError: error: '_' reads out of bounds for every "
+    "size (F4: vjp of a partial-range `min=!` scatter)",
+    ("grad", 2118): "rejected:jvp-llvm:RangeError: error: '_' writes some elements of '_' more "
+    "than once (F5: jvp of `*=!` with a non-injective left-hand side)",
+    ("grad", 2120): "rejected:grad-interp:RangeError: error: this statement runs for no sizes at "
+    "all (F2: clamp gradient)",
+}
 
 
-def _params(mode: str, seeds: range) -> list:
+def _params(mode: str, seeds: tuple) -> list:
     out = []
     for s in seeds:
         reason = KNOWN_FAILURES.get((mode, s))
