@@ -124,8 +124,9 @@ def _plus(a: object, b: object) -> object:
 class StmtGen:
     """Builds one statement: its right-hand side introduces the variables' ranges."""
 
-    def __init__(self, g: Gen, lhs_vars: list[str], scope: dict[str, VarInfo]) -> None:
+    def __init__(self, g: Gen, lhs: str, lhs_vars: list[str], scope: dict[str, VarInfo]) -> None:
         self.g, self.r = g, g.rng
+        self.lhs = lhs  # the tensor written: reads of it go through `self_read` only
         self.lhs_vars = lhs_vars
         self.scope = scope
         self.order: list[str] = [v for v in lhs_vars if v in scope]
@@ -260,9 +261,7 @@ class StmtGen:
         if self.self_read is not None and r.random() < 0.25:
             return Read(*self.self_read)
         pool = [
-            t
-            for t in g.tensors.values()
-            if t.bound is None and t.readable and t.name != self.lhs_name()
+            t for t in g.tensors.values() if t.bound is None and t.readable and t.name != self.lhs
         ]
         if not pool or (len(g.inputs) < 4 and r.random() < 0.3):
             t = g.new_input()
@@ -270,9 +269,6 @@ class StmtGen:
             outs = [t for t in pool if t.output]
             t = r.choice(outs) if outs and r.random() < 0.4 else r.choice(pool)
         return Read(t.name, tuple(self.sub(d) for d in t.dims))
-
-    def lhs_name(self) -> str | None:
-        return getattr(self, "_lhs", None)
 
     def leaf(self) -> object:
         r = self.r
@@ -428,8 +424,7 @@ def new_output_stmt(g: Gen) -> Stmt:
     rank = r.choices((0, 1, 2, 3), (1, 5, 4, 1))[0]
     lhs_vars = [g.fresh("i") for _ in range(rank)]
     name = "OPQRSTUV"[len(g.outputs)]
-    sg = StmtGen(g, lhs_vars, {})
-    sg._lhs = name
+    sg = StmtGen(g, name, lhs_vars, {})
     rhs = sg.expr(r.choice((0, 1, 1, 2, 2, 3)))
     if not any(g.tensors[x.tensor].bound is None for x in _reads(rhs, [])):
         rhs = Bin("*", rhs, sg.read())  # a data read gives the output the program's dtype
@@ -474,8 +469,7 @@ def update_stmt(g: Gen, name: str) -> Stmt | None:
             scope[v] = VarInfo(Num(0), _minus(e, Num(1)), 0, ec - 1, {show(e)})
         else:
             scope[v] = VarInfo(Num(0), e, 0, ec, {show(e)})
-    sg = StmtGen(g, lhs_vars, scope)
-    sg._lhs = name
+    sg = StmtGen(g, name, lhs_vars, scope)
     op = r.choice(("=", "=", "+=", "max=", "min=", "*=", "+=", "+=!"))
     if g.grad and op == "*=":
         op = "+="
