@@ -391,7 +391,7 @@ class Oracle:
         a = self.value(n.a, env)
         if n.to in INTS:
             v = float(math.trunc(a[0]))
-            m = self._kink(a[0] - round(a[0]), a) if a[0] != v or not a[4] else INF
+            m = self._kink(a[0] - round(a[0]), a)
             return self._combine(v, (a,), 0, abs(v), 0, True, m)
         if n.to == "float" and self.p.dtype == "double":
             v = float(np.float32(a[0]))
@@ -467,10 +467,9 @@ class Oracle:
                                  sum(v[3] for v in vals), True)  # fmt: skip
         best = max(xs) if red == "max" else min(xs)
         margin = INF
-        if len(xs) > 1:
+        if len(xs) > 1:  # a tie is a kink for gradients even where it is exact
             order = sorted(xs, reverse=red == "max")
-            if order[0] != order[1] or not all(v[4] for v in vals):
-                margin = self._kink(order[0] - order[1], *vals)
+            margin = self._kink(order[0] - order[1], *vals)
         chosen = vals[xs.index(best)]
         return self._combine(best, tuple(vals), chosen[2], max(v[1] for v in vals), grid, True,
                              margin)  # fmt: skip

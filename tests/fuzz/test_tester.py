@@ -260,3 +260,15 @@ def test_summary_groups_by_signature() -> None:
     table, first = fuzz.summarise(results)
     assert first == {"wrong:llvm:O": (2, 3), "hang:(program):timeout": (4,)}
     assert "   2  wrong:llvm:O" in table
+
+
+def test_a_tie_of_equal_candidates_is_a_kink_for_gradients() -> None:
+    # both k give the same candidate: tcc gives each tied element the full gradient,
+    # which finite differences cannot reproduce, so the gradient check must skip it
+    rhs = Read("A", (Call("min", (V("k"), Num(0))),))
+    tie = Stmt("O", (V("i"),), "max=!", Bin("+", rhs, Read("A", (V("i"),))),
+               (_r("i", S("N")), _r("k", Num(2))))  # fmt: skip
+    p = _prog([Tensor("A", "double", (S("N"),))], ["O"], [tie], {"N": 3})
+    exp = evaluate(p, {"N": 3}, {"A": RNG.standard_normal(3)})
+    assert exp.gap == 0.0
+    assert exp.stable["O"].all()  # equal candidates: the forward value is still exact
