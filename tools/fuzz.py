@@ -115,6 +115,10 @@ def _worker(conn: object) -> None:
         if task is None:
             return
         kind, seed, cfg, sig = task
+        if kind == "sleep":  # a stand-in for a hanging program (tests/fuzz)
+            time.sleep(seed)
+            conn.send({"seed": seed})
+            continue
         try:
             out = run_seed(seed, cfg) if kind == "run" else reduce_seed(seed, cfg, sig)
         except Exception as e:  # noqa: BLE001 - a tester bug is reported, not fatal

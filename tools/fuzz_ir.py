@@ -467,9 +467,9 @@ class Oracle:
                                  sum(v[3] for v in vals), True)  # fmt: skip
         best = max(xs) if red == "max" else min(xs)
         margin = INF
-        if len(xs) > 1:  # a tie is a kink for gradients even where it is exact
-            order = sorted(xs, reverse=red == "max")
-            margin = self._kink(order[0] - order[1], *vals)
+        if len(xs) > 1:  # a tie is a kink for gradients even where it is exact; the
+            order = sorted(xs, reverse=red == "max")  # value itself is continuous
+            self.gap = min(self.gap, abs(order[0] - order[1]))
         chosen = vals[xs.index(best)]
         return self._combine(best, tuple(vals), chosen[2], max(v[1] for v in vals), grid, True,
                              margin)  # fmt: skip

@@ -227,11 +227,11 @@ def test_a_hanging_program_is_killed_and_the_worker_replaced() -> None:
     got: list = []
     try:
         cfg = fuzz.Config(targets=("interp",))
-        pool.map([("run", 3, cfg, None)], 0.01, lambda t, r: got.append(r))
+        pool.map([("sleep", 600, cfg, None)], 0.5, lambda t, r: got.append(r))
         pool.map([("run", 3, cfg, None)], 120.0, lambda t, r: got.append(r))
     finally:
         pool.close()
-    assert got[0] == {"seed": 3, "hang": True}
+    assert got[0] == {"seed": 600, "hang": True}
     assert got[1]["seed"] == 3 and all(o["kind"] == "ok" for o in got[1]["outcomes"])
 
 
