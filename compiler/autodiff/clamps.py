@@ -20,7 +20,8 @@ Worked example (the natural TC spelling of a clamped boundary):
 The first piece keeps the statement's operator (`+=!` initialises once), the others
 use its accumulating form; an `=` statement has no reduction variables, so its pieces
 write disjoint elements. A piece whose domain is empty for every size (the clamp
-never takes that argument: `A(min(i, N - 1)) where i in 0:N`) is dropped, and the
+never takes that argument: `A(min(i, N - 1)) where i in 0:N`, or takes it only where
+a read is out of bounds, which range inference would also cut) is dropped, and the
 kept one needs no condition (`compiler.autodiff.emptiness` decides, without isl).
 A statement with lets is split with its lets inlined (AD inlines them anyway);
 clamps of non-affine operands are left as they are (AD then says the read is not
@@ -163,11 +164,48 @@ def _choices(stmt: Stmt, clamp: Call, ranged: RangedDef) -> list[Stmt]:
     take_b = _at_least(Binary(BinOp.SUB, second, first), 1)
     pieces = [(a, take_a), (b, take_b)]
     kept = [
-        (v, c) for v, c in pieces if not runs_never((*stmt.where, c), ranged.checked.size_params)
+        (v, c)
+        for v, c in pieces
+        if not runs_never(
+            (*stmt.where, c, *_in_bounds(_replace(stmt.rhs, clamp, v), ranged)),
+            ranged.checked.size_params,
+        )
     ]
     if len(kept) == 1:  # the other argument is never taken: every point takes this one
         return [dataclasses.replace(stmt, rhs=_replace(stmt.rhs, clamp, kept[0][0]))]
     return [_with(stmt, clamp, v, c) for v, c in kept]
+
+
+def _in_bounds(rhs: Expr, ranged: RangedDef) -> list[RangeConstraint]:
+    """`e in 0:extent` for each subscript of a read in `rhs` whose tensor's extent
+    is a combination of sizes: range inference bounds the variables by every read
+    (a guarded one too), so a piece can be empty only through its reads (`O(2 * N - 3)`
+    of an `O` with 2 * N - 2 rows, where `i <= N - 1` takes it only for N = 1). An
+    output's extent is the one after its last write, at least the one a read sees."""
+    sizes = set(ranged.checked.size_params)
+    out = []
+    for e in walk(rhs):
+        if not isinstance(e, Access):
+            continue
+        extents = _extents(e.name, ranged)
+        for arg, extent in zip(e.args, extents or (), strict=False):
+            if extent is not None and _sizes_only(extent, sizes):
+                out.append(RangeConstraint(arg, Const(0, ScalarType.INT32), extent))
+    return out
+
+
+def _extents(name: str, ranged: RangedDef) -> tuple[Expr | None, ...] | None:
+    for tensor in ranged.checked.tensors:
+        if tensor.name == name and tensor.dims is not None:
+            return tuple(tensor.dims)
+    for output, bounds in ranged.output_bounds:
+        if output == name:
+            return tuple(b.hi for b in bounds)
+    return None
+
+
+def _sizes_only(e: Expr, sizes: set[str]) -> bool:
+    return all(not isinstance(x, Var) or x.name in sizes for x in walk(e))
 
 
 def _always_at_least(e: Expr, lo: int, sizes: set[str]) -> bool:

@@ -13,8 +13,11 @@ variable an integer and every size >= 1:
     i in 0:N, i - (N - 1) in 1:...   ->   i >= 0, N - 1 - i >= 0, i - N >= 0, N - 1 >= 0
     eliminate i: N - 1 - N >= 0  ->  -1 >= 0: empty
 
-It is conservative: a clause that is not affine is left out (the set only grows),
-and past `_LIMIT` constraints it answers "not known to be empty" (False).
+A `min`/`max` anywhere in a clause (`i in 0:max(N, 2) - 1`) is split into its
+cases, each a conjunction of affine constraints; the domain is empty when every
+case is. It is conservative: a clause that is not affine is left out (the set only
+grows), and past `_LIMIT` constraints or `_CASES` cases it answers "not known to be
+empty" (False).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from compiler.frontend.ast import (
 )
 
 _LIMIT = 400  # constraints kept during one elimination: beyond, give up
+_CASES = 64  # conjunctions a min/max case split may make: beyond, give up
 Linear = dict[str, Fraction]  # variable -> coefficient, "" -> constant; means >= 0
 
 
@@ -42,56 +46,77 @@ def runs_never(where: tuple, sizes: tuple[str, ...] | list[str]) -> bool:
     """Whether no integer point satisfies the affine range constraints of `where`
     for any sizes (each >= 1). False when unsure."""
     rows: list[Linear] = [{s: Fraction(1), "": Fraction(-1)} for s in sizes]
+    cases: list[list[Linear]] = [rows]
     for clause in where:
         if isinstance(clause, RangeConstraint):
-            rows.extend(_range_rows(clause))
-    return _infeasible(rows)
+            cases = [case + extra for case in cases for extra in _range_rows(clause)]
+            if len(cases) > _CASES:
+                return False
+    return all(_infeasible(case) for case in cases)
 
 
-def _range_rows(c: RangeConstraint) -> list[Linear]:
-    """`e in lo:hi`: e - lo >= 0 and hi - 1 - e >= 0 for each affine part (a `max`
-    lower bound or a `min` upper bound is each of its arguments)."""
-    e = _linear(c.expr)
-    if e is None:
-        return []
-    rows = []
-    for lo in _parts(c.lo, "max"):
-        rows.append(_combine(e, 1, lo, -1))
-    for hi in _parts(c.hi, "min"):
-        row = _combine(hi, 1, e, -1)
-        row[""] = row.get("", Fraction(0)) - 1
-        rows.append(row)
-    return rows
+def _range_rows(c: RangeConstraint) -> list[list[Linear]]:
+    """`e in lo:hi`: e - lo >= 0 and hi - 1 - e >= 0, one conjunction per case of
+    the `min`/`max` in e, lo and hi (`max(a, b)` is a where a - b >= 0, else b where
+    b - a - 1 >= 0). A part that is not affine is left out (the set only grows)."""
+    out = []
+    for e_conds, e in _cases(c.expr) or [([], None)]:
+        for lo_conds, lo in _cases(c.lo) or [([], None)]:
+            for hi_conds, hi in _cases(c.hi) or [([], None)]:
+                rows = e_conds + lo_conds + hi_conds
+                if e is not None and lo is not None:
+                    rows.append(_combine(e, 1, lo, -1))
+                if e is not None and hi is not None:
+                    row = _combine(hi, 1, e, -1)
+                    row[""] = row.get("", Fraction(0)) - 1
+                    rows.append(row)
+                out.append(rows)
+    return out
 
 
-def _parts(bound: Expr, fn: str) -> list[Linear]:
-    if isinstance(bound, Call) and bound.fn == fn:
-        return [p for a in bound.args for p in _parts(a, fn)]
-    linear = _linear(bound)
-    return [] if linear is None else [linear]
+Case = tuple[list[Linear], Linear]  # (conditions, each >= 0; the value where they hold)
 
 
-def _linear(e: Expr) -> Linear | None:
+def _cases(e: Expr) -> list[Case] | None:
+    """`e` as affine values, each under affine conditions that together cover every
+    point; None when some part is not affine."""
     if isinstance(e, Const):
-        return {"": Fraction(e.value)} if isinstance(e.value, int) else None
+        return [([], {"": Fraction(e.value)})] if isinstance(e.value, int) else None
     if isinstance(e, Var):
-        return {e.name: Fraction(1)}
+        return [([], {e.name: Fraction(1)})]
     if isinstance(e, Unary) and e.op is UnaryOp.NEG:
-        inner = _linear(e.operand)
-        return None if inner is None else _combine({}, 1, inner, -1)
-    if isinstance(e, Binary) and e.op in (BinOp.ADD, BinOp.SUB):
-        lhs, rhs = _linear(e.lhs), _linear(e.rhs)
-        if lhs is None or rhs is None:
+        inner = _cases(e.operand)
+        return None if inner is None else [(c, _combine({}, 1, v, -1)) for c, v in inner]
+    if isinstance(e, Call) and e.fn in ("min", "max") and len(e.args) == 2:
+        lhs, rhs = _cases(e.args[0]), _cases(e.args[1])
+        if lhs is None or rhs is None or len(lhs) * len(rhs) * 2 > _CASES:
             return None
-        return _combine(lhs, 1, rhs, 1 if e.op is BinOp.ADD else -1)
-    if isinstance(e, Binary) and e.op is BinOp.MUL:
-        lhs, rhs = _linear(e.lhs), _linear(e.rhs)
-        if lhs is None or rhs is None:
+        sign = 1 if e.fn == "max" else -1  # max: a where a - b >= 0; min: where b - a >= 0
+        out: list[Case] = []
+        for ca, a in lhs:
+            for cb, b in rhs:
+                takes_a = _combine(a, sign, b, -sign)
+                takes_b = _combine(b, sign, a, -sign)
+                takes_b[""] = takes_b.get("", Fraction(0)) - 1
+                out.append(([*ca, *cb, takes_a], a))
+                out.append(([*ca, *cb, takes_b], b))
+        return out
+    if isinstance(e, Binary) and e.op in (BinOp.ADD, BinOp.SUB, BinOp.MUL):
+        lhs, rhs = _cases(e.lhs), _cases(e.rhs)
+        if lhs is None or rhs is None or len(lhs) * len(rhs) > _CASES:
             return None
-        if set(lhs) <= {""}:
-            return _combine({}, 1, rhs, lhs.get("", Fraction(0)))
-        if set(rhs) <= {""}:
-            return _combine({}, 1, lhs, rhs.get("", Fraction(0)))
+        out = []
+        for ca, a in lhs:
+            for cb, b in rhs:
+                if e.op is not BinOp.MUL:
+                    out.append(([*ca, *cb], _combine(a, 1, b, 1 if e.op is BinOp.ADD else -1)))
+                elif set(a) <= {""}:
+                    out.append(([*ca, *cb], _combine({}, 1, b, a.get("", Fraction(0)))))
+                elif set(b) <= {""}:
+                    out.append(([*ca, *cb], _combine({}, 1, a, b.get("", Fraction(0)))))
+                else:
+                    return None
+        return out
     return None
 
 
