@@ -110,10 +110,14 @@ class _Constraint:
     dim: int
     guard: isl.Set  # where the read is evaluated (its `?:`, `&&` and `||` conditions)
     exact: bool  # every guard is affine (a data-dependent one is assumed to hold anywhere)
+    # in bounds where check >= 0, if not `aff`: an output's lower side. Inference bounds
+    # a free variable by what was written (`lo`); a read over a range the def states
+    # may also touch the elements below `lo`, which hold the initial value
+    check: isl.PwAff | None = None
 
     @property
     def cond(self) -> isl.Set:
-        return _as_set(self.aff)
+        return _as_set(self.aff if self.check is None else self.check)
 
 
 @dataclasses.dataclass
@@ -261,6 +265,10 @@ class _StmtInference:
         known = self.state.known.get(access.name)
         return tuple((b.lo, b.hi) for b in known) if known is not None else None
 
+    def _is_output(self, access: Access) -> bool:
+        info = self.state.by_name.get(access.name)
+        return info is not None and info.role is Role.OUTPUT
+
     def _constraints_of(self, read: Read) -> list[_Constraint]:
         extents = self._extents(read.access)
         if extents is None:
@@ -279,7 +287,8 @@ class _StmtInference:
                 continue
             lo_aff = expr_to_aff(lo, self.space)
             hi_aff = expr_to_aff(hi, self.space)
-            found.append(_Constraint(s - lo_aff, read.access, dim, guard, exact))
+            check = s if self._is_output(read.access) else None
+            found.append(_Constraint(s - lo_aff, read.access, dim, guard, exact, check))
             found.append(_Constraint(hi_aff - 1 - s, read.access, dim, guard, exact))
         return found
 

@@ -25,13 +25,12 @@ GRAD_CFG = fuzz.Config(targets=("interp", "llvm", "llvm-rand"), grad=True, cuda_
 # (mode, seed) -> the failure signature seen when the entry was added (strict xfail).
 # F<n>: the entry of the findings report (/tmp/fuzz_findings.md, 2026-12-01) it belongs to.
 KNOWN_FAILURES: dict[tuple[str, int], str] = {
-    ("forward", 3010): "rejected:interp:RangeError: error: '_' reads out of bounds for every "
-    "size (F1: a read of an output after a partial write)",
     ("grad", 1): "rejected:jvp-interp:TCError: error: cannot differentiate '_' without '_' as "
     "the first write of '_' (F6: jvp of `max=` into the zero-initialised output)",
     ("grad", 2082): "wrong:grad-llvm:A_grad (F3: `max=!` gradient on llvm, interp right)",
-    ("grad", 2100): "rejected:grad-interp:RangeError: error: '_' reads out of bounds for every "
-    "size (F4: vjp of a partial-range `min=!` scatter)",
+    ("grad", 2100): "rejected:grad-interp:RangeError: error: '_' writes some elements of '_' "
+    "more than once (F8: a clamp split of a `min=!` scatter copies versions over its "
+    "colliding iteration space)",
     ("grad", 2118): "rejected:jvp-llvm:RangeError: error: '_' writes some elements of '_' more "
     "than once (F5: jvp of `*=!` with a non-injective left-hand side)",
     ("grad", 2120): "rejected:grad-interp:RangeError: error: this statement runs for no sizes at "
