@@ -445,7 +445,11 @@ class FunctionEmitter:
         if isinstance(e, Bin) and e.op not in (BinOp.ADD, BinOp.MUL):
             return None
         summed = isinstance(e, Bin) and e.op is BinOp.ADD
-        acc, x = self.expr(me), self.sum_term(other) if summed else self.expr(other)
+        if isinstance(e, (Min, Max)):
+            with self.math.scalar_math():  # a max=/min= candidate: `scalar_math`
+                acc, x = self.expr(me), self.expr(other)
+        else:
+            acc, x = self.expr(me), self.sum_term(other) if summed else self.expr(other)
         b = self.builder
         if isinstance(e, Bin):
             op = b.fadd if e.op is BinOp.ADD else b.fmul
@@ -555,8 +559,12 @@ class FunctionEmitter:
         return value
 
     def _expr_Bin(self, e: Bin) -> ir.Value:
-        a, b, dtype = self.expr(e.a), self.expr(e.b), e.a.dtype
-        bld = self.builder
+        if e.op.is_compare and e.a.dtype.is_float:
+            with self.math.scalar_math():
+                a, b = self.expr(e.a), self.expr(e.b)
+        else:
+            a, b = self.expr(e.a), self.expr(e.b)
+        dtype, bld = e.a.dtype, self.builder
         if e.op.is_compare:
             if dtype.is_float:
                 if e.op is BinOp.NE:
@@ -601,9 +609,12 @@ class FunctionEmitter:
         return self._minmax(e, ">", "llvm.maximum")
 
     def _minmax(self, e: Min | Max, op: str, name: str) -> ir.Value:
-        a, b, bld = self.expr(e.a), self.expr(e.b), self.builder
+        bld = self.builder
         if e.dtype.is_float:
+            with self.math.scalar_math():  # a candidate: `scalar_math`
+                a, b = self.expr(e.a), self.expr(e.b)
             return bld.call(intrinsic(self.module, name, a.type, 2), [a, b])
+        a, b = self.expr(e.a), self.expr(e.b)
         cmp = bld.icmp_signed if e.dtype.is_signed else bld.icmp_unsigned
         return bld.select(cmp(op, a, b), a, b)
 

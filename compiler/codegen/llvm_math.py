@@ -175,6 +175,9 @@ class MathEmitter:
         self.module = module
         self.builder = builder
         self.kept: dict[str, ir.Function] = {}  # libmvec functions the vectoriser may call
+        # > 0 while emitting a value that must have the same bits wherever it is computed
+        # (`scalar_math`): the scalar libm call, never a vector variant
+        self.exact = 0
 
     def finish(self) -> None:
         """Keep the declared vector variants alive (`@llvm.compiler.used`) so the
@@ -201,7 +204,7 @@ class MathEmitter:
         ty = args[0].type
         if name == "exp" and dtype is DType.FLOAT32 and _STATE.enabled:
             return emit_expf(b, self.module, args[0])  # inline IR, vectorises (llvm_exp)
-        if name in MVEC and dtype in (DType.FLOAT32, DType.FLOAT64):
+        if name in MVEC and dtype in (DType.FLOAT32, DType.FLOAT64) and not self.exact:
             vectorised = self._vector_call(name + ("f" if dtype is DType.FLOAT32 else ""), args)
             if vectorised is not None:
                 return vectorised
@@ -211,6 +214,20 @@ class MathEmitter:
             symbol = name + ("f" if dtype is DType.FLOAT32 else "")
             return self._callee(symbol, len(args), ty, args)
         return self._composite(name, args, dtype)
+
+    @contextmanager
+    def scalar_math(self) -> Iterator[None]:
+        """Calls emitted inside use libm's scalar functions only. libmvec's variants and
+        the scalar function may differ in the last bit, and a loop mixes them (vector
+        body, scalar remainder): a `max=`/`min=` candidate, or an operand of a float
+        comparison, must round the same wherever it is computed, since a gradient finds
+        the winners by recomputing the candidate and comparing it with the forward's
+        result (docs: numerics)."""
+        self.exact += 1
+        try:
+            yield
+        finally:
+            self.exact -= 1
 
     def _vector_call(self, scalar: str, args: list[ir.Value]) -> ir.Value | None:
         """A call of `tcc_mvec_<scalar>` that the vectoriser may widen; None when no
