@@ -60,9 +60,9 @@ def _range_rows(c: RangeConstraint) -> list[list[Linear]]:
     the `min`/`max` in e, lo and hi (`max(a, b)` is a where a - b >= 0, else b where
     b - a - 1 >= 0). A part that is not affine is left out (the set only grows)."""
     out = []
-    for e_conds, e in _cases(c.expr) or [([], None)]:
-        for lo_conds, lo in _cases(c.lo) or [([], None)]:
-            for hi_conds, hi in _cases(c.hi) or [([], None)]:
+    for e_conds, e in affine_cases(c.expr) or [([], None)]:
+        for lo_conds, lo in affine_cases(c.lo) or [([], None)]:
+            for hi_conds, hi in affine_cases(c.hi) or [([], None)]:
                 rows = e_conds + lo_conds + hi_conds
                 if e is not None and lo is not None:
                     rows.append(_combine(e, 1, lo, -1))
@@ -77,7 +77,7 @@ def _range_rows(c: RangeConstraint) -> list[list[Linear]]:
 Case = tuple[list[Linear], Linear]  # (conditions, each >= 0; the value where they hold)
 
 
-def _cases(e: Expr) -> list[Case] | None:
+def affine_cases(e: Expr) -> list[Case] | None:
     """`e` as affine values, each under affine conditions that together cover every
     point; None when some part is not affine."""
     if isinstance(e, Const):
@@ -85,10 +85,10 @@ def _cases(e: Expr) -> list[Case] | None:
     if isinstance(e, Var):
         return [([], {e.name: Fraction(1)})]
     if isinstance(e, Unary) and e.op is UnaryOp.NEG:
-        inner = _cases(e.operand)
+        inner = affine_cases(e.operand)
         return None if inner is None else [(c, _combine({}, 1, v, -1)) for c, v in inner]
     if isinstance(e, Call) and e.fn in ("min", "max") and len(e.args) == 2:
-        lhs, rhs = _cases(e.args[0]), _cases(e.args[1])
+        lhs, rhs = affine_cases(e.args[0]), affine_cases(e.args[1])
         if lhs is None or rhs is None or len(lhs) * len(rhs) * 2 > _CASES:
             return None
         sign = 1 if e.fn == "max" else -1  # max: a where a - b >= 0; min: where b - a >= 0
@@ -102,7 +102,7 @@ def _cases(e: Expr) -> list[Case] | None:
                 out.append(([*ca, *cb, takes_b], b))
         return out
     if isinstance(e, Binary) and e.op in (BinOp.ADD, BinOp.SUB, BinOp.MUL):
-        lhs, rhs = _cases(e.lhs), _cases(e.rhs)
+        lhs, rhs = affine_cases(e.lhs), affine_cases(e.rhs)
         if lhs is None or rhs is None or len(lhs) * len(rhs) > _CASES:
             return None
         out = []
@@ -167,4 +167,4 @@ def _products(rows: list[Linear], var: str) -> int:
     return pos * neg - pos - neg
 
 
-__all__ = ["runs_never"]
+__all__ = ["affine_cases", "runs_never"]

@@ -27,8 +27,14 @@ non-zero terms, outputs of the tangent def); `*=` into previous contents: the pr
 rule with the previous value and tangent. `max=`/`min=` without `!`: the previous
 value's tangent where it is still the result, plus the tied terms' as `max=!` (the
 previous value kept in an auxiliary output). A `max=`/`min=` whose right-hand side
-reads its own left-hand side, and a reduction without `!` as a first write raise a
-TCError (not supported in forward mode).
+reads its own left-hand side, and `*=` without `!` as a first write raise a TCError
+(not supported in forward mode, nor in reverse mode); `max=`/`min=` as a first write
+update the initial zeros, a constant with a zero tangent, as in reverse mode.
+
+A left-hand side that may name one element at several points (`O(i + k)`, not one to
+one: `products.injective`) makes a reduction even when every variable is on the left:
+a `*=!` tangent is then a `+=!` of each point's term; `*=`, `max=` and `min=` without
+`!` into such a left-hand side raise a TCError.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from compiler.autodiff.products import (
     exact_partial,
     exact_product,
     first_write,
+    injective,
     lhs_where,
     terms,
 )
@@ -215,7 +222,10 @@ class _Forward:
         if not stmt.op.init and target not in self.written:
             raise first_write(stmt, target)
         outer = lhs_where(stmt, where)
-        reduced = len(outer) != len(where)
+        one_to_one = injective(stmt, self.checked.size_params)
+        if not stmt.op.init and not one_to_one:
+            raise self._colliding(stmt)
+        reduced = len(outer) != len(where) or not one_to_one
         stmts: list[Stmt] = []
         if reduced:
             counted, factor, _ = terms(rhs)
@@ -223,8 +233,14 @@ class _Forward:
             nonzero = self._tmp(stmts, stmt, AssignOp.TIMES_INIT, factor, where)
             product = exact_product(count, nonzero)
             if value is not None:
-                partial = exact_partial(rhs, count, nonzero)
-                value = self._tmp(stmts, stmt, AssignOp.PLUS_INIT, al.mul(value, partial), where)
+                value = al.mul(value, exact_partial(rhs, count, nonzero))
+            if not one_to_one:  # every point of an element adds its term's tangent
+                value = self._typed(value if value is not None else al.const(0), target)
+                dot_lhs = dataclasses.replace(stmt.lhs, name=dot)
+                tangent = Stmt(dot_lhs, AssignOp.PLUS_INIT, value, where)
+                return [*stmts, locate(tangent, stmt.span)]
+            if value is not None:
+                value = self._tmp(stmts, stmt, AssignOp.PLUS_INIT, value, where)
         else:
             product = rhs
         if not stmt.op.init:  # into the previous contents: the product rule
@@ -241,17 +257,29 @@ class _Forward:
         tangent where it is still the result, plus the tangents of the terms equal to
         the result (`value`), as `max=!` (every tied element's, as reverse mode)."""
         target, lhs = stmt.lhs.name, stmt.lhs.args
-        if target not in self.written:
-            raise first_write(stmt, target)
+        if not injective(stmt, self.checked.size_params):
+            raise self._colliding(stmt)
         outer = lhs_where(stmt, where)
-        saved = self._tmp(self.before, stmt, AssignOp.ASSIGN, Access(target, lhs), outer)
-        kept = Select(al.eq(saved, Access(target, lhs)), Access(dot, lhs), al.const(0))
         dot_lhs = dataclasses.replace(stmt.lhs, name=dot)
+        if target not in self.written:  # the initial zeros: a constant, as reverse mode
+            kept: Expr = al.const(0)
+        else:
+            saved = self._tmp(self.before, stmt, AssignOp.ASSIGN, Access(target, lhs), outer)
+            kept = Select(al.eq(saved, Access(target, lhs)), Access(dot, lhs), al.const(0))
         out = [locate(Stmt(dot_lhs, AssignOp.ASSIGN, self._typed(kept, target), outer), stmt.span)]
         if value is not None:
             more = Stmt(dot_lhs, AssignOp.PLUS, self._typed(value, target), where)
             out.append(locate(more, stmt.span))
         return out
+
+    def _colliding(self, stmt: Stmt) -> TCError:
+        op = stmt.op.value
+        return TCError(
+            f"cannot differentiate `{op}` in forward mode where its left-hand side "
+            f"'{stmt.lhs.name}' may name one element at several points: not supported",
+            stmt.span,
+            hint=f"use `{op}!`, or a left-hand side with one subscript per variable",
+        )
 
     def _tmp(
         self,

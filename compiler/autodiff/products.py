@@ -7,7 +7,7 @@ Ensures:  `exact_partial(x, count, nonzero, zeros)`: the product of the other te
 `prod_r x_r`, given auxiliary reductions over the statement's left-hand side (`count`
 zero terms, `nonzero` the product of the others, `zeros` the sum of the zero terms,
 or None); `exact_product(count, nonzero, zeros)`: the whole product from the same
-reductions; `terms(x)`: what those reductions sum or multiply; `reduced(stmt)`, `lhs_where(stmt, where)`, `first_write(stmt, target)`.
+reductions; `terms(x)`: what those reductions sum or multiply; `reduced(stmt)`, `injective(stmt, sizes)`, `lhs_where(stmt, where)`, `first_write(stmt, target)`.
 
 Why `zeros`: its value is 0, but its derivative is the sum of the zero terms'
 directions, so the partial stays exact to differentiate again (`Kernel.hvp`, forward
@@ -19,7 +19,10 @@ derivative. Without `zeros` (a tangent, differentiated once) those branches are 
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from compiler.autodiff import algebra as al
+from compiler.autodiff.emptiness import affine_cases
 from compiler.diagnostics import TCError
 from compiler.frontend.ast import Expr, RangeConstraint, Select, Stmt, Var
 from compiler.frontend.scopes import walk
@@ -56,6 +59,41 @@ def exact_product(count: Expr, nonzero: Expr, zeros: Expr | None = None) -> Expr
     return al.select(al.eq(count, al.const(0)), nonzero, one_zero) or al.const(0)
 
 
+def injective(stmt: Stmt, sizes: tuple[str, ...] | list[str]) -> bool:
+    """Whether the left-hand side's subscripts, as a map of its variables, are one to
+    one (an affine map of full column rank; `O(i + k)` is not: it is a reduction although
+    every variable is on the left). False when unsure (a subscript that is not affine)."""
+    names = sorted(
+        {e.name for a in stmt.lhs.args for e in walk(a) if isinstance(e, Var)} - set(sizes)
+    )
+    rows = []
+    for arg in stmt.lhs.args:
+        cases = affine_cases(arg)
+        if cases is None or len(cases) != 1:
+            return False
+        linear = cases[0][1]
+        if any(k != "" and k not in names and k not in sizes for k in linear):
+            return False
+        rows.append([linear.get(n, Fraction(0)) for n in names])
+    return _rank(rows) == len(names)
+
+
+def _rank(rows: list[list[Fraction]]) -> int:
+    rows = [list(r) for r in rows]
+    rank = 0
+    for col in range(len(rows[0]) if rows else 0):
+        pivot = next((r for r in range(rank, len(rows)) if rows[r][col] != 0), None)
+        if pivot is None:
+            continue
+        rows[rank], rows[pivot] = rows[pivot], rows[rank]
+        for r in range(len(rows)):
+            if r != rank and rows[r][col] != 0:
+                k = rows[r][col] / rows[rank][col]
+                rows[r] = [x - k * y for x, y in zip(rows[r], rows[rank], strict=True)]
+        rank += 1
+    return rank
+
+
 def reduced(stmt: Stmt) -> bool:
     """Whether `stmt` ranges over a variable its left-hand side does not name."""
     return len(lhs_where(stmt, stmt.where)) != len(stmt.where)
@@ -85,4 +123,12 @@ def first_write(stmt: Stmt, target: str) -> TCError:
     )
 
 
-__all__ = ["exact_partial", "exact_product", "first_write", "lhs_where", "reduced", "terms"]
+__all__ = [
+    "exact_partial",
+    "exact_product",
+    "first_write",
+    "injective",
+    "lhs_where",
+    "reduced",
+    "terms",
+]

@@ -3,7 +3,14 @@ wrong or rejected, in float64 against central differences of the interp target's
 forward, on every CPU target:
 
 - a clamp piece whose condition has `min`/`max` bounds (`i in 0:max(N, 2) - 1`), or
-  that is taken only where a read is out of bounds, is empty and dropped (F2).
+  that is taken only where a read is out of bounds, is empty and dropped (F2);
+- a left-hand side that names one element at several points (`O(i1 + k2)`) is a
+  reduction: the tangent of a `*=!` into it sums every point's term (F5);
+- `max=` / `min=` as an output's first write update its initial zeros, a constant,
+  in forward mode as in reverse mode (F6).
+
+jvp is also checked against the interp target's central differences and the
+dot-product identity <jvp(t), c> == <t, vjp(c)>.
 """
 
 from __future__ import annotations
@@ -48,6 +55,41 @@ VJP = {
 }
 
 
+JVP = {
+    "product into colliding elements": (
+        """def f(double(N) A) -> (O) {
+            O(i1 + k2) *=! A(3 * i1 + k2) where i1 in 0:(N - 1 - 1) / 3 + 1, k2 in 0:2
+        }""",
+        [(5,)],
+    ),
+    "product into colliding elements, 2-d": (
+        "def f(double(N, M) A) -> (O) { O(i1 + 3 * k2) *=! A(i1, k2) }",
+        [(5, 3)],
+    ),
+    "max=! into colliding elements": (
+        "def f(double(N, M) A) -> (O) { O(i1 + 3 * k2) max=! A(i1, k2) * A(i1, k2) }",
+        [(5, 3)],
+    ),
+    "+=! into colliding elements": (
+        "def f(double(N, M) A) -> (O) { O(i1 + 3 * k2) +=! A(i1, k2) * A(i1, k2) }",
+        [(5, 3)],
+    ),
+    "max= as first write": (
+        "def f(double(N) A) -> (O) { O(i1) max= A(k2) where i1 in 0:N }",
+        [(4,)],
+    ),
+    "min= as first write": (
+        "def f(double(N) A) -> (O) { O(i1) min= A(k2) * A(i1) where i1 in 0:N }",
+        [(4,)],
+    ),
+    "+= as first write": (
+        "def f(double(N) A) -> (O) { O(i1) += A(k2) * A(i1) where i1 in 0:N }",
+        [(4,)],
+    ),
+}
+VJP |= JVP
+
+
 def _central(source: str, arrays: list[np.ndarray], cotangents, eps: float = 1e-6):
     """<c, d forward / d a> by central differences of the interp target's forward."""
     ref = compiler.define(source, target="interp", cache=False)
@@ -65,6 +107,7 @@ def _central(source: str, arrays: list[np.ndarray], cotangents, eps: float = 1e-
     return grads
 
 
+@pytest.mark.filterwarnings("ignore::compiler.kernel.TCWarning")
 @pytest.mark.parametrize("target", sorted(TARGETS))
 @pytest.mark.parametrize("case", sorted(VJP))
 def test_vjp_matches_central_differences(case: str, target: str) -> None:
@@ -77,6 +120,40 @@ def test_vjp_matches_central_differences(case: str, target: str) -> None:
     got = k.vjp(*arrays, grad_outputs=tuple(cotangents))
     for g, w in zip(got, _central(source, arrays, cotangents), strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.filterwarnings("ignore::compiler.kernel.TCWarning")
+@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize("case", sorted(JVP))
+def test_jvp_matches_central_differences_and_vjp(case: str, target: str) -> None:
+    source, shapes = JVP[case]
+    rng = np.random.default_rng(8)
+    arrays = [rng.standard_normal(s) for s in shapes]
+    tangents = [rng.standard_normal(s) for s in shapes]
+    k = compiler.define(source, cache=False, **TARGETS[target])
+    ref = compiler.define(source, target="interp", cache=False)
+    eps = 1e-6
+    plus = ref(*[a + eps * t for a, t in zip(arrays, tangents, strict=True)])
+    minus = ref(*[a - eps * t for a, t in zip(arrays, tangents, strict=True)])
+    outputs, dots = k.jvp(*arrays, tangents=tuple(tangents))
+    for got, p, m in zip(dots, plus, minus, strict=True):
+        np.testing.assert_allclose(got, (p - m) / (2 * eps), rtol=1e-6, atol=1e-7)
+    cotangents = [rng.standard_normal(o.shape) for o in outputs]
+    grads = k.vjp(*arrays, grad_outputs=tuple(cotangents))
+    lhs = sum(float(np.vdot(d, c)) for d, c in zip(dots, cotangents, strict=True))
+    rhs = sum(float(np.vdot(t, g)) for t, g in zip(tangents, grads, strict=True))
+    assert lhs == pytest.approx(rhs, rel=1e-10, abs=1e-10)
+
+
+@pytest.mark.filterwarnings("ignore::compiler.kernel.TCWarning")
+def test_product_as_first_write_is_refused_in_both_modes() -> None:
+    src = "def f(double(N) A) -> (O) { O(i1) *= A(k2) where i1 in 0:N }"
+    k = compiler.define(src, target="interp", cache=False)
+    a = np.ones(3)
+    with pytest.raises(compiler.TCError, match="first write of 'O'"):
+        k.jvp(a, tangents=(a,))
+    with pytest.raises(compiler.TCError, match="first write of 'O'"):
+        k.vjp(a, grad_outputs=(a,))
 
 
 def test_min_max_bounds_are_split_into_cases() -> None:
