@@ -60,7 +60,7 @@ def tangent_ranged(ranged: RangedDef, wrt: Iterable[str] | None = None) -> tuple
     ctx = pipeline.PassContext()
     tangent = jvp_def(ranged, wrt=wrt, names=name_supply(ranged.checked.definition))
     result = pipeline.run_from(tangent.definition, ctx, start="check", upto="ranges")
-    return result, dict(tangent.tangents)
+    return pipeline.check_generated(result), dict(tangent.tangents)
 
 
 def _tangent_kernel(kernel: Kernel, wrt: tuple[str, ...]) -> tuple[Kernel, dict]:

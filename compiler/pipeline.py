@@ -121,13 +121,23 @@ def _grad(ranged: Any, ctx: PassContext) -> Any:
         names = ctx.supply(ranged.checked.definition)
         gradient = grad_def(ranged, wrt=wrt, names=names, zeros=zeros)
         # Ordering: the gradient def is checked and ranged like any def (in memory).
-        ranged = _ranges(_check(gradient, ctx), ctx)
+        ranged = check_generated(_ranges(_check(gradient, ctx), ctx))
     if ctx.jvp:
         wrt = None if ctx.grad else ctx.wrt
         if ctx.grad:
             ctx.names = None
         tangent = jvp_def(ranged, wrt=wrt, names=ctx.supply(ranged.checked.definition))
-        ranged = _ranges(_check(tangent.definition, ctx), ctx)
+        ranged = check_generated(_ranges(_check(tangent.definition, ctx), ctx))
+    return ranged
+
+
+def check_generated(ranged: Any) -> Any:
+    """`ranged`, a def AD generated, after the gather pass's check of its `=` scatters
+    (`poly.gather.check_assignments`): on every target, the interp one included (which
+    would keep one of the values), an `=` that writes an element twice is an error."""
+    from compiler.poly.gather import check_assignments
+
+    check_assignments(ranged)
     return ranged
 
 
@@ -328,6 +338,7 @@ __all__ = [
     "PASS_NAMES",
     "Pass",
     "PassContext",
+    "check_generated",
     "dump",
     "gradient",
     "lower",

@@ -239,6 +239,32 @@ def _from_zero(bound: Bound) -> Bound:
     return Bound(Const(0, ScalarType.INT32), bound.hi)
 
 
+def check_assignments(ranged: RangedDef) -> None:
+    """Raise, for an `=` scatter of `ranged` that writes some element at more than one
+    point, the RangeError the gather pass raises. The defs AD generates go through it
+    on every target: the interp target would keep one of the values (TC leaves it
+    undefined), so an AD bug (`O_dot(i + k) = ...`) would be a silent wrong result."""
+    params = ranged.checked.size_params
+    for stmt, facts in zip(ranged.checked.definition.stmts, ranged.checked.stmts, strict=True):
+        if stmt.op is not AssignOp.ASSIGN or write_kind(facts) is not WriteKind.SCATTER:
+            continue
+        facts = dataclasses.replace(facts, stmt=stmt)
+        with isl_failures(stmt):
+            space = StmtSpace(facts.all_vars, params)
+            domain = domain_of(stmt, space, "S")
+            if choose_inner(domain, _write_map(stmt, space, domain), _candidates(facts)):
+                raise _written_twice(stmt)
+
+
+def _written_twice(stmt: Stmt) -> RangeError:
+    return RangeError(
+        f"`{print_expr(stmt.lhs)} = ...` writes some elements of '{stmt.lhs.name}' more "
+        "than once, and which value is kept is undefined",
+        stmt.lhs.span,
+        "use a reduction (`+=`, `max=`, ...) to combine the values",
+    )
+
+
 # ------------------------------------------------------------ one statement
 
 
@@ -250,12 +276,7 @@ def _gather(facts: StmtFacts, ranged: RangedDef) -> list[Stmt]:
     write = _write_map(stmt, space, domain)
     inner = choose_inner(domain, write, _candidates(facts))
     if stmt.op is AssignOp.ASSIGN and inner:
-        raise RangeError(
-            f"`{print_expr(stmt.lhs)} = ...` writes some elements of '{stmt.lhs.name}' more "
-            "than once, and which value is kept is undefined",
-            stmt.lhs.span,
-            "use a reduction (`+=`, `max=`, ...) to combine the values",
-        )
+        raise _written_twice(stmt)
     outer = _outer_names(stmt, facts, ranged)
     try:
         pieces = _invert(facts, write, domain, outer, inner, params)

@@ -22,6 +22,8 @@ import compiler
 from compiler import Options
 from compiler.autodiff.emptiness import runs_never
 from compiler.frontend.parser import parse
+from compiler.poly.gather import check_assignments
+from tests.autodiff.kit import ranged
 
 TARGETS = {
     "interp": {"target": "interp"},
@@ -177,3 +179,13 @@ def test_min_max_bounds_are_split_into_cases() -> None:
         .stmts[0]
     )
     assert not runs_never(stmt.where, ("N",))
+
+
+def test_colliding_assignment_of_a_generated_def_is_an_error() -> None:
+    """The defs AD generates are checked as the gather pass checks `=` scatters, so an
+    `O_dot(i1 + k2) = ...` is an error on the interp target too (which would keep one
+    of the values)."""
+    colliding = ranged("def f(double(N) A) -> (O) { O(i + k) = A(i) where i in 0:N, k in 0:2 }")
+    with pytest.raises(compiler.TCError, match="more than once"):
+        check_assignments(colliding)
+    check_assignments(ranged("def f(double(N) A) -> (O) { O(2 * i + 1) = A(i) }"))
