@@ -281,36 +281,14 @@ def _deps(versions: Versions, index: int, tensor: str, k: int) -> Iterator[tuple
 
 
 def _copy_previous(versions: Versions, tensor: str, k: int) -> list[Stmt]:
-    """`T_vk = T_v(k-1)`, the start of an accumulating version: over the whole shape,
-    or, where no earlier write covers it, over what each earlier write wrote (range
-    inference bounds the reads of `T_v(k-1)` by its writes: `O(i) = A(i) where i in
-    1:N` then two `max=` updates)."""
+    """`T_vk = T_v(k-1)` over the whole shape, the start of an accumulating version.
+    Range inference lets a read over stated ranges touch every element below the hull
+    of the earlier writes (those left at the initial value too), so the copy needs no
+    piece per earlier write; such pieces would also copy one element several times
+    where a write's left-hand side is not one to one (`O(2 * i + k)`)."""
     name, previous = versions.name(tensor, k), versions.name(tensor, k - 1)
-    earlier = [versions.stmts[j] for j in versions.writes[tensor][: k - 1]]
-    dims = versions.dims(tensor)
-    reads_in_lhs = any(isinstance(e, Access) for s in earlier for a in s.lhs.args for e in walk(a))
-    if reads_in_lhs or any(writes_box(s, dims) for s in earlier):
-        idx, where = full_box(versions, tensor)
-        return [Stmt(Access(name, idx), AssignOp.ASSIGN, Access(previous, idx), where)]
-    copies: list[Stmt] = []
-    for s in earlier:
-        where = tuple(c for c in s.where if isinstance(c, RangeConstraint))
-        copy = Stmt(Access(name, s.lhs.args), AssignOp.ASSIGN, Access(previous, s.lhs.args), where)
-        copy = dataclasses.replace(copy, where=_lhs_ranges(copy))
-        if copy not in copies:
-            copies.append(copy)
-    return copies
-
-
-def _lhs_ranges(stmt: Stmt) -> tuple:
-    """The range constraints of `stmt` over its left-hand side's variables only."""
-    names = {e.name for a in stmt.lhs.args for e in walk(a) if isinstance(e, Var)}
-    return tuple(
-        c
-        for c in stmt.where
-        if isinstance(c, RangeConstraint)
-        and all(e.name in names for e in walk(c.expr) if isinstance(e, Var))
-    )
+    idx, where = full_box(versions, tensor)
+    return [Stmt(Access(name, idx), AssignOp.ASSIGN, Access(previous, idx), where)]
 
 
 def _recompute_one(versions: Versions, tensor: str, k: int, index: int) -> list[Stmt]:

@@ -581,8 +581,8 @@ class FunctionEmitter:
                 ops = {BinOp.ADD: bld.fadd, BinOp.SUB: bld.fsub, BinOp.MUL: bld.fmul}
                 fused = e is self.fused and e.op is BinOp.MUL
                 return ops[e.op](a, b, flags=CONTRACT_FLAGS if fused else ())
-            if e.op is BinOp.DIV:
-                return bld.fdiv(a, b, flags=DIVIDE_FLAGS)
+            if e.op is BinOp.DIV:  # exactly rounded in a candidate (`scalar_math`)
+                return bld.fdiv(a, b, flags=() if self.math.exact else DIVIDE_FLAGS)
             return bld.frem(a, b)
         if e.op in (BinOp.DIV, BinOp.MOD):
             q, r = int_divmod(bld, a, b, dtype)

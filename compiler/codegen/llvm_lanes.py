@@ -190,7 +190,13 @@ class Lanes:
             terms = [_other(a) for a in part]
             summed = shape is BinOp.ADD
             acc = b.load(g.slot, typ=ty)
-            x = self.sum_terms(terms) if summed else self.vector(terms)
+            if summed:
+                x = self.sum_terms(terms)
+            elif shape in ("min", "max"):
+                with em.math.scalar_math():  # a candidate rounds alike everywhere
+                    x = self.vector(terms)
+            else:
+                x = self.vector(terms)
             if shape is BinOp.ADD:
                 value = b.fadd(acc, x, flags=REDUCTION_FLAGS)
             elif shape is BinOp.MUL:
@@ -248,15 +254,16 @@ class Lanes:
         if isinstance(e0, Unary):
             return b.fneg(self.vector([e.x for e in exprs]))  # type: ignore[attr-defined]
         if isinstance(e0, (Min, Max)):
-            x = self.vector([e.a for e in exprs])  # type: ignore[attr-defined]
-            y = self.vector([e.b for e in exprs])  # type: ignore[attr-defined]
+            with em.math.scalar_math():  # candidates round alike everywhere
+                x = self.vector([e.a for e in exprs])  # type: ignore[attr-defined]
+                y = self.vector([e.b for e in exprs])  # type: ignore[attr-defined]
             name = "llvm.minimum" if isinstance(e0, Min) else "llvm.maximum"
             return b.call(_vector_intrinsic(em.module, name, x.type), [x, y])
         assert isinstance(e0, Bin)
         x = self.vector([e.a for e in exprs])  # type: ignore[attr-defined]
         y = self.vector([e.b for e in exprs])  # type: ignore[attr-defined]
         if e0.op is BinOp.DIV:
-            return b.fdiv(x, y, flags=DIVIDE_FLAGS)
+            return b.fdiv(x, y, flags=() if em.math.exact else DIVIDE_FLAGS)
         ops: dict[BinOp, Callable[..., ir.Value]] = {
             BinOp.ADD: b.fadd,
             BinOp.SUB: b.fsub,

@@ -121,3 +121,50 @@ def test_a_math_candidate_selects_every_winner(fn: str, dtype: str, op: str) -> 
         (got,) = compiler.define(src, **kwargs).vjp(a, grad_outputs=(g,))
         assert np.count_nonzero(got) == 37, name
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+# A division in a candidate rounds exactly (no reciprocal multiply) wherever the candidate
+# is computed, and a clamp split of a colliding `min=!` scatter copies its versions over
+# the whole shape (found by tools.fuzz: the winners were lost on llvm; the copies wrote an
+# element several times and were rejected).
+SCATTERS = {
+    "divide": (
+        "def f(double(N, M) A, double B) -> (O) {\n"
+        "    O(i1, 2 * i2 + k3) min=! B / A(i1, i2) where i1 in 1:N, i2 in 1:M, k3 in 0:N\n}",
+        {"N": 2, "M": 5},
+    ),
+    "clamped": (
+        "def f(double(N, M) A, double B, double(K) C) -> (O) {\n"
+        "    O(i1, 2 * i2 + k3) min=! fma(B, A(k4, max(i2 - 2, 0)), C(min(k3, K - 1)))"
+        " where i1 in 1:N, i2 in 1:M, k3 in 0:N, k4 in 0:min(N, K)\n}",
+        {"N": 2, "M": 4, "K": 1},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SCATTERS))
+@pytest.mark.parametrize("name", [n for n in TARGETS if n != "cuda-emulated"])
+def test_colliding_min_scatters_against_differences(case: str, name: str) -> None:
+    src, sizes = SCATTERS[case]
+    rng = np.random.default_rng(11)
+    a = rng.uniform(0.5, 2.0, (sizes["N"], sizes["M"])) * rng.choice(
+        [-1.0, 1.0], (sizes["N"], sizes["M"])
+    )
+    args = [a, np.array(0.75)] + ([rng.standard_normal(sizes["K"])] if "K" in sizes else [])
+    ref = compiler.define(src, target="interp")
+    (o,) = ref(*args)
+    g = rng.standard_normal(o.shape)
+    g[~np.isfinite(o)] = 0.0
+    got = compiler.define(src, **TARGETS[name]).vjp(*args, grad_outputs=(g,))
+    eps = 1e-6
+    for x, gx in zip(args, got, strict=True):
+        want = np.zeros_like(x)
+        for idx in np.ndindex(x.shape):
+            x[idx] += eps
+            hi = ref(*args)[0]
+            x[idx] -= 2 * eps
+            lo = ref(*args)[0]
+            x[idx] += eps
+            d = np.where(np.isfinite(o), hi - lo, 0.0)
+            want[idx] = np.sum(d * g) / (2 * eps)
+        np.testing.assert_allclose(gx, want, rtol=1e-6, atol=1e-7)

@@ -23,19 +23,8 @@ CFG = fuzz.Config(cuda_fraction=0.1)
 GRAD_CFG = fuzz.Config(targets=("interp", "llvm", "llvm-rand"), grad=True, cuda_fraction=0.0)
 
 # (mode, seed) -> the failure signature seen when the entry was added (strict xfail).
-# F<n>: the entry of the findings report (/tmp/fuzz_findings.md, 2026-12-01) it belongs to.
-KNOWN_FAILURES: dict[tuple[str, int], str] = {
-    ("grad", 1): "rejected:jvp-interp:TCError: error: cannot differentiate '_' without '_' as "
-    "the first write of '_' (F6: jvp of `max=` into the zero-initialised output)",
-    ("grad", 2082): "wrong:grad-llvm:A_grad (F3: `max=!` gradient on llvm, interp right)",
-    ("grad", 2100): "rejected:grad-interp:RangeError: error: '_' writes some elements of '_' "
-    "more than once (F8: a clamp split of a `min=!` scatter copies versions over its "
-    "colliding iteration space)",
-    ("grad", 2118): "rejected:jvp-llvm:RangeError: error: '_' writes some elements of '_' more "
-    "than once (F5: jvp of `*=!` with a non-injective left-hand side)",
-    ("grad", 2120): "rejected:grad-interp:RangeError: error: this statement runs for no sizes at "
-    "all (F2: clamp gradient)",
-}
+# F<n>: the failure class it belongs to (named in the commit that fixes it).
+KNOWN_FAILURES: dict[tuple[str, int], str] = {}
 
 
 def _params(mode: str, seeds: tuple) -> list:
