@@ -3,6 +3,8 @@ through it, and the gradient travels as IR from autodiff to code."""
 
 from __future__ import annotations
 
+import importlib
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -62,7 +64,16 @@ def test_gradient_is_never_printed_and_parsed(monkeypatch: pytest.MonkeyPatch) -
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("the gradient went through text")
 
-    monkeypatch.setattr(parser, "parse", refuse)
+    # every module that took `parse` by name, also those a gradient imports lazily
+    # (imported here first, so they bind the real function, which the patch then replaces
+    # and restores: a module first imported under the patch would keep `refuse`)
+    for name in ("compiler.backward", "compiler.higher"):
+        importlib.import_module(name)
+
+    original = parser.parse
+    for module in [m for n, m in sys.modules.items() if n.startswith("compiler")]:
+        if getattr(module, "parse", None) is original:
+            monkeypatch.setattr(module, "parse", refuse)
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     b = np.ones((3, 2), np.float32)
     ga, gb = kernel.vjp(a, b, grad_outputs=(np.ones((2, 2), np.float32),))
