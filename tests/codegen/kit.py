@@ -1,11 +1,14 @@
 """Terse constructors for hand-built loop-IR Functions, and a runner that executes one
-both in the loop-IR interpreter and as compiled LLVM code on copies of the same arrays."""
+both in the loop-IR interpreter and as compiled LLVM code on copies of the same arrays;
+`EVERY_TARGET`, the (target, options) pairs a TC-level test compares with NumPy."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 
 import numpy as np
+import pytest
 
 from compiler.codegen import compile_function
 from compiler.loops import (
@@ -26,6 +29,7 @@ from compiler.loops import (
     VarRef,
     run_function,
 )
+from compiler.options import Options
 
 I32, I64, F32, F64, BOOL = DType.INT32, DType.INT64, DType.FLOAT32, DType.FLOAT64, DType.BOOL
 ExprLike = Expr | int | str
@@ -148,3 +152,16 @@ def find(node: object, kind: type) -> list:
 
     _V().visit(node)  # type: ignore[arg-type]
     return found
+
+
+# interp, llvm with 1 and 2 threads, and cuda-emulated where g++ is present
+EVERY_TARGET = [
+    ("interp", None),
+    ("llvm", Options(threads=1)),
+    ("llvm", Options(threads=2)),
+    pytest.param(
+        "cuda-emulated",
+        None,
+        marks=pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++"),
+    ),
+]

@@ -5,7 +5,6 @@ NumPy. The sizes give whole panels and tiles and remainders of both."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 
 import numpy as np
@@ -13,6 +12,7 @@ import pytest
 
 from compiler.kernel import define
 from compiler.options import Options
+from tests.codegen.kit import EVERY_TARGET
 
 N, K, M = 21, 150, 141
 HEAD = "def f(float(N, K) A, float(K, M) W"
@@ -37,16 +37,7 @@ CASES = [
      lambda a, w: a[:, :1] * (a @ w)),
 ]  # fmt: skip
 
-TARGETS = [
-    ("interp", None),
-    ("llvm", Options(threads=1)),
-    ("llvm", Options(threads=2)),
-    pytest.param(
-        "cuda-emulated",
-        None,
-        marks=pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++"),
-    ),
-]
+TARGETS = EVERY_TARGET
 
 
 @pytest.mark.parametrize(("target", "options"), TARGETS)

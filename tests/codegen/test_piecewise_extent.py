@@ -7,7 +7,6 @@ sizes on each side of each case, against NumPy."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 
 import numpy as np
@@ -18,6 +17,7 @@ from compiler.loops import BinOp, Select, UnaryOp
 from compiler.loops.arguments import eval_size_expr
 from compiler.loops.ir import Bin, Const, DType, Unary, VarRef
 from compiler.options import Options
+from tests.codegen.kit import EVERY_TARGET
 
 SIZES = [(3, 4), (7, 9), (9, 7), (6, 6), (8, 3), (5, 5), (2, 10), (70, 90)]
 
@@ -39,16 +39,7 @@ CASES: list[tuple[str, str, Callable[..., tuple[np.ndarray, ...]]]] = [
      lambda a, b: (_o(a, b), np.outer(_o(a, b), _o(a, b)))),
 ]  # fmt: skip
 
-TARGETS = [
-    ("interp", None),
-    ("llvm", Options(threads=1)),
-    ("llvm", Options(threads=2)),
-    pytest.param(
-        "cuda-emulated",
-        None,
-        marks=pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++"),
-    ),
-]
+TARGETS = EVERY_TARGET
 
 
 @pytest.mark.parametrize(("target", "options"), TARGETS)

@@ -9,7 +9,6 @@ read `B(0, 0)`, `O(3, 0)` of a `[4, 1]` output stored at `O(0, 0)`
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 
 import numpy as np
@@ -17,6 +16,7 @@ import pytest
 
 from compiler.kernel import define
 from compiler.options import Options
+from tests.codegen.kit import EVERY_TARGET
 
 Ref = Callable[..., tuple[np.ndarray, ...]]
 
@@ -68,16 +68,7 @@ CASES: list[tuple[str, str, tuple[tuple[int, ...], ...], Ref]] = [
      ((1, 4),), _row_below),
 ]  # fmt: skip
 
-TARGETS = [
-    ("interp", None),
-    ("llvm", Options(threads=1)),
-    ("llvm", Options(threads=2)),
-    pytest.param(
-        "cuda-emulated",
-        None,
-        marks=pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++"),
-    ),
-]
+TARGETS = EVERY_TARGET
 
 
 @pytest.mark.parametrize(("target", "options"), TARGETS)
