@@ -199,7 +199,7 @@ def scatter_to_gather(
         (name, tuple(_from_zero(b) for b in dims) if name in initialised else dims)
         for name, dims in ranged.output_bounds
     )
-    return RangedDef(rechecked, bounds, ranged.warnings)
+    return RangedDef(rechecked, bounds, ranged.warnings, ranged.preconditions)
 
 
 def _budgeted(fn: Callable[..., list[Stmt]], budget: int, *args: object) -> list[Stmt]:
