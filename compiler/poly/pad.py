@@ -102,7 +102,7 @@ def pad_gathers(ranged: RangedDef) -> RangedDef:
         raise InternalError(
             f"the padded gather does not check:\n{print_def(definition)}\n{e}"
         ) from e
-    return RangedDef(rechecked, tuple(bounds), ranged.warnings)
+    return RangedDef(rechecked, tuple(bounds), ranged.warnings, ranged.preconditions)
 
 
 @dataclasses.dataclass(frozen=True)
