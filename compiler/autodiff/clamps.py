@@ -86,7 +86,8 @@ def split_clamps(ranged: RangedDef) -> Split:
     if not changed:
         return Split(ranged, tuple(range(len(stmts))))
     rechecked = check_def(dataclasses.replace(definition, stmts=tuple(stmts)))
-    return Split(RangedDef(rechecked, ranged.output_bounds, ranged.warnings), tuple(reads_before))
+    kept = RangedDef(rechecked, ranged.output_bounds, ranged.warnings, ranged.preconditions)
+    return Split(kept, tuple(reads_before))
 
 
 def _split(stmt: Stmt, ranged: RangedDef) -> list[Stmt]:
