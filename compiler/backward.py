@@ -1,6 +1,7 @@
 """Gradients of kernels: the gradient TC, the compiled gradient kernel, and vjp.
 
-    grad(source, name=None, *, constants=None, wrt=None, form="gather") -> str
+    grad(source, name=None, *, constants=None, wrt=None, form="gather", outputs=None) -> str
+    cotangent_zeros(definition, outputs)          -> tuple    (outputs without a cotangent)
     gradient_source(kernel)                       -> str      (Kernel.grad_source)
     gradient_kernel(kernel)                       -> Kernel   (Kernel.grad)
     vjp(kernel, arrays, grad_outputs)             -> tuple    (Kernel.vjp)
@@ -33,6 +34,7 @@ import numpy as np
 
 from compiler import pipeline
 from compiler.diagnostics import OptionsError, ShapeError, TCError
+from compiler.frontend.ast import Def
 from compiler.frontend.checked import CheckedDef, RangedDef
 from compiler.frontend.parser import parse
 from compiler.frontend.printer import print_def
@@ -55,14 +57,48 @@ def grad(
     constants: Mapping[str, object] | None = None,
     wrt: Iterable[str] | None = None,
     form: str = "gather",
+    outputs: Iterable[str] | str | None = None,
 ) -> str:
-    """The gradient def of def `name` of `source`, as TC text."""
+    """The gradient def of def `name` of `source`, as TC text. `outputs`: the outputs
+    that carry a cotangent (the loss; None: every output); the others get none, so
+    the def has no `<out>_grad` parameter for them (`cotangent_zeros`)."""
     from compiler.templates import substitute
 
     upto = "gather" if _form(form) is GradForm.GATHER else "grad"
     text = source if constants is None else substitute(source, constants)
-    gradient = pipeline.run(text, name, upto=upto, grad=True, wrt=wrt)
+    zeros: tuple[str, ...] = ()
+    if outputs is not None:
+        zeros = cotangent_zeros(parse(text).get(name), outputs)
+    ctx = pipeline.PassContext(
+        entry=name, grad=True, wrt=None if wrt is None else tuple(wrt), zeros=zeros
+    )
+    gradient = pipeline.run(text, upto=upto, ctx=ctx)
     return print_def(gradient.checked.definition) + "\n"
+
+
+def cotangent_zeros(definition: Def, outputs: Iterable[str] | str) -> tuple[str, ...]:
+    """The outputs of `definition` with a zero cotangent when only `outputs` carry one
+    (a name, or names; each may be a comma-separated list: `"Y,rowsum"`), in output
+    order. A TCError at the def for a name that is not an output (listing them) or
+    for no name at all."""
+    given = [outputs] if isinstance(outputs, str) else list(outputs)
+    names = [n.strip() for item in given for n in item.split(",") if n.strip()]
+    declared = [p.name for p in definition.outputs]
+    listed = ", ".join(declared)
+    for name in names:
+        if name not in declared:
+            raise TCError(
+                f"'{name}' is not an output of def '{definition.name}'; its outputs are {listed}",
+                definition.span,
+                hint="name the outputs that carry a cotangent (the loss)",
+            )
+    if not names:
+        raise TCError(
+            f"no output named to carry a cotangent; the outputs of def "
+            f"'{definition.name}' are {listed}",
+            definition.span,
+        )
+    return tuple(n for n in declared if n not in names)
 
 
 def _form(form: str) -> GradForm:
@@ -87,10 +123,15 @@ def gradient_ranged(
 
 
 def gradient_text(
-    ranged: RangedDef, *, wrt: Iterable[str] | None = None, form: GradForm = GradForm.GATHER
+    ranged: RangedDef,
+    *,
+    wrt: Iterable[str] | None = None,
+    form: GradForm = GradForm.GATHER,
+    zeros: Iterable[str] = (),
 ) -> str:
-    """The gradient of a ranged def, printed as TC."""
-    return print_def(gradient_ranged(ranged, wrt=wrt, form=form).checked.definition) + "\n"
+    """The gradient of a ranged def, printed as TC (`zeros`: as `gradient_ranged`)."""
+    gradient = gradient_ranged(ranged, wrt=wrt, form=form, zeros=zeros)
+    return print_def(gradient.checked.definition) + "\n"
 
 
 # ----------------------------------------------------------------- kernels
@@ -348,6 +389,7 @@ def _backward_arguments(
 __all__ = [
     "GradForm",
     "check_backward_def",
+    "cotangent_zeros",
     "grad",
     "gradient_kernel",
     "gradient_ranged",

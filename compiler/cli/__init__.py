@@ -360,6 +360,14 @@ def _add_compile_args(parser: argparse.ArgumentParser) -> None:
         help="print the tangent def (forward-mode AD) as TC (of the gradient, with --grad)",
     )
     parser.add_argument(
+        "--loss",
+        action="append",
+        metavar="OUT",
+        help="with --grad: only OUT carries a cotangent (the loss): the gradient takes no "
+        "`<out>_grad` for the other outputs; repeatable or comma-separated "
+        "(default: every output)",
+    )
+    parser.add_argument(
         "--order",
         type=int,
         default=1,
@@ -419,6 +427,7 @@ def _run_compile(args: argparse.Namespace) -> int:
             hint="pass --emit loops|llvm|cuda, --grad or --dump-after",
         )
     text, filename = read_source(args.file)
+    zeros = _loss_zeros(args, text, filename)
     # --emit cuda: the CUDA target lowers a RangedDef itself (compiler.runtime.cuda)
     goal = {"loops": "lower", "llvm": "codegen"}.get(args.emit or "", "")
     if not goal:
@@ -432,6 +441,7 @@ def _run_compile(args: argparse.Namespace) -> int:
         filename=filename,
         entry=args.entry,
         grad=args.grad,
+        zeros=zeros,
         order=args.order,
         jvp=args.jvp,
     )
@@ -461,6 +471,23 @@ def _run_compile(args: argparse.Namespace) -> int:
     if args.time_passes:
         _print_times(times)
     return 0
+
+
+def _loss_zeros(args: argparse.Namespace, text: str, filename: str) -> tuple[str, ...]:
+    """The outputs with a zero cotangent under `--loss` (none without it); an
+    OptionsError for --loss without --grad."""
+    from compiler.backward import cotangent_zeros
+    from compiler.diagnostics import OptionsError
+    from compiler.frontend.parser import parse
+
+    if args.loss is None:
+        return ()
+    if not args.grad:
+        raise OptionsError(
+            "tcc compile: --loss names the outputs a gradient's cotangents come from",
+            hint="pass --grad with it, e.g. tcc compile FILE --grad --loss Y",
+        )
+    return cotangent_zeros(parse(text, filename).get(args.entry), args.loss)
 
 
 def _print_times(times: list[tuple[str, float]]) -> None:
