@@ -52,6 +52,7 @@ from compiler.loops import (
     Alloc,
     Assign,
     Bin,
+    Block,
     BinOp,
     Buffer,
     Const,
@@ -60,6 +61,7 @@ from compiler.loops import (
     FloorDiv,
     For,
     Function,
+    If,
     Let,
     Load,
     Local,
@@ -67,6 +69,7 @@ from compiler.loops import (
     Min,
     Mutator,
     Node,
+    Select,
     Stmt,
     Store,
     VarRef,
@@ -159,10 +162,70 @@ def map_to_gpu(
 def _map_phase(
     name: str, phase: Stmt, f: Function, options: CudaOptions, error: str | None, taken: set[str]
 ) -> list[GpuKernel]:
+    """The kernels of one phase: of each of its pieces (`_pieces`), in order, each
+    launched only where its sizes-only condition holds."""
     temps: list[Buffer] = []
     while isinstance(phase, Alloc):
         temps.append(phase.buffer)
         phase = phase.body
+    pieces = _pieces(phase, set(f.size_params))
+    kernels: list[GpuKernel] = []
+    for k, (cond, piece) in enumerate(pieces):
+        piece_name = name if len(pieces) == 1 else f"{name}_{k}"
+        for kernel in _map_piece(piece_name, piece, temps, f, options, error, taken):
+            kernels.append(dataclasses.replace(kernel, when=_both(cond, kernel.when)))
+    return kernels
+
+
+def _pieces(stmt: Stmt, sizes: set[str]) -> list[tuple[Expr | None, Stmt]]:
+    """`stmt` as a sequence of pieces, each with the condition (an int64 expression of
+    the sizes, > 0: it runs; None: always) under which it runs: a root `If` whose
+    condition reads only sizes becomes its branches' pieces (the host tests it), a
+    root `Block` with a parallel band in some member its members' pieces, in order
+    (kernels run one after the other, as the members do). Anything else is one piece."""
+    if isinstance(stmt, If) and _free(stmt.cond) <= sizes and not _reads(stmt.cond):
+        one, zero = Const(1, I64), Const(0, I64)
+        found = [(_both(Select(stmt.cond, one, zero), c), s) for c, s in _pieces(stmt.then, sizes)]
+        if stmt.otherwise is not None:
+            found += [
+                (_both(Select(stmt.cond, zero, one), c), s)
+                for c, s in _pieces(stmt.otherwise, sizes)
+            ]
+        return found
+    if isinstance(stmt, Block) and any(_has_band(s) for s in stmt.stmts):
+        return [p for s in stmt.stmts for p in _pieces(s, sizes)]
+    return [(None, stmt)]
+
+
+def _has_band(stmt: Stmt) -> bool:
+    """True when `stmt`, through root `If`s and `Block`s, has a PARALLEL loop at a root."""
+    if isinstance(stmt, For):
+        return stmt.kind is LoopKind.PARALLEL
+    if isinstance(stmt, If):
+        return _has_band(stmt.then) or (stmt.otherwise is not None and _has_band(stmt.otherwise))
+    if isinstance(stmt, Block):
+        return any(_has_band(s) for s in stmt.stmts)
+    return False
+
+
+def _both(a: Expr | None, b: Expr | None) -> Expr | None:
+    """The condition (> 0) that both `a` and `b` hold (None: no condition)."""
+    if a is None or b is None:
+        return b if a is None else a
+    return Min(a, b)
+
+
+def _map_piece(
+    name: str,
+    phase: Stmt,
+    temps: list[Buffer],
+    f: Function,
+    options: CudaOptions,
+    error: str | None,
+    taken: set[str],
+) -> list[GpuKernel]:
+    """The kernels of one piece of a phase: its parallel band mapped (with variants),
+    an atomic scatter, or one thread."""
     chain = _chain(phase, lambda loop: loop.kind is LoopKind.PARALLEL)
     mode = "parallel"
     if not chain:
@@ -394,6 +457,20 @@ def _free(e: Node) -> set[str]:
 
     _Names().visit(e)
     return names
+
+
+def _reads(e: Node) -> bool:
+    """True when `e` loads from a buffer."""
+
+    class _Loads(Visitor):
+        found = False
+
+        def visit_Load(self, node: Load) -> None:
+            self.found = True
+
+    v = _Loads()
+    v.visit(e)
+    return v.found
 
 
 def _names(f: Function) -> set[str]:

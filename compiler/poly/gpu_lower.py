@@ -124,7 +124,18 @@ def _top_stores(stmt: L.Stmt) -> list[L.Store]:
 
 
 def _mark_band(stmt: L.Stmt, band: set[str]) -> L.Stmt:
-    """`stmt` with every loop of its root chain whose variable is in `band` parallel."""
+    """`stmt` with every loop of its root chain whose variable is in `band` parallel.
+
+    A root `If` (its condition reads only sizes: no loop is open above it) or `Block`
+    is looked through: each branch or member gets its own chain marked, as the GPU
+    mapping maps each one as a kernel of its own (`codegen.cuda_map`: the host tests a
+    sizes-only condition, e.g. the `2 H + 2 W + 4 >= 3 KH + 3 KW` of a padded gather's
+    size split, and launches the branch that holds)."""
+    if isinstance(stmt, L.If) and not L.var_names(stmt.cond) & band:
+        otherwise = None if stmt.otherwise is None else _mark_band(stmt.otherwise, band)
+        return dataclasses.replace(stmt, then=_mark_band(stmt.then, band), otherwise=otherwise)
+    if isinstance(stmt, L.Block):
+        return dataclasses.replace(stmt, stmts=tuple(_mark_band(s, band) for s in stmt.stmts))
     if not (isinstance(stmt, L.For) and stmt.var in band):
         return stmt
     body = _mark_band(stmt.body, band - {stmt.var})
