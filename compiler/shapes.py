@@ -12,7 +12,8 @@ an output at the index value itself). Bound expressions are integers throughout:
 the positive divisors that range inference produces.
 
 Every mismatch is a ShapeError naming the tensor, the dimension and both sizes; sizes
-that break a relation a read needs (`RangedDef.preconditions`: `G >= 4 * H` for
+that break a condition of the def's where clause (`-> (O) where G >= 4 * H {`) are a
+ShapeError pointing at it, and sizes that break a relation a read needs (`RangedDef.preconditions`: `G >= 4 * H` for
 `gates(n, 3 * H + j) where j in 0:H`) are a ShapeError naming the read and the relation.
 """
 
@@ -113,13 +114,21 @@ def bind_sizes(ranged: RangedDef, input_shapes: Mapping[str, Sequence[int]]) -> 
 
 
 def check_preconditions(ranged: RangedDef, sizes: Mapping[str, int]) -> None:
-    """A ShapeError for the first read that range inference could not prove in bounds
-    and that these sizes put out of bounds (`RangedDef.preconditions`): it names the
-    read and the relation of the sizes it needs."""
+    """A ShapeError for the first precondition these sizes break
+    (`RangedDef.preconditions`): a condition of the def's where clause, pointing at it,
+    or a read that range inference could not prove in bounds, naming the read and the
+    relation of the sizes it needs. Either names the sizes bound."""
     outputs = {t.name for t in ranged.checked.outputs}
     for pre in ranged.preconditions:
         if eval_bound_expr(pre.cond, sizes):
             continue
+        if pre.access is None:
+            raise ShapeError(
+                f"the sizes {_show(sizes)} break the condition `{print_expr(pre.cond)}` of "
+                f"the where clause of def '{ranged.name}'",
+                pre.cond.span,
+                "pass inputs whose sizes satisfy every condition after the output list",
+            )
         read = print_expr(pre.access)
         if pre.access.name in outputs:
             hint = (

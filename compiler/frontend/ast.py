@@ -3,7 +3,9 @@
 Grammar (TC as Tensor Comprehensions defined it, plus tcc's dialect marked [ext])::
 
     module     := def*
-    def        := 'def' IDENT '(' params? ')' '->' '(' outputs? ')' '{' stmt* '}'
+    def        := 'def' IDENT '(' params? ')' '->' '(' outputs? ')'
+                  ('where' expr (',' expr)*)? '{' stmt* '}'
+                  # [ext] the def's where clause: comparisons of the sizes
     params     := param (',' param)*
     param      := TYPE ('(' dim (',' dim)* ')')? IDENT        # `float a` is a 0-d tensor
     outputs    := output (',' output)*
@@ -32,7 +34,7 @@ Grammar (TC as Tensor Comprehensions defined it, plus tcc's dialect marked [ext]
 Node classes::
 
     Module(defs)
-    Def(name, params, outputs, stmts)
+    Def(name, params, outputs, stmts, where)   where: the def's size conditions [ext]
     Param(name, dtype, dims)             dims None: output whose shape is inferred
     Stmt(lhs: Access, op: AssignOp, rhs, where, equivalent: Access | None)
     where clauses: RangeConstraint(expr, lo, hi) | Let(name, value) | Exists(expr)
@@ -315,10 +317,15 @@ class Param:
 
 @dataclass(frozen=True, slots=True)
 class Def:
+    """A def. [ext] `where` holds the conditions of its where clause (`-> (O) where
+    G >= 4 * H {`): `Compare`s of integer affine expressions of the sizes (what
+    `frontend.check` accepts), which every call checks and range inference assumes."""
+
     name: str
     params: tuple[Param, ...]
     outputs: tuple[Param, ...]
     stmts: tuple[Stmt, ...]
+    where: tuple[Expr, ...] = ()
     span: Span = _span()
 
 

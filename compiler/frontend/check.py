@@ -23,7 +23,9 @@ names (scopes.py), expression types (exprcheck.py), and per statement here:
 - a declared output's dtype is not narrowed without a cast (`promote(rhs, T) == T`);
 - a where clause constrains an index variable, and its bounds read no tensor;
 - every output is written; an accumulating first write (`+=` without `!`) is a
-  warning, since it adds to whatever the caller passed in.
+  warning, since it adds to whatever the caller passed in;
+- [tcc] the def's where clause compares integer affine expressions of the sizes
+  (size_conditions.py).
 
 Worked example::
 
@@ -71,6 +73,7 @@ from compiler.frontend.scopes import (
     walk,
     where_exprs,
 )
+from compiler.frontend.size_conditions import check_size_conditions
 from compiler.frontend.types import is_narrowing
 
 
@@ -97,6 +100,7 @@ def check_def(d: ast.Def) -> CheckedDef:
     """Check one def; see the module docstring for what is checked."""
     report = Reporter()
     sig = read_signature(d, report)
+    check_size_conditions(d.where, sig, report)
     state = DefState(sig)
     facts = tuple(_check_stmt(stmt, state, report) for stmt in d.stmts)
     tensors = _final_tensors(d, state, report)

@@ -95,14 +95,19 @@ class Bound:
 
 @dataclass(frozen=True, slots=True)
 class Precondition:
-    """A relation of the sizes that keeps a read in bounds, which range inference could
-    not prove (`G >= 4 * H` for `gates(n, 3 * H + j) where j in 0:H`): `cond` is an
-    expression of the size parameters alone, exact for every size; the call checks it
-    (`shapes.bind_sizes`). For a read of an output, in bounds means inside what earlier
-    statements wrote (its extent so far), which may be less than the output's shape."""
+    """A relation of the sizes that every call checks (`shapes.bind_sizes`); `cond` is
+    an expression of the size parameters alone.
+
+    With `access` None, a condition of the def's where clause [ext] (`-> (O) where
+    G >= 4 * H {`), which range inference assumed; these come first. Otherwise a
+    relation that keeps `access` in bounds, which range inference could not prove
+    (`G >= 4 * H` for `gates(n, 3 * H + j) where j in 0:H`), exact for every size that
+    satisfies the stated conditions. For a read of an output, in bounds means inside
+    what earlier statements wrote (its extent so far), which may be less than the
+    output's shape."""
 
     cond: Expr
-    access: Access
+    access: Access | None = None
 
 
 @dataclass(frozen=True, slots=True)

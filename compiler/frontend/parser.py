@@ -13,7 +13,9 @@ tcc's dialect (see DESIGN.md) is accepted: left-hand side indices may be express
 (affine `I_grad(n, c, h + kh) += ...`, or data-dependent `O(A(i)) += ...`; `check`
 decides which are legal), and a range constraint may constrain an expression
 (`where h - kh in 0:HO`). The left-hand side must still mention an index variable:
-`C(0) = ...` is an error, as it is in TC.
+`C(0) = ...` is an error, as it is in TC. A def may state relations of its sizes
+after its outputs (`-> (O) where G >= 4 * H {`); `check` accepts only comparisons of
+sizes there.
 
 Example::
 
@@ -166,13 +168,43 @@ class _Parser:
         params = self.param_list(self.param)
         self.expect(TokenKind.ARROW, "'->' before the outputs")
         outputs = self.param_list(self.output)
-        self.expect(TokenKind.LBRACE, "'{' to open the def body")
+        where = self.size_conditions() if self.accept(TokenKind.WHERE) else ()
+        self.expect(TokenKind.LBRACE, "'{' to open the def body", self._body_hint(where))
         stmts: list[ast.Stmt] = []
         while not self.accept(TokenKind.RBRACE):
             if self.cur.kind is not TokenKind.IDENT:
                 raise self.error("a statement or '}'", self._stmt_hint())
             stmts.append(self.statement())
-        return ast.Def(name, params, outputs, tuple(stmts), span=self.span_from(start))
+        return ast.Def(name, params, outputs, tuple(stmts), where, span=self.span_from(start))
+
+    def size_conditions(self) -> tuple[ast.Expr, ...]:
+        """[ext] The def's where clause after `where`: `G >= 4 * H, N > 1`. Any
+        expression parses; `frontend.check` accepts only comparisons of sizes."""
+        conditions: list[ast.Expr] = []
+        while True:
+            if self.cur.kind in (TokenKind.LBRACE, TokenKind.COMMA, TokenKind.EOF):
+                raise self.error(
+                    "a condition on the sizes", "write e.g. `where G >= 4 * H` before '{'"
+                )
+            condition = self.expr()
+            _check_height(condition)
+            conditions.append(condition)
+            if not self.accept(TokenKind.COMMA):
+                return tuple(conditions)
+
+    def _body_hint(self, where: tuple[ast.Expr, ...]) -> str | None:
+        """Why a def's where clause did not end at '{'."""
+        if not where:
+            return None
+        if self.cur.kind is TokenKind.IN:
+            return (
+                "the def's where clause relates sizes (`where G >= 4 * H`); an index "
+                "variable's range goes in a statement's where clause (`O(i) = ... where "
+                "i in 0:N`)"
+            )
+        if self.cur.kind is TokenKind.ASSIGN:
+            return "a condition compares sizes: equality is written `==`"
+        return "the def's where clause separates its conditions with ','"
 
     def _stmt_hint(self) -> str | None:
         if self.cur.kind is TokenKind.EOF:

@@ -2,12 +2,13 @@
 
 Layout of the canonical text::
 
-    def name(float(N, C) I, int32 k) -> (O, int32(M, N) O1) {
+    def name(float(N, C) I, int32 k) -> (O, int32(M, N) O1) where M >= N {
         O(n, c) +=! I(n, c) * float(k) <=> O2(n, c) where n in 0:N, x = A(n), exists B(n)
     }
 
 One statement per line, indented four spaces; defs separated by one blank line;
-spaces around binary operators and after commas. The `<=>` annotation comes before
+spaces around binary operators and after commas; the def's where clause [ext], if any,
+between the outputs and `{`. The `<=>` annotation comes before
 `where`, in the order TC's parser (`parseStmt`) reads them.
 
 Precedence, lowest first, as TC's lexer lists it::
@@ -120,7 +121,8 @@ def print_def(d: Def) -> str:
     """One def: signature line, one indented statement per line, closing brace."""
     params = ", ".join(_param(p, output=False) for p in d.params)
     outputs = ", ".join(_param(p, output=True) for p in d.outputs)
-    lines = [f"def {_name(d.name)}({params}) -> ({outputs}) {{"]
+    where = " where " + ", ".join(print_expr(c) for c in d.where) if d.where else ""
+    lines = [f"def {_name(d.name)}({params}) -> ({outputs}){where} {{"]
     lines.extend(INDENT + print_stmt(s) for s in d.stmts)
     lines.append("}")
     return "\n".join(lines)

@@ -30,6 +30,10 @@ by statement in textual order:
 4. Constraints whose variables are all solved become preconditions: checked on the
    final domain; one that cannot be proven is a warning (checked at run time), one
    violated for every size is an error.
+5. [tcc] The def's where clause (`-> (O) where G >= 4 * H {`) narrows the sizes
+   everything above considers (`poly.stated`): "every size" means every size that
+   satisfies it, and the call checks it first. Its warnings suggest stating the
+   relation a read needs there.
 
 Output shapes (what each write gives its output: `poly.output_bounds`), a deliberate
 difference from TC: tcc indexes an output by the index
@@ -99,6 +103,7 @@ from compiler.poly.isl_bridge import (
     set_to_expr,
 )
 from compiler.poly.output_bounds import record_output
+from compiler.poly.stated import clause_hint, stated_context, stated_preconditions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +131,7 @@ class _DefState:
 
     checked: CheckedDef
     params: tuple[str, ...]
+    stated: isl.Set  # the sizes the def's where clause allows (`poly.stated`)
     known: dict[str, tuple[Bound, ...]] = dataclasses.field(default_factory=dict)
     images: dict[str, list[tuple[isl.Set, ...]]] = dataclasses.field(default_factory=dict)
     warnings: list[Diagnostic] = dataclasses.field(default_factory=list)
@@ -138,7 +144,8 @@ class _DefState:
 
 def infer_ranges(checked: CheckedDef) -> RangedDef:
     """Infer every variable's range and every output's bounds (see the module doc)."""
-    state = _DefState(checked, tuple(checked.size_params))
+    state = _DefState(checked, tuple(checked.size_params), stated_context(checked))
+    state.preconditions.extend(stated_preconditions(checked))
     stmts: list[Stmt] = []
     for facts in checked.stmts:
         with isl_failures(facts.stmt):
@@ -168,6 +175,8 @@ class _StmtInference:
         self.stmt = facts.stmt
         self.state = state
         self.space = StmtSpace(facts.all_vars, state.params)
+        if state.checked.definition.where:  # the def's where clause narrows the sizes
+            self.space.context = self.space.context.intersect_params(state.stated)
         self.lets = lets_of(self.stmt)
         self.ranges: dict[str, isl.Set] = {}  # solved variable -> its range
         self.bounds: dict[str, Bound] = {}  # inferred variable -> its bound expressions
@@ -486,6 +495,7 @@ class _StmtInference:
                 f"cannot prove that `{print_expr(access)}` stays in bounds: it needs "
                 f"`{print_expr(ok)}`{self._how_checked(access, checked, evaluated)}",
                 access.span,
+                clause_hint(ok),
             )
 
     def _evaluated_reads(self) -> set[Access]:
