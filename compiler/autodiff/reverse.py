@@ -202,7 +202,8 @@ class _Reverse:
         outputs = (*grads_out, *versions, *self.extra)
         _check_unique(params + outputs)
         span = self.checked.definition.span
-        return Def(self.def_name, params, outputs, tuple(stmts), span=span)
+        where = self.checked.definition.where  # the same sizes: the same preconditions
+        return Def(self.def_name, params, outputs, tuple(stmts), where, span=span)
 
     def _span(self, tensor: str) -> Span:
         """Where `tensor` is declared (what a diagnostic about its gradient points at)."""
