@@ -163,9 +163,8 @@ class _Forward:
             dtype, dims = (p.dtype, p.dims) if p.dims is not None else (None, None)
             outputs.append(Param(dot, dtype, dims, span=p.span))
         outputs += self.extra
-        tangent = Def(
-            self.def_name, (*d.params, *params), (*d.outputs, *outputs), tuple(stmts), span=d.span
-        )
+        inputs, outs = (*d.params, *params), (*d.outputs, *outputs)
+        tangent = Def(self.def_name, inputs, outs, tuple(stmts), d.where, span=d.span)
         return TangentDef(tangent, tuple(self.dot.items()))
 
     def _statement(self, stmt: Stmt) -> list[Stmt]:
