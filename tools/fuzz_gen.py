@@ -30,6 +30,7 @@ from tools.fuzz_ir import (
     Tensor,
     Un,
     Var,
+    node_type,
     output_shapes,
     show,
 )
@@ -427,7 +428,12 @@ def new_output_stmt(g: Gen) -> Stmt:
     sg = StmtGen(g, name, lhs_vars, {})
     rhs = sg.expr(r.choice((0, 1, 1, 2, 2, 3)))
     if not any(g.tensors[x.tensor].bound is None for x in _reads(rhs, [])):
-        rhs = Bin("*", rhs, sg.read())  # a data read gives the output the program's dtype
+        rhs = Bin("*", rhs, sg.read())  # no constant outputs
+    dtypes = {t.name: t.dtype for t in g.tensors.values()}
+    if g.grad and node_type(rhs, dtypes, {}, g.dtype) != g.dtype:
+        # a float output of a double program (`c ? 0.5 : 1.5`; the forward oracle
+        # models it as TC types it) has no float64 gradient to compare: read data
+        rhs = Bin("*", rhs, sg.read())
     lets = ()
     if r.random() < 0.15:
         lets = (("t0", sg.expr(1)),)
@@ -449,7 +455,8 @@ def new_output_stmt(g: Gen) -> Stmt:
     if g.grad and op == "*=":
         op = "*=!"
     ranges = tuple((v, sg.scope[v].lo, sg.scope[v].hi, True) for v in sg.order)
-    g.tensors[name] = TensorInfo(name, g.dtype, (), output=True)
+    let_types = {n: node_type(e, dtypes, {}, g.dtype) for n, e in lets}
+    g.tensors[name] = TensorInfo(name, node_type(rhs, dtypes, let_types, g.dtype), (), output=True)
     g.outputs.append(name)
     s = Stmt(name, tuple(subs), op, rhs, ranges, lets)
     return drop_wheres(g, s, update=False)

@@ -10,7 +10,9 @@ Grammar (frozen dataclasses; index and value expressions share the node types):
 The oracle (`evaluate`) runs a program with plain Python loops over the ranges the
 generator chose; it shares nothing with tcc (TC semantics: outputs start at zero, a `!`
 reduction first sets the elements it writes to the identity, a statement's right-hand
-sides all read the state before that statement). Along with every value it tracks a
+sides all read the state before that statement; an output has the type of its first
+write's right-hand side, so `c ? 0.5 : 1.5` makes a float32 output even in a double
+def, and its values are stored rounded to float32). Along with every value it tracks a
 rounding-error scale (`mag`, `cnt`), whether the value is computed exactly in the
 program's dtype (`exact`: dyadic data, no rounding anywhere, in every summation order),
 how close the value came to a kink or tie in units of its rounding error (`margin`:
@@ -265,29 +267,36 @@ def _is_index(n: object) -> bool:
 _RANK = {"int": 0, "float": 1, "double": 2}
 
 
-def _type(n: object, o: Oracle) -> str:
+def node_type(n: object, dtypes: dict, lets: dict, default: str, rec: object = None) -> str:
+    """TC's type of a value expression ("float", "double" or "int"): a read has its
+    tensor's dtype (`dtypes`, else `default`), a let its value's (`lets`), a float
+    literal is float (32-bit) even in a double program, comparisons are int, and an
+    operation, ternary or builtin promotes its operands (builtins from float). `rec`
+    types the operands (default: this function)."""
+    if rec is None:
+        return node_type(n, dtypes, lets, default, lambda m: node_type(m, dtypes, lets, default))
     if isinstance(n, Num):
         return "float" if isinstance(n.value, float) else "int"
     if isinstance(n, Var):
-        return o.let_types.get(n.name, "int")
+        return lets.get(n.name, "int")
     if isinstance(n, Size):
         return "int"
     if isinstance(n, Read):
-        t = o.dtypes.get(n.tensor, o.p.dtype)
+        t = dtypes.get(n.tensor, default)
         return t if t in FLOATS else "int"
     if isinstance(n, Cast):
         return n.to if n.to in FLOATS else "int"
     if isinstance(n, Un):
-        return "int" if n.op == "!" else o.type_of(n.a)
+        return "int" if n.op == "!" else rec(n.a)
     if isinstance(n, Bin):
         if n.op in COMPARE or n.op in ("&&", "||"):
             return "int"
-        return max(o.type_of(n.a), o.type_of(n.b), key=_RANK.get)
+        return max(rec(n.a), rec(n.b), key=_RANK.get)
     if isinstance(n, Cond):
-        return max(o.type_of(n.a), o.type_of(n.b), key=_RANK.get)
+        return max(rec(n.a), rec(n.b), key=_RANK.get)
     if isinstance(n, Call):
-        return max(["float", *(o.type_of(a) for a in n.args)], key=_RANK.get)
-    return o.p.dtype
+        return max(["float", *(rec(a) for a in n.args)], key=_RANK.get)
+    return default
 
 
 def _grid_of(v: float) -> int:
@@ -337,7 +346,8 @@ class Oracle:
         key = id(n)
         t = self.types.get(key)
         if t is None:
-            t = self.types[key] = _type(n, self)
+            t = node_type(n, self.dtypes, self.let_types, self.p.dtype, self.type_of)
+            self.types[key] = t
         return t
 
     def value(self, n: object, env: dict) -> tuple:
@@ -435,11 +445,13 @@ class Oracle:
             for at in itertools.product(*(range(d) for d in arr.shape)):
                 meta[at] = ident
                 arr[at] = ident[0]
+        for name, e in s.lets:
+            self.let_types[name] = self.type_of(e)
+        self.type_output(s)
         terms: dict[tuple, list] = {}
         for env in domain(s, self.sizes):
             env = dict(env)
             for name, e in s.lets:
-                self.let_types[name] = self.type_of(e)
                 env[name] = self.value(e, env)
             at = tuple(ival(x, env, self.sizes) for x in s.subs)
             _bounds(s.lhs, arr.shape, at)
@@ -448,12 +460,35 @@ class Oracle:
             if red is None:
                 if len(vals) != 1:
                     raise Invalid(f"`=` writes {s.lhs}{at} twice")
-                meta[at] = vals[0]
+                meta[at] = self.store(s, vals[0], abs(vals[0][0]))
                 continue
             prior = [] if bang else [meta[at]]
-            meta[at] = self.reduce(red, prior + vals)
+            total = self.reduce(red, prior + vals)
+            partial = math.fsum(abs(v[0]) for v in prior + vals) if red == "+" else abs(total[0])
+            meta[at] = self.store(s, total, partial)
         for at in terms:
             arr[at] = meta[at][0]
+
+    def type_output(self, s: Stmt) -> None:
+        """An output is typed by its first write (TC): the right-hand side's type."""
+        if s.lhs in self.dtypes:
+            return
+        t = self.type_of(s.rhs)
+        if t not in FLOATS:
+            raise Invalid(f"{s.lhs} is typed {t} by its first write (not modelled)")
+        self.dtypes[s.lhs] = t
+
+    def store(self, s: Stmt, v: tuple, partial: float) -> tuple:
+        """Value `v` as statement `s` stores it: rounded to float32 where a double
+        program has a float output. It stays exact only where it and every partial
+        result (at most `partial` in magnitude, on `v`'s grid) fit float32's mantissa;
+        its error scale grows to float32's unless the right-hand side was float already."""
+        if self.p.dtype != "double" or self.dtypes[s.lhs] != "float":
+            return v
+        r = float(np.float32(v[0]))
+        exact = v[4] and r == v[0] and partial * 2.0 ** v[3] < 2.0**23
+        mag = v[1] if self.type_of(s.rhs) == "float" else v[1] * 2.0**29
+        return (r, mag, v[2] + 1, v[3], exact, v[5], v[6])
 
     def reduce(self, red: str, vals: list) -> tuple:
         xs = [v[0] for v in vals]
@@ -483,6 +518,7 @@ class Expected:
     tol: dict  # name -> float64 array (0 where exact)
     stable: dict  # name -> bool array
     gap: float  # smallest distance to a kink/tie (gradient checks skip below a bound)
+    dtypes: dict  # name -> "float" | "double": TC's type of the output (its first write)
 
 
 def evaluate(p: Program, sizes: dict, inputs: dict) -> Expected:
@@ -513,7 +549,7 @@ def evaluate(p: Program, sizes: dict, inputs: dict) -> Expected:
             if meta.size
             else np.ones(arr.shape, bool)
         )
-    return Expected(values, tol, stable, o.gap)
+    return Expected(values, tol, stable, o.gap, {n: o.dtypes[n] for n in p.outputs})
 
 
 def values_only(p: Program, sizes: dict, inputs: dict) -> dict:

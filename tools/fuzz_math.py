@@ -20,8 +20,15 @@ from typing import Any
 from scipy import special
 
 
-def _round(x: float) -> float:
-    return float(math.floor(x + 0.5)) if x >= 0 else -float(math.floor(-x + 0.5))
+def _signed(f: Any) -> Any:
+    """A rounding function with C's sign of zero: the result keeps `x`'s sign
+    (`trunc(-0.5)`, `ceil(-0.5)`, `floor(-0.0)` are -0.0, which `copysign` sees)."""
+    return lambda x: math.copysign(float(f(x)), x)
+
+
+def _round_away(x: float) -> float:
+    """C's `round`: half away from zero (sign applied by `_signed`)."""
+    return math.floor(abs(x) + 0.5)
 
 
 def _frac_dist(x: float) -> float:
@@ -81,15 +88,15 @@ BUILTINS: dict[str, Fn] = {
     "j1": Fn(lambda x: float(special.j1(x)), 1, _ANY1),
     "cyl_bessel_i0": Fn(lambda x: float(special.i0(x)), 1, _ANY1),
     "fabs": Fn(abs, 1, _ANY1, True, lambda x: abs(x)),
-    "floor": Fn(lambda x: float(math.floor(x)), 1, _ANY1, True, _frac_dist),
-    "ceil": Fn(lambda x: float(math.ceil(x)), 1, _ANY1, True, _frac_dist),
-    "trunc": Fn(lambda x: float(math.trunc(x)), 1, _ANY1, True, _frac_dist),
-    "round": Fn(_round, 1, _ANY1, True, _half_dist),
+    "floor": Fn(_signed(math.floor), 1, _ANY1, True, _frac_dist),
+    "ceil": Fn(_signed(math.ceil), 1, _ANY1, True, _frac_dist),
+    "trunc": Fn(_signed(math.trunc), 1, _ANY1, True, _frac_dist),
+    "round": Fn(_signed(_round_away), 1, _ANY1, True, _half_dist),
     "pow": Fn(lambda x, y: x**y, 2, ("pos", "unit")),
     "hypot": Fn(math.hypot, 2, ("any", "any"), kink=lambda x, y: math.hypot(x, y)),
     "atan2": Fn(math.atan2, 2, ("any", "pos"), kink=lambda y, x: abs(y) if x < 0 else math.inf),
     "fmod": Fn(math.fmod, 2, ("any", "pos"), kink=lambda x, y: _frac_dist(x / y) * y),
-    "fdim": Fn(lambda x, y: max(x - y, 0.0), 2, ("any", "any"), True, lambda x, y: x - y),
+    "fdim": Fn(lambda x, y: x - y if x > y else 0.0, 2, ("any", "any"), True, lambda x, y: x - y),
     "copysign": Fn(math.copysign, 2, ("any", "any"), True, lambda x, y: min(abs(x), abs(y))),
     "fdivide": Fn(lambda x, y: x / y, 2, ("any", "pos")),
     "fmin": Fn(min, 2, ("any", "any"), True, lambda x, y: x - y),

@@ -105,13 +105,15 @@ def compile_for(p: Program, target: str, seed: int) -> tuple[object, str]:
     return compiler.define(text, "f", options=opts, cache=None), repr(opts)
 
 
-def compare(name: str, got: np.ndarray, exp: Expected, dtype: str) -> str | None:
-    """None if `got` matches the oracle's output `name`, else a description."""
+def compare(name: str, got: np.ndarray, exp: Expected) -> str | None:
+    """None if `got` matches the oracle's output `name` (shape, dtype, values), else a
+    description."""
     want, tol, stable = exp.values[name], exp.tol[name], exp.stable[name]
     if got.shape != want.shape:
         return f"{name}: shape {got.shape}, expected {want.shape}"
-    if got.dtype != np.dtype(FLOATS[dtype]) and got.dtype.kind == "f":
-        return f"{name}: dtype {got.dtype}, expected {np.dtype(FLOATS[dtype])}"
+    dtype = np.dtype(FLOATS[exp.dtypes[name]])
+    if got.dtype != dtype:
+        return f"{name}: dtype {got.dtype}, expected {dtype}"
     g = got.astype(np.float64)
     with np.errstate(invalid="ignore"):
         err = np.where(stable & (g != want), np.abs(g - want), 0.0)
@@ -155,7 +157,7 @@ def check_forward(p: Program, seed: int, targets: tuple, exact: bool) -> list[Ou
             outcomes.append(_failure(target, e))
             continue
         for name, arr in zip(p.outputs, got, strict=True):
-            bad = compare(name, np.asarray(arr), exp, p.dtype)
+            bad = compare(name, np.asarray(arr), exp)
             if bad:
                 sig = signature("wrong", target, None, name)
                 outcomes.append(Outcome("wrong", target, sig, f"{bad} {opts}".strip()))

@@ -15,9 +15,9 @@ import pytest
 
 from tools import fuzz
 
-# the first seeds, and seeds of campaigns (`--seeds 2000:2200 --grad`, 3000:3250) that
-# found a bug: once fixed, they keep it fixed
-FORWARD_SEEDS = (*range(0, 60), 3010)
+# the first seeds, and seeds of campaigns (`--seeds 2000:2200 --grad`, 3000:3250,
+# 10000:13000) that found a bug: once fixed, they keep it fixed
+FORWARD_SEEDS = (*range(0, 60), 3010, 11817, 12190)
 GRAD_SEEDS = (*range(0, 20), 2082, 2100, 2118, 2120, 20051, 20065, 20077, 20145)
 CFG = fuzz.Config(cuda_fraction=0.1)
 GRAD_CFG = fuzz.Config(targets=("interp", "llvm", "llvm-rand"), grad=True, cuda_fraction=0.0)
