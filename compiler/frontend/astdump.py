@@ -66,9 +66,11 @@ def _describe(node: ast.Node) -> tuple[str, _Children]:
     if isinstance(node, ast.Module):
         return "Module", [("", list(node.defs))]
     if isinstance(node, ast.Def):
+        where = [("where", list(node.where))] if node.where else []
         return f"Def {node.name}", [
             ("params", list(node.params)),
             ("outputs", list(node.outputs)),
+            *where,
             ("", list(node.stmts)),
         ]
     if isinstance(node, ast.Param):
