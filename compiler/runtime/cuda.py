@@ -30,6 +30,7 @@ import numpy as np
 
 from compiler.codegen.cuda import emit_cuda
 from compiler.codegen.cuda_map import GpuKernel, GpuProgram, map_to_gpu
+from compiler.codegen.cuda_width import fits_int32, narrow_kernel
 from compiler.codegen.cuda_options import (
     DEFAULT_BLOCKS,
     MAX_GRID_X,
@@ -79,11 +80,7 @@ class CudaProgram:
     def _emulation(self) -> _Kernels:
         from compiler.codegen.cuda_emulation import EmulatedModule, build_emulated
 
-        fast = self.options.fast_math
-        return _Kernels(
-            self.gpu,
-            lambda sub: EmulatedModule(build_emulated(emit_cuda(sub, fast_math=fast), sub)),
-        )
+        return _Kernels(self.gpu, lambda sub: EmulatedModule(build_emulated(self._emit(sub), sub)))
 
     @cached_property
     def _module(self) -> tuple[Any, _Kernels]:
@@ -91,9 +88,25 @@ class CudaProgram:
 
         device = current_device()
         arch, fast = self.options.arch or device.arch, self.options.fast_math
-        return device, _Kernels(
-            self.gpu, lambda sub: device.load(_image(emit_cuda(sub, fast_math=fast), arch, fast))
-        )
+        return device, _Kernels(self.gpu, lambda sub: device.load(_image(self._emit(sub), arch, fast)))
+
+    def _emit(self, sub: GpuProgram) -> str:
+        """The CUDA C of some of the kernels (32-bit versions among them)."""
+        narrow = self._narrowed
+        index32 = {k.name for k in sub.kernels if narrow.get(k.name) is k}
+        return emit_cuda(sub, fast_math=self.options.fast_math, index32=index32)
+
+    @cached_property
+    def _narrowed(self) -> dict[str, GpuKernel]:
+        return {}  # 32-bit version's name -> the kernel (made when a call first picks it)
+
+    def _narrow(self, kernel: GpuKernel) -> GpuKernel:
+        narrow = narrow_kernel(kernel)
+        return self._narrowed.setdefault(narrow.name, narrow)
+
+    def is_narrow(self, kernel: GpuKernel) -> bool:
+        """Whether `kernel` is a 32-bit version (its sizes are passed as `int`)."""
+        return self._narrowed.get(kernel.name) is kernel
 
     def device_module(self) -> tuple[Any, _Kernels]:
         """(device, kernels) for a device call: the GPU and its kernels (built when first
@@ -113,18 +126,27 @@ class CudaProgram:
         self.device_module()[1].build([k for k in self.gpu.kernels if not k.variant])
 
     @cached_property
-    def _grids(self) -> dict[tuple[int, ...], list[tuple[int, int, int]]]:
-        return {}  # sizes -> every kernel's grid: computed once per signature
+    def _plans(self) -> dict[tuple[int, ...], list[tuple[GpuKernel, tuple[int, int, int]]]]:
+        return {}  # sizes -> the kernels launched and their grids: once per signature
 
-    def grids(self, env: Mapping[str, int]) -> list[tuple[int, int, int]]:
-        """Every kernel's grid for these sizes (remembered per sizes)."""
+    def plan(self, env: Mapping[str, int]) -> list[tuple[GpuKernel, tuple[int, int, int]]]:
+        """The kernels these sizes launch, in order, with their grids (remembered per
+        sizes): each kernel's 32-bit version where `cuda_width.fits_int32` proves every
+        index it forms fits in `int`, else the 64-bit one."""
         key = tuple(env[n] for n in self.gpu.size_params)
-        found = self._grids.get(key)
+        found = self._plans.get(key)
         if found is None:
-            found = [self.grid(k, env) for k in self.gpu.kernels]
-            if len(self._grids) > 64:
-                self._grids.clear()
-            self._grids[key] = found
+            found = []
+            for kernel in self.gpu.kernels:
+                grid = self.grid(kernel, env)
+                if not grid[0]:
+                    continue
+                if fits_int32(kernel, self.gpu, env, grid):
+                    kernel = self._narrow(kernel)
+                found.append((kernel, grid))
+            if len(self._plans) > 64:
+                self._plans.clear()
+            self._plans[key] = found
         return found
 
     def grid(self, kernel: GpuKernel, env: Mapping[str, int]) -> tuple[int, int, int]:
@@ -164,24 +186,32 @@ class CudaProgram:
         self, kernels: _Kernels, env: Mapping[str, int]
     ) -> list[tuple[GpuKernel, tuple[int, int, int]]]:
         """The kernels these sizes launch, with their grids, built in `kernels` first."""
-        runs = [(k, g) for k, g in zip(self.gpu.kernels, self.grids(env), strict=True) if g[0]]
+        runs = self.plan(env)
         kernels.build([k for k, _ in runs])
         return runs
 
-    def _temps(self, kernel: GpuKernel, env: Mapping[str, int]) -> list[np.ndarray]:
-        return [
-            np.zeros(tuple(eval_size_expr(d, env) for d in t.shape), t.dtype.np)
-            for t in kernel.temps
-        ]
+    def _temps(
+        self, kernel: GpuKernel, env: Mapping[str, int], made: dict[tuple[int, str], np.ndarray]
+    ) -> list[np.ndarray]:
+        """The kernel's temporaries, zeroed; the kernels of one phase share them (`made`:
+        by phase and name), as the phase's `Alloc` wraps all of them."""
+        for t in kernel.temps:
+            if (kernel.phase, t.name) not in made:
+                shape = tuple(eval_size_expr(d, env) for d in t.shape)
+                made[kernel.phase, t.name] = np.zeros(shape, t.dtype.np)
+        return [made[kernel.phase, t.name] for t in kernel.temps]
 
     def _run_emulated(self, arrays: dict[str, np.ndarray], env: Mapping[str, int]) -> None:
         kernels = self._emulation
         size_args = [env[n] for n in self.gpu.size_params]
+        made: dict[tuple[int, str], np.ndarray] = {}
         for kernel, grid in self._runs(kernels, env):
-            temps = self._temps(kernel, env)
+            temps = self._temps(kernel, env, made)
             pointers = [arrays[b.name].ctypes.data for b in self.gpu.buffers]
             pointers += [t.ctypes.data for t in temps]
-            kernels.launch(kernel.name, grid, kernel.block, pointers, size_args)
+            kernels.launch(
+                kernel.name, grid, kernel.block, pointers, size_args, index32=self.is_narrow(kernel)
+            )
 
     def _run_device(self, arrays: dict[str, np.ndarray], env: Mapping[str, int]) -> None:
         device, module = self._module
@@ -214,19 +244,26 @@ class CudaProgram:
         allocated: list[int],
     ) -> None:
         """Launch every kernel in order on `stream` (temporaries: zeroed device memory,
-        appended to `allocated` for the caller to free after synchronising)."""
+        shared by the kernels of one phase, appended to `allocated` for the caller to
+        free after synchronising)."""
         size_args = [env[n] for n in self.gpu.size_params]
+        made: dict[tuple[int, str], int] = {}
         for kernel, grid in self._runs(module, env):
-            temps = []
             for t in kernel.temps:
+                if (kernel.phase, t.name) in made:
+                    continue
                 count = int(np.prod([eval_size_expr(d, env) for d in t.shape], dtype=np.int64))
                 nbytes = count * t.dtype.np.itemsize
                 ptr = device.alloc(nbytes)
                 allocated.append(ptr)
                 device.zero(ptr, nbytes, stream)
-                temps.append(ptr)
+                made[kernel.phase, t.name] = ptr
+            temps = [made[kernel.phase, t.name] for t in kernel.temps]
             ptrs = [pointers[b.name] for b in self.gpu.buffers] + temps
-            module.launch(kernel.name, grid, kernel.block, ptrs, size_args, stream)
+            module.launch(
+                kernel.name, grid, kernel.block, ptrs, size_args, stream,
+                index32=self.is_narrow(kernel),
+            )  # fmt: skip
 
 
 class _Kernels:
@@ -258,9 +295,12 @@ class _Kernels:
         pointers: Sequence[int],
         sizes: Sequence[int],
         stream: int = 0,
+        *,
+        index32: bool = False,
     ) -> None:
-        """Launch kernel `name` (built by an earlier `build`)."""
-        self._modules[name].launch(name, grid, block, pointers, sizes, stream)
+        """Launch kernel `name` (built by an earlier `build`); `index32`: its sizes are
+        `int` parameters (a 32-bit version)."""
+        self._modules[name].launch(name, grid, block, pointers, sizes, stream, index32=index32)
 
 
 _IMAGES: dict[tuple[str, str, bool], bytes] = {}
