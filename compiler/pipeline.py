@@ -31,7 +31,9 @@ Ordering:
   ranges, and everything after it may assume one writer per output element except in
   `gather.remaining_scatters`.
 - `schedule` after `gather`: it marks a statement's outer loops parallel only where
-  its left-hand side is injective, so the fewer scatters remain, the more runs parallel.
+  its left-hand side is injective, so the fewer scatters remain, the more runs parallel;
+  and it pads the gathers that pass leaves clamped (`poly.pad`: scratch copies of the
+  loops, so the def that `--grad` prints and autodiff differentiates has no pads).
 - `lower` after `schedule`: isl builds the loops from the schedule's bands and marks.
 """
 
@@ -143,18 +145,16 @@ def check_generated(ranged: Any) -> Any:
 
 def _gather(ranged: Any, ctx: PassContext) -> Any:
     from compiler.poly.gather import scatter_to_gather
-    from compiler.poly.pad import pad_gathers
 
-    gathered = scatter_to_gather(ranged, mode=ctx.options.gather)
-    # a gradient's clamped gathers read a padded copy (a new output: only where the
-    # def's outputs are the gradient's, never a user's forward def)
-    return pad_gathers(gathered) if ctx.grad else gathered
+    return scatter_to_gather(ranged, mode=ctx.options.gather)
 
 
 def _schedule(ranged: Any, ctx: PassContext) -> Any:
+    """The CPU schedule: clamped gathers read zero-padded scratch copies (`poly.pad`),
+    a decision on the loop level that the def (and `--grad`) never shows."""
     from compiler.poly.schedule import schedule
 
-    return schedule(ranged, ctx.options)
+    return schedule(ranged, ctx.options, pad=True)
 
 
 def _lower(sched: Any, ctx: PassContext) -> Any:

@@ -13,7 +13,9 @@ strided loops), never from loop iterators. The outermost loop of a parallel band
 `LoopKind.PARALLEL`; a runtime may split it across threads.
 
 Buffers: the inputs (role in), then the outputs (role out), shaped by expressions of
-the sizes; when some read cannot be proven in bounds, a last `int64[2]` buffer named
+the sizes; the schedule's scratch tensors (a padded gather's copy, `poly.pad`) are no
+parameters: each is an `Alloc` (zero-filled) around the nests that write and read it,
+and its `+=!` gets no fill nest of its own; when some read cannot be proven in bounds, a last `int64[2]` buffer named
 `ERROR_BUFFER` (role out, zeroed by the caller) receives the first failed check:
 `[check id + 1, index value]` (`Lowered.checks[id]` names the read and dimension),
 while the read itself yields 0. The caller turns it into a ShapeError.
@@ -84,24 +86,73 @@ def lower(ranged: RangedDef, options: Options | None = None) -> L.Function:
 
 
 def lower_kernel(ranged: RangedDef, options: Options | None = None) -> Lowered:
-    """The Function and its run-time bounds checks."""
-    return lower_schedule(schedule(ranged, options or Options()))
+    """The Function and its run-time bounds checks (the CPU's schedule: padded gathers)."""
+    return lower_schedule(schedule(ranged, options or Options(), pad=True))
 
 
 def lower_schedule(sched: Schedule) -> Lowered:
+    """The Function of `sched`: its parameters the inputs and outputs, each scratch
+    tensor (`Schedule.scratch`) a zero-filled `Alloc` around the nests that use it."""
     checked = sched.ranged.checked
     params = checked.size_params
     buffers: dict[str, L.Buffer] = {}
     for t in checked.tensors:
         shape = tuple(bound_to_loops(e) for e in sched.extent(t.name))
         role = L.Role.IN if t.role.value == "input" else L.Role.OUT
+        if t.name in sched.scratch:
+            role = L.Role.TEMP
         buffers[t.name] = L.Buffer(t.name, dtype_of(t.dtype), shape, role)
     error = L.Buffer(ERROR_BUFFER, I64, (const(2, I64),), L.Role.OUT)
     state = _State(buffers, frozenset(params), error)
-    nests = [_lower_nest(sched, nest, state) for nest in sched.nests]
-    all_buffers = tuple(buffers.values()) + ((error,) if state.checks else ())
+    # a scratch tensor starts as Alloc's zeros: its `+=!` needs no fill of its own
+    nests = [
+        _lower_nest(sched, nest, state)
+        for nest in sched.nests
+        if not (nest.kind is NestKind.INIT and _zero_start(nest, sched.scratch))
+    ]
+    nests = _with_scratch(nests, [buffers[name] for name in sched.scratch])
+    kept = tuple(b for b in buffers.values() if b.role is not L.Role.TEMP)
+    all_buffers = kept + ((error,) if state.checks else ())
     body = nests[0] if len(nests) == 1 else L.Block(tuple(nests))
     return Lowered(L.Function(checked.name, all_buffers, params, body), tuple(state.checks))
+
+
+def _zero_start(init: Nest, scratch: tuple[str, ...]) -> bool:
+    """Whether INIT nest `init` fills a scratch tensor with zeros (`+=!`'s identity)."""
+    return init.target in scratch and init.facts.stmt.op is AssignOp.PLUS_INIT
+
+
+def _with_scratch(nests: list[L.Stmt], scratch: list[L.Buffer]) -> list[L.Stmt]:
+    """`nests` with each scratch buffer allocated (zero-filled, `L.Alloc`) around the
+    nests from the first that uses it to the last; buffers whose spans overlap share
+    one span. A buffer no nest uses (its nests ran at no size) is not allocated."""
+    spans: list[tuple[int, int, list[L.Buffer]]] = []
+    for b in scratch:
+        used = [k for k, n in enumerate(nests) if _uses(n, b.name)]
+        if used:
+            spans.append((used[0], used[-1], [b]))
+    spans.sort(key=lambda span: span[0])
+    merged: list[tuple[int, int, list[L.Buffer]]] = []
+    for lo, hi, bs in spans:
+        if merged and lo <= merged[-1][1]:
+            first, last, held = merged[-1]
+            merged[-1] = (first, max(last, hi), held + bs)
+        else:
+            merged.append((lo, hi, bs))
+    out = list(nests)
+    for lo, hi, bs in reversed(merged):
+        body: L.Stmt = out[lo] if lo == hi else L.Block(tuple(out[lo : hi + 1]))
+        for b in reversed(bs):
+            body = L.Alloc(b, body)
+        out[lo : hi + 1] = [body]
+    return out
+
+
+def _uses(stmt: L.Stmt, name: str) -> bool:
+    """Whether `stmt` loads or stores buffer `name`."""
+    return any(
+        isinstance(n, (L.Load, L.Store)) and n.buffer.name == name for n in L.walk(stmt)
+    )
 
 
 def _lower_nest(sched: Schedule, nest: Nest, state: _State) -> L.Stmt:

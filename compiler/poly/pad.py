@@ -1,9 +1,10 @@
 """Padding a gather's clamped read: constant reduction bounds for transposed convolutions.
 
 Requires: a `RangedDef` after the gather pass (`poly.gather`).
-Ensures:  `pad_gathers(ranged) -> RangedDef` computing the same outputs, where each
-`+=` / `+=!` statement whose reduction ranges are clamped only to keep one read in
-bounds reads a zero-padded copy of that tensor instead, over the unclamped ranges:
+Ensures:  `pad_gathers(ranged) -> Padded`: the def the CPU schedule lowers
+(`Padded.ranged`), computing the same outputs, where each `+=` / `+=!` statement whose
+reduction ranges are clamped only to keep one read in bounds reads a zero-padded copy
+of that tensor instead, over the unclamped ranges:
 
     I_grad(n, c, y, x) +=! O_grad(n, m, y - kh, x - kw) * W1(m, c, kh, kw)
         where kh in max(0, y + KH - H):min(KH, y + 1), kw in ...
@@ -13,12 +14,20 @@ bounds reads a zero-padded copy of that tensor instead, over the unclamped range
     I_grad(n, c, y, x) +=! O_grad_pad(n, m, y - kh + (KH - 1), x - kw + (KW - 1)) * W1(m, c, kh, kw)
         where kh in 0:KH, kw in 0:KW
 
-The pad is a new output of the def (TC has no temporaries), declared with its shape.
+This is the CPU target's schedule, not mathematics: the def the user, `--grad` and
+autodiff see never has a pad. `poly.schedule.schedule(..., pad=True)` calls this pass
+when it builds the nests; in `Padded.ranged` the pad is an output declared with its
+shape (so the isl passes see one more tensor), and `Padded.scratch` names it: the
+lowering (`poly.astgen`) makes it a zero-filled temporary of the loop function
+(`loops.Alloc`, around the nests that write and read it), never a parameter of the
+kernel. `--emit loops` shows the Alloc, its copy and the versions.
 Why: the clamped bounds depend on the output variables (`y`, `x`), so the CPU model
 cannot register-tile the nest (its lanes need bounds independent of the reduction),
 and a transposed convolution ran 4-6x slower than the forward one at the same FLOPs;
 with constant window bounds it is a forward convolution (a flipped kernel) and gets
-the forward's register tiles and channel order.
+the forward's register tiles and channel order. The GPU mapping does not pad
+(`poly.gpu_lower`): it gathers one thread per output element, where the clamps only
+shorten a thread's loop, and no GPU was at hand to show that a padded copy pays there.
 
 When: the statement's right-hand side is a product with the read as a factor (so a
 padded zero contributes nothing), every clamped reduction variable appears in that
@@ -29,9 +38,10 @@ and that the pads are non-negative. Anything else is left as it is.
 
 Whether it pays: the padded statement runs each clamped variable over its whole range,
 the clamped one over at most the read's extent in that subscript. Where the sizes may
-make the padded box the larger (a correlation-shaped gather, `_choice`), the padded
-statement is guarded by the sizes for which it pays and the clamped statement follows,
-`+=` and guarded by the others: the code keeps both and the sizes of the call pick one.
+make the padded box the larger (a correlation-shaped gather, `_choice`), the copy and
+the padded statement are guarded by the sizes for which it pays and the clamped
+statement follows, `+=` and guarded by the others: the loops keep both versions and
+the sizes of the call pick one.
 """
 
 from __future__ import annotations
@@ -70,27 +80,42 @@ from compiler.poly.isl_bridge import (
 )
 
 
-def pad_gathers(ranged: RangedDef) -> RangedDef:
-    """`ranged` with every clamped gather that qualifies reading a padded copy."""
+@dataclasses.dataclass(frozen=True)
+class Padded:
+    """What the CPU schedule lowers: `ranged`, the def with its clamped gathers reading
+    padded copies; `scratch`, the pads (outputs of `ranged` only, temporaries of the
+    loops: no caller sees them); `origins`, for each statement of `ranged`, the
+    position of the statement of the input def it comes from."""
+
+    ranged: RangedDef
+    scratch: tuple[str, ...] = ()
+    origins: tuple[int, ...] = ()
+
+
+def pad_gathers(ranged: RangedDef) -> Padded:
+    """`ranged` with every clamped gather that qualifies reading a padded copy (the
+    module doc); `ranged` itself, no scratch, when none does."""
     checked = ranged.checked
     taken = {t.name for t in checked.tensors} | set(checked.size_params)
     stmts: list[Stmt] = []
+    origins: list[int] = []
     outputs: list[Param] = []
     bounds = list(ranged.output_bounds)
-    for stmt, facts in zip(checked.definition.stmts, checked.stmts, strict=True):
+    for k, (stmt, facts) in enumerate(zip(checked.definition.stmts, checked.stmts, strict=True)):
         with isl_failures(stmt):
             found = _padding(dataclasses.replace(facts, stmt=stmt), ranged)
-        if found is None:
-            stmts.append(stmt)
-            continue
-        name = _fresh(f"{found.read.name}_pad", taken)
-        taken.add(name)
-        copy, rewritten, param = found.rewrite(name)
-        stmts += [copy, *found.versions(rewritten)]
-        outputs.append(param)
-        bounds.append((name, tuple(Bound(Const(0, ScalarType.INT32), d) for d in param.dims or ())))
+        made = (stmt,)
+        if found is not None:
+            name = _fresh(f"{found.read.name}_pad", taken)
+            taken.add(name)
+            copy, rewritten, param = found.rewrite(name)
+            made = found.versions(copy, rewritten)
+            outputs.append(param)
+            bounds.append((name, tuple(Bound(Const(0, ScalarType.INT32), d) for d in param.dims or ())))
+        stmts += made
+        origins += [k] * len(made)
     if not outputs:
-        return ranged
+        return Padded(ranged, (), tuple(range(len(stmts))))
     definition = dataclasses.replace(
         checked.definition,
         outputs=checked.definition.outputs + tuple(outputs),
@@ -102,7 +127,8 @@ def pad_gathers(ranged: RangedDef) -> RangedDef:
         raise InternalError(
             f"the padded gather does not check:\n{print_def(definition)}\n{e}"
         ) from e
-    return RangedDef(rechecked, tuple(bounds), ranged.warnings, ranged.preconditions)
+    padded = RangedDef(rechecked, tuple(bounds), ranged.warnings, ranged.preconditions)
+    return Padded(padded, tuple(p.name for p in outputs), tuple(origins))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,14 +143,16 @@ class _Padding:
     # one (`_choice`); None: the padded one for every size
     guards: tuple[RangeConstraint, RangeConstraint] | None
 
-    def versions(self, padded: Stmt) -> tuple[Stmt, ...]:
-        """The padded statement alone, or guarded by the sizes that make it pay and
-        followed by the clamped statement, `+=`, for the other sizes (module doc)."""
+    def versions(self, copy: Stmt, padded: Stmt) -> tuple[Stmt, ...]:
+        """The copy and the padded statement, alone or both guarded by the sizes that
+        make padding pay and followed by the clamped statement, `+=`, for the other
+        sizes (module doc)."""
         if self.guards is None:
-            return (padded,)
+            return copy, padded
         pays, not_pays = self.guards
         exact = dataclasses.replace(self.stmt, op=AssignOp.PLUS, where=(*self.stmt.where, not_pays))
-        return dataclasses.replace(padded, where=(*padded.where, pays)), exact
+        guarded = tuple(dataclasses.replace(s, where=(*s.where, pays)) for s in (copy, padded))
+        return (*guarded, exact)
 
     def rewrite(self, name: str) -> tuple[Stmt, Stmt, Param]:
         dims = tuple(self.pads[d][2] if d in self.pads else e for d, e in enumerate(self.extents))
@@ -439,4 +467,4 @@ def _fresh(base: str, taken: set[str]) -> str:
     return name
 
 
-__all__ = ["pad_gathers"]
+__all__ = ["Padded", "pad_gathers"]

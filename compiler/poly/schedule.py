@@ -28,6 +28,10 @@ per loop nest, in execution order, each with its isl domain and two bands:
 - a register-tiled statement whose reduction runs its long variable innermost carries
   its literal-order twin as `Nest.alternative`, lowered too and run instead when the
   run-time test `Nest.alias` holds (`compiler/poly/aliasing.py`);
+- with `pad=True` (the CPU target), a clamped gather reads a zero-padded copy of
+  its input first (`poly.pad`): the schedule then holds the def that pass made, with
+  the pads as `Schedule.scratch` (temporaries of the loops, never outputs of the def
+  the caller sees) and, where the sizes decide whether padding pays, both versions;
 - with `Options.fuse`, a pointwise statement that a later memory-form reduction over
   the same domain can host runs inside that nest (`Nest.companions`, `poly.companions`).
 
@@ -66,6 +70,7 @@ from compiler.poly.failures import isl_failures
 from compiler.poly.gather import WriteKind, write_kind
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff, params_space
 from compiler.poly.lower_expr import bound_to_loops
+from compiler.poly.pad import pad_gathers
 from compiler.poly.partial import partial_order, plain_vars
 from compiler.poly.tiling import choose_tiles
 
@@ -162,18 +167,34 @@ class Nest:
 
 @dataclass(frozen=True)
 class Schedule:
+    """The nests of `ranged` (with `pad`, the def `poly.pad` made: it may hold more
+    statements and, as outputs, the `scratch` tensors the loops allocate themselves)."""
+
     ranged: RangedDef
     nests: tuple[Nest, ...]
     context: isl.Set  # parameter set: what the sizes satisfy at run time
     extents: tuple[tuple[str, tuple[Expr, ...]], ...]  # every tensor's shape, TC exprs
+    scratch: tuple[str, ...] = ()  # outputs of `ranged` that are the loops' temporaries
+    # per statement of `ranged`, its position in the def that was scheduled (the user's)
+    origins: tuple[int, ...] | None = None
 
     def extent(self, tensor: str) -> tuple[Expr, ...]:
         return dict(self.extents)[tensor]
 
+    def origin(self, stmt: int) -> int:
+        """The position, in the def that was scheduled, of statement `stmt` of `ranged`."""
+        return stmt if self.origins is None else self.origins[stmt]
 
-def schedule(ranged: RangedDef, options: Options | None = None) -> Schedule:
-    """The nests of `ranged`, in execution order (see the module doc)."""
+
+def schedule(ranged: RangedDef, options: Options | None = None, *, pad: bool = False) -> Schedule:
+    """The nests of `ranged`, in execution order (see the module doc). `pad` (the CPU
+    target): clamped gathers read zero-padded scratch copies first (`poly.pad`)."""
     options = options or Options()
+    scratch: tuple[str, ...] = ()
+    origins = None
+    if pad:
+        padded = pad_gathers(ranged)
+        ranged, scratch, origins = padded.ranged, padded.scratch, padded.origins
     params = ranged.checked.size_params
     extents = tensor_extents(ranged)
     context = size_context(ranged)
@@ -188,7 +209,7 @@ def schedule(ranged: RangedDef, options: Options | None = None) -> Schedule:
         from compiler.poly.companions import with_companions  # it reads this module's Nest
 
         nests = with_companions(nests, context)
-    return Schedule(ranged, tuple(nests), context, tuple(extents.items()))
+    return Schedule(ranged, tuple(nests), context, tuple(extents.items()), scratch, origins)
 
 
 def _ranged_facts(ranged: RangedDef) -> Iterator[StmtFacts]:
@@ -315,7 +336,7 @@ def scatter_notes(sched: Schedule) -> tuple[str, ...]:
             how = "serial: data-dependent scatter"
         else:
             how = "serial: affine scatter"
-        notes.append(f"statement {k} ({print_stmt(stmts[k]).strip()}): {how}")
+        notes.append(f"statement {sched.origin(k)} ({print_stmt(stmts[k]).strip()}): {how}")
     return tuple(notes)
 
 

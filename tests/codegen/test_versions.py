@@ -1,8 +1,9 @@
 """Versions picked by the sizes (`loops.versions`) and their compile at first call
 (`runtime.native.ProgramCode`).
 
-The conv2d gradient has three versions of its `I_grad` gather: padded in the default
-loop order, padded in the L1-aliasing order, and clamped (`poly.pad`, `poly.aliasing`).
+The conv2d gradient's loops have three versions of its `I_grad` gather: padded in the
+default loop order, padded in the L1-aliasing order (both inside the Alloc of the scratch
+copy they read), and clamped (`poly.pad`, `poly.aliasing`).
 Each case below picks one by its sizes; every result is compared with the reference
 evaluator, and the compiles are counted.
 """
@@ -20,7 +21,7 @@ import compiler
 from compiler import pipeline
 from compiler.codegen.cache import CompileCache
 from compiler.codegen.target import get_target, prepare
-from compiler.loops import Block, If
+from compiler.loops import Alloc, Block, If
 from compiler.loops import versions as V
 from compiler.loops.ir import (
     Bin,
@@ -79,10 +80,19 @@ def _reference(kernel: compiler.Kernel, arrays: list[np.ndarray]) -> tuple[np.nd
     return compiler.define(kernel.text, target="interp")(*arrays)
 
 
+def _padded_and_clamped(f) -> tuple[If, If]:
+    """The If of the padded gather's two loop orders, inside the Alloc of its scratch
+    copy `O_grad_pad` (after the If of the copy itself), and the If of the clamped one."""
+    (pad,) = [s for s in f.body.stmts if isinstance(s, Alloc) and s.buffer.name == "O_grad_pad"]
+    _copy, order = [s for s in pad.body.stmts if isinstance(s, If)]
+    (clamped,) = [s for s in f.body.stmts if isinstance(s, If)]
+    return order, clamped
+
+
 def _gather_versions(f) -> dict[str, tuple[int, bool]]:
     """The branch of each version of the gradient's I_grad gather (numbers of
     `choice_points(f)`): the L1-aliasing order, the default order, the clamped form."""
-    order, clamped = [s for s in f.body.stmts if isinstance(s, If)]
+    order, clamped = _padded_and_clamped(f)
     number = {id(p): k for k, p in enumerate(V.choice_points(f))}
     padded = [  # each order's padded nest is guarded by "padding pays"
         next(p for p in V.choice_points(dataclasses.replace(f, body=side)) if isinstance(p, If))
@@ -107,7 +117,7 @@ def test_restricting_empties_exactly_the_branches_not_kept(grad_function) -> Non
     assert V.restrict(f, V.every_branch(f)) is f
     kept = V.branches(f, _sizes(DEFAULT))
     g = V.restrict(f, kept)
-    aliasing, clamped = [s for s in g.body.stmts if isinstance(s, If)]
+    aliasing, clamped = _padded_and_clamped(g)
     assert aliasing.then == Block(()) and clamped.then == Block(())
     assert V.restrict(f, V.branches(f, _sizes(CLAMPED))) != g
     # C = 3 is less than the 8 channels of a register tile and W = 7 narrower than its

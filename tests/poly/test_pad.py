@@ -1,6 +1,7 @@
-"""The padding of clamped gathers (`compiler/poly/pad.py`): which gradients read a
-padded copy, that the transposed convolution is then register-tiled, and that the
-gradients equal torch's (an oracle independent of tcc's gradient defs) in float64."""
+"""The padding of clamped gathers (`compiler/poly/pad.py`): which gradients the CPU
+schedule pads (the def it lowers; the gradient def itself never has a pad), that the
+transposed convolution is then register-tiled, and that the gradients equal torch's (an
+oracle independent of tcc's gradient defs) in float64."""
 
 from __future__ import annotations
 
@@ -27,12 +28,21 @@ def _grad_text(src: str) -> str:
     return print_def(gradient(k.ranged).checked.definition)
 
 
-def test_the_input_gradient_of_a_convolution_reads_a_padded_copy() -> None:
+def _padded_text(src: str) -> str:
+    """The gradient def as the CPU schedule lowers it (`poly.pad`'s def)."""
+    k = compiler.define(src, target="interp")
+    return print_def(pad_gathers(gradient(k.ranged)).ranged.checked.definition)
+
+
+def test_the_gradient_def_has_no_pad_and_its_schedule_reads_a_padded_copy() -> None:
     text = _grad_text(CONV)
-    assert "double(N, M, H + KH - 1, W + KW - 1) O_grad_pad" in text
-    assert "O_grad_pad(n, m, y - kh + (KH - 1), x - kw + (KW - 1))" in text
-    assert "kh in 0:KH, kw in 0:KW" in text  # constant window bounds
-    assert "max(" not in text.split("I_grad(n, c, y, x)")[1].split("\n")[0]
+    assert "_pad" not in text
+    assert "kh in max(0, y + KH - H):min(KH, y + 1)" in text  # the clamped gather
+    padded = _padded_text(CONV)
+    assert "double(N, M, H + KH - 1, W + KW - 1) O_grad_pad" in padded
+    assert "O_grad_pad(n, m, y - kh + (KH - 1), x - kw + (KW - 1))" in padded
+    assert "kh in 0:KH, kw in 0:KW" in padded  # constant window bounds
+    assert "max(" not in padded.split("I_grad(n, c, y, x)")[1].split("\n")[0]
 
 
 def test_the_padded_transposed_convolution_is_register_tiled() -> None:
@@ -89,14 +99,18 @@ def test_padding_that_may_not_pay_is_guarded_by_the_sizes() -> None:
     # padded box is HO wide, against the H - HO + 1 (the window) the clamps allow.
     # Which is smaller depends on the sizes: the padded statement runs where
     # X = HO + WO <= 2 D (D = the window's extents), the clamped one elsewhere.
-    text = _grad_text(WGRAD)
+    text = _padded_text(WGRAD)
+    pays = "2 * (H - HO + 1 + (W - WO + 1)) - (HO + WO) in 0:"
     padded, exact = (line for line in text.splitlines() if line.lstrip().startswith("I_grad("))
     assert "WG_grad_pad(" in padded and "+=!" in padded
-    assert "2 * (H - HO + 1 + (W - WO + 1)) - (HO + WO) in 0:" in padded
+    assert pays in padded
     assert "WG_grad(m, c, y - h, x - w)" in exact and " += " in exact and "max(" in exact
     assert "HO + WO - 2 * (H - HO + 1 + (W - WO + 1)) in 1:" in exact
+    (copy,) = (line for line in text.splitlines() if line.lstrip().startswith("WG_grad_pad("))
+    assert pays in copy  # no copy for the sizes that take the clamped statement
     # a convolution's window is a size of its own: padding may not pay there either
-    assert "in 1:KH + KW + 1" in _grad_text(CONV)
+    assert "in 1:KH + KW + 1" in _padded_text(CONV)
+    assert "_pad" not in _grad_text(WGRAD)  # the choice is the schedule's, not the def's
 
 
 @pytest.mark.parametrize(
@@ -145,14 +159,18 @@ def test_a_sum_that_is_not_a_product_keeps_its_clamps() -> None:
     assert "_pad" not in text
 
 
-def test_a_forward_def_is_never_padded() -> None:
+def test_a_forward_def_is_padded_in_its_loops_only() -> None:
     src = (
         "def f(double(H) I, double(K) W1) -> (O) {\n"
         "    O(y) +=! I(y - k) * W1(k) where y in 0:H, k in max(0, y - H + 1):min(K, y + 1)\n}"
     )
     k = compiler.define(src)
     assert [t.name for t in k.ranged.checked.outputs] == ["O"]
-    assert pad_gathers(k.ranged).checked.outputs[-1].name == "I_pad"  # the pass alone would
+    assert pad_gathers(k.ranged).scratch == ("I_pad",)
+    f = lower(k.ranged, Options())
+    assert [b.name for b in f.buffers] == ["I", "W1", "O"]  # the pad is no parameter
+    (pad,) = [a.buffer for a in _find(f.body, L.Alloc) if a.buffer.name == "I_pad"]
+    assert pad.role is L.Role.TEMP
     i, wt = np.arange(5.0), np.array([1.0, 2.0])
     (o,) = k(i, wt)
     want = [sum(i[y - kk] * wt[kk] for kk in range(2) if 0 <= y - kk < 5) for y in range(5)]
@@ -168,7 +186,7 @@ def test_an_accumulated_output_gradient_is_padded_too() -> None:
         "    T(n, m, h, w) +=! I(n, c, h + kh, w + kw) * W1(m, c, kh, kw)\n"
         "    O(n, m, h, w) = T(n, m, h, w) + Bias(m)\n}"
     )
-    assert "T_grad_acc_pad" in _grad_text(src)
+    assert "T_grad_acc_pad" in _padded_text(src)
     rng = np.random.default_rng(11)
     i, wt, b = (
         rng.standard_normal((2, 3, 6, 7)),
