@@ -178,6 +178,8 @@ def defs() -> st.SearchStrategy[Def]:
         st.lists(params(), max_size=3).map(tuple),
         st.lists(outputs(), max_size=3).map(tuple),
         st.lists(stmts(), max_size=3).map(tuple),
+        # the def's where clause: any expression parses there (check restricts it)
+        st.lists(exprs(max_leaves=6), max_size=2).map(tuple),
     )
 
 
