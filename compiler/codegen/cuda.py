@@ -23,12 +23,13 @@ A node this emitter does not implement raises `InternalError`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 
 from compiler.codegen.cuda_map import AtomicAdd, GpuKernel, GpuProgram, PosDiv, PosMod
 from compiler.codegen.cuda_options import DEFAULT_BLOCKS
 from compiler.codegen.cuda_warp import WarpReduce
+from compiler.codegen.cuda_width import narrow_expr
 from compiler.diagnostics import InternalError
 from compiler.loops import (
     Assign,
@@ -160,15 +161,22 @@ template <typename T> __device__ __forceinline__ T tcc_warp_min(T v) {
 """
 
 
-def emit_cuda(program: GpuProgram, *, fast_math: bool = False, launch_comments: bool = True) -> str:
-    """The CUDA C source of `program` (see the module doc)."""
+def emit_cuda(
+    program: GpuProgram,
+    *,
+    fast_math: bool = False,
+    launch_comments: bool = True,
+    index32: Collection[str] = frozenset(),
+) -> str:
+    """The CUDA C source of `program` (see the module doc); the kernels named in
+    `index32` are written with 32-bit indices (`codegen.cuda_width`)."""
     w = _Writer()
     w.line(f"// tcc: CUDA C for def {program.name}: {len(program.kernels)} kernel(s)")
     w.raw(PREAMBLE)
     names = _Names()
     for kernel in program.kernels:
         w.line("")
-        emitter = _KernelEmitter(w, program, kernel, names, fast_math)
+        emitter = _KernelEmitter(w, program, kernel, names, fast_math, kernel.name in index32)
         if launch_comments:
             w.line(f"// launch: {launch_text(kernel, emitter.expr)}")
         emitter.run()
@@ -180,7 +188,8 @@ def launch_text(kernel: GpuKernel, expr: Callable[[Expr], str]) -> str:
     grid = ", ".join(str(DEFAULT_BLOCKS) if g is None else expr(g) for g in kernel.grid)
     what = {"parallel": "parallel band", "atomic": "atomicAdd scatter", "serial": "one thread"}
     when = "" if kernel.when is None else f", only where {expr(kernel.when)} > 0"
-    return f"{kernel.name}<<<dim3({grid}), {kernel.block}>>>  ({what[kernel.mode]}{when})"
+    why = f": {kernel.reason}" if kernel.reason else ""
+    return f"{kernel.name}<<<dim3({grid}), {kernel.block}>>>  ({what[kernel.mode]}{why}{when})"
 
 
 class _Writer:
@@ -231,18 +240,28 @@ class _Names:
 
 class _KernelEmitter:
     def __init__(
-        self, w: _Writer, program: GpuProgram, kernel: GpuKernel, names: _Names, fast: bool
+        self,
+        w: _Writer,
+        program: GpuProgram,
+        kernel: GpuKernel,
+        names: _Names,
+        fast: bool,
+        narrow: bool = False,
     ) -> None:
         self.w, self.program, self.kernel, self.name, self.fast = w, program, kernel, names, fast
         self.dims = dict(kernel.dims)
         self.scopes: list[set[str]] = [set()]
+        # 32-bit indices: sizes, loop variables and index Lets are `int`
+        self.narrow = narrow
+        self.itype = "int" if narrow else "long long"
+        self.narrow_vars: set[str] = set(program.size_params) if narrow else set()
 
     def run(self) -> None:
         params = []
         for b in self.program.buffers_of(self.kernel):
             const = "const " if b.role is Role.IN else ""
             params.append(f"{const}{ctype(b.dtype)}* __restrict__ {self.name(b.name)}")
-        params += [f"long long {self.name(s)}" for s in self.program.size_params]
+        params += [f"{self.itype} {self.name(s)}" for s in self.program.size_params]
         bounds = f"__launch_bounds__({self.kernel.block}) "
         head = f'extern "C" __global__ void {bounds}{self.kernel.name}({", ".join(params)})'
         with self.w.block(head):
@@ -278,32 +297,54 @@ class _KernelEmitter:
 
     def _stmt_For(self, s: For) -> None:
         v, lo, hi = self.name(s.var), self.expr(s.lo), self.expr(s.hi)
-        step = f"{s.step}LL"
+        t = self.itype
+        step = f"{s.step}" if self.narrow else f"{s.step}LL"
         if s.kind is LoopKind.SERIAL:
             inc = f"{v} += {step}" if s.step != 1 else f"++{v}"
-            head = f"for (long long {v} = {lo}; {v} < {hi}; {inc})"
+            head = f"for ({t} {v} = {lo}; {v} < {hi}; {inc})"
+            if _unrolled(s):
+                self.w.line("#pragma unroll")
         elif s.kind is LoopKind.GPU_THREAD:
             first = "((long long)blockIdx.x * blockDim.x + threadIdx.x)"
             stride = "(long long)gridDim.x * blockDim.x"
+            if self.narrow:  # unsigned arithmetic, then int: the host proved it fits
+                first = "(int)(blockIdx.x * blockDim.x + threadIdx.x)"
+                stride = "(int)(gridDim.x * blockDim.x)"
             if s.step != 1:
                 first, stride = f"{first} * {step}", f"{stride} * {step}"
-            head = f"for (long long {v} = {self._add(lo, first)}; {v} < {hi}; {v} += {stride})"
+            head = f"for ({t} {v} = {self._add(lo, first)}; {v} < {hi}; {v} += {stride})"
         elif s.kind is LoopKind.GPU_BLOCK:
             d = self.dims.get(s.var)
             if d not in ("y", "z"):
                 raise InternalError(f"gpu_block loop {s.var} has no grid dimension")
-            first, stride = f"(long long)blockIdx.{d}", f"(long long)gridDim.{d}"
+            first, stride = f"({t})blockIdx.{d}", f"({t})gridDim.{d}"
             if s.step != 1:
                 first, stride = f"{first} * {step}", f"{stride} * {step}"
-            head = f"for (long long {v} = {self._add(lo, first)}; {v} < {hi}; {v} += {stride})"
+            head = f"for ({t} {v} = {self._add(lo, first)}; {v} < {hi}; {v} += {stride})"
         else:
             raise InternalError(f"the CUDA emitter does not implement {s.kind.value} loops")
-        with self._scope(head):
+        with self._scope(head), self._binding(s.var, self.narrow):
             self.stmt(s.body)
 
     @staticmethod
     def _add(lo: str, offset: str) -> str:
-        return offset if lo == "0LL" else f"{lo} + {offset}"
+        return offset if lo in ("0LL", "0") else f"{lo} + {offset}"
+
+    @contextmanager
+    def _binding(self, var: str, narrow: bool) -> Iterator[None]:
+        """`var` is an `int` (narrow) or not in the statements inside."""
+        before = var in self.narrow_vars
+        if narrow:
+            self.narrow_vars.add(var)
+        else:
+            self.narrow_vars.discard(var)
+        try:
+            yield
+        finally:
+            if before:
+                self.narrow_vars.add(var)
+            else:
+                self.narrow_vars.discard(var)
 
     def _stmt_If(self, s: If) -> None:
         with self._scope(f"if ({self.expr(s.cond)})"):
@@ -322,24 +363,27 @@ class _KernelEmitter:
         self.w.line(f"atomicAdd(&{self._element(s.buffer, s.index)}, {self.expr(s.value)});")
 
     def _stmt_Let(self, s: Let) -> None:
-        self._declare(s.var, f"const {ctype(s.value.dtype)}", s.value, s.body)
+        narrow = self.narrow and narrow_expr(s.value, self.narrow_vars)
+        type_ = "int" if narrow else ctype(s.value.dtype)
+        self._declare(s.var, f"const {type_}", s.value, s.body, narrow)
 
     def _stmt_Local(self, s: Local) -> None:
-        self._declare(s.var, ctype(s.dtype), s.init, s.body)
+        self._declare(s.var, ctype(s.dtype), s.init, s.body, False)
 
-    def _declare(self, var: str, ctype_: str, value: Expr, body: Stmt) -> None:
+    def _declare(self, var: str, ctype_: str, value: Expr, body: Stmt, narrow: bool) -> None:
         """`T var = value;` then `body`, in the current C block unless `var` is
         declared there already (then in a block of its own)."""
         decl = f"{ctype_} {self.name(var)} = {self.expr(value)};"
         if var in self.scopes[-1]:
-            with self._scope(""):
+            with self._scope(""), self._binding(var, narrow):
                 self.scopes[-1].add(var)
                 self.w.line(decl)
                 self.stmt(body)
             return
         self.scopes[-1].add(var)
         self.w.line(decl)
-        self.stmt(body)
+        with self._binding(var, narrow):
+            self.stmt(body)
 
     def _stmt_Assign(self, s: Assign) -> None:
         me = VarRef(s.var, s.value.dtype)
@@ -391,7 +435,10 @@ class _KernelEmitter:
         return f"{self.name(b.name)}[{flat[0] if flat else '0'}]"
 
     def _expr_Const(self, e: Const) -> tuple[str, int]:
-        text = literal(e.value, e.dtype)
+        if self.narrow and narrow_expr(e, ()):
+            text = literal(e.value, DType.INT32)
+        else:
+            text = literal(e.value, e.dtype)
         return text, P_UNARY if text.startswith("-") else P_POSTFIX
 
     def _expr_VarRef(self, e: VarRef) -> tuple[str, int]:
@@ -404,7 +451,7 @@ class _KernelEmitter:
         dtype = e.a.dtype
         if not dtype.is_float and e.op in (BinOp.DIV, BinOp.MOD):
             fn = "tcc_div" if e.op is BinOp.DIV else "tcc_rem"
-            return f"{fn}({self.expr(e.a)}, {self.expr(e.b)})", P_POSTFIX
+            return f"{fn}({self._operands(e, e.a, e.b)})", P_POSTFIX
         if dtype.is_float and e.op is BinOp.MOD:
             return self._call("fmod", (e.a, e.b), dtype), P_POSTFIX
         p = _PREC[e.op]
@@ -448,23 +495,34 @@ class _KernelEmitter:
         return f"({ctype(e.dtype)})({self.expr(e.x)})", P_UNARY
 
     def _expr_Min(self, e: Min) -> tuple[str, int]:
-        return self._minmax("min", e.a, e.b), P_POSTFIX
+        return self._minmax(e, "min"), P_POSTFIX
 
     def _expr_Max(self, e: Max) -> tuple[str, int]:
-        return self._minmax("max", e.a, e.b), P_POSTFIX
+        return self._minmax(e, "max"), P_POSTFIX
 
-    def _minmax(self, which: str, a: Expr, b: Expr) -> str:
+    def _minmax(self, e: Min | Max, which: str) -> str:
         # floats too: tcc_min/tcc_max propagate NaN, as the loop IR's Min/Max do
         # (`fminf` would ignore it; the builtins fmin/fmax are Calls, not Min/Max)
-        return f"tcc_{which}({self.expr(a)}, {self.expr(b)})"
+        return f"tcc_{which}({self._operands(e, e.a, e.b)})"
+
+    def _operands(self, e: Expr, a: Expr, b: Expr) -> str:
+        """`a, b` for a template helper `tcc_xxx(a, b)`: in a 32-bit kernel an `int`
+        operand beside a `long long` one is widened (the template takes one type)."""
+        texts = [self.expr(a), self.expr(b)]
+        if self.narrow and e.dtype is DType.INT64 and not narrow_expr(e, self.narrow_vars):
+            texts = [
+                f"(long long)({t})" if narrow_expr(x, self.narrow_vars) else t
+                for t, x in zip(texts, (a, b), strict=True)
+            ]
+        return ", ".join(texts)
 
     def _expr_FloorDiv(self, e: FloorDiv) -> tuple[str, int]:
         fn = "tcc_ffloordiv" if e.dtype.is_float else "tcc_floordiv"
-        return f"{fn}({self.expr(e.a)}, {self.expr(e.b)})", P_POSTFIX
+        return f"{fn}({self._operands(e, e.a, e.b)})", P_POSTFIX
 
     def _expr_Mod(self, e: Mod) -> tuple[str, int]:
         fn = "tcc_fmod" if e.dtype.is_float else "tcc_mod"
-        return f"{fn}({self.expr(e.a)}, {self.expr(e.b)})", P_POSTFIX
+        return f"{fn}({self._operands(e, e.a, e.b)})", P_POSTFIX
 
     def _expr_PosDiv(self, e: PosDiv) -> tuple[str, int]:
         return f"{self._at(e.a, P_MUL)} / {self._at(e.b, P_MUL + 1)}", P_MUL
@@ -475,6 +533,18 @@ class _KernelEmitter:
     def _expr_WarpReduce(self, e: WarpReduce) -> tuple[str, int]:
         fn = {"+": "sum", "*": "prod", "max": "max", "min": "min"}[e.op]
         return f"tcc_warp_{fn}({self.expr(e.value)})", P_POSTFIX
+
+
+UNROLL_TRIPS = 16  # a serial loop of at most this many constant steps gets `#pragma unroll`
+
+
+def _unrolled(s: For) -> bool:
+    """A serial loop with constant bounds and a short trip count (a small reduction,
+    a stencil's taps): NVRTC unrolls it completely."""
+    if not (isinstance(s.lo, Const) and isinstance(s.hi, Const)):
+        return False
+    trips = -(-(int(s.hi.value) - int(s.lo.value)) // s.step)
+    return 1 < trips <= UNROLL_TRIPS
 
 
 def _is_record(stmts: tuple[Stmt, ...]) -> bool:

@@ -87,8 +87,13 @@ def compile_source(source: str, *, arch: str, fast_math: bool = False, name: str
 
 @dataclass
 class Module:
+    """A loaded module: its functions, looked up once, and each kernel's launch
+    arguments (`_Arguments`), built once and refilled in place at each launch."""
+
     handle: Any
     functions: dict[str, Any] = field(default_factory=dict)
+    arguments: dict[tuple[str, int, int, bool], _Arguments] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def function(self, name: str) -> Any:
         driver, _ = _bindings()
@@ -107,13 +112,44 @@ class Module:
         pointers: Sequence[int],
         sizes: Sequence[int],
         stream: int = 0,
+        *,
+        index32: bool = False,
     ) -> None:
+        """`cuLaunchKernel` of `name` with these pointers and sizes (`int` parameters
+        where `index32`, else `long long`). The argument buffers of a kernel are made
+        at its first launch and refilled at later ones (the driver copies them when
+        the launch is enqueued; the lock keeps two threads from refilling at once)."""
         driver, _ = _bindings()
-        holders: list[Any] = [ctypes.c_void_p(p) for p in pointers]
-        holders += [ctypes.c_longlong(s) for s in sizes]
-        params = (ctypes.c_void_p * max(1, len(holders)))(*[ctypes.addressof(h) for h in holders])
-        _check(driver.cuLaunchKernel(self.function(name), *grid, block, 1, 1, 0, stream,
-                                     ctypes.addressof(params), 0), f"cuLaunchKernel({name})")  # fmt: skip
+        function = self.function(name)
+        key = (name, len(pointers), len(sizes), index32)
+        with self.lock:
+            args = self.arguments.get(key)
+            if args is None:
+                args = self.arguments[key] = _Arguments(len(pointers), len(sizes), index32)
+            args.fill(pointers, sizes)
+            _check(driver.cuLaunchKernel(function, *grid, block, 1, 1, 0, stream,
+                                         args.address, 0), f"cuLaunchKernel({name})")  # fmt: skip
+
+
+class _Arguments:
+    """The `void**` array `cuLaunchKernel` takes, over one ctypes value per parameter:
+    pointers as `void*`, sizes as `long long` or (32-bit kernels) `int`."""
+
+    def __init__(self, n_pointers: int, n_sizes: int, index32: bool) -> None:
+        size_type = ctypes.c_int if index32 else ctypes.c_longlong
+        self.pointers = [ctypes.c_void_p(0) for _ in range(n_pointers)]
+        self.sizes = [size_type(0) for _ in range(n_sizes)]
+        holders = [*self.pointers, *self.sizes]
+        self.params = (ctypes.c_void_p * max(1, len(holders)))(
+            *[ctypes.addressof(h) for h in holders]
+        )
+        self.address = ctypes.addressof(self.params)
+
+    def fill(self, pointers: Sequence[int], sizes: Sequence[int]) -> None:
+        for holder, value in zip(self.pointers, pointers, strict=True):
+            holder.value = value
+        for holder, value in zip(self.sizes, sizes, strict=True):
+            holder.value = value
 
 
 @dataclass
@@ -124,6 +160,7 @@ class Device:
     context: Any
     arch: str
     modules: dict[bytes, Module] = field(default_factory=dict)
+    capture_stream: int | None = None  # the stream graphs are captured on (made once)
 
     def activate(self) -> None:
         driver, _ = _bindings()
@@ -164,6 +201,70 @@ class Device:
     def synchronize(self, stream: int = 0) -> None:
         driver, _ = _bindings()
         _check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize")
+
+    # ------------------------------------------------ the host path (runtime.cuda_host)
+
+    def pinned_int64(self, count: int) -> tuple[int, Any]:
+        """(address, NumPy view) of `count` int64 in page-locked host memory (the target
+        of an asynchronous copy); never freed (a few per program and stream)."""
+        import numpy as np
+
+        driver, _ = _bindings()
+        ptr = int(_check(driver.cuMemHostAlloc(8 * count, 0), "cuMemHostAlloc"))
+        view = np.ctypeslib.as_array((ctypes.c_int64 * count).from_address(ptr))
+        return ptr, view
+
+    def copy_to_host_async(self, host_ptr: int, ptr: int, nbytes: int, stream: int) -> None:
+        driver, _ = _bindings()
+        _check(driver.cuMemcpyDtoHAsync(host_ptr, ptr, nbytes, stream), "cuMemcpyDtoHAsync")
+
+    def new_event(self) -> Any:
+        driver, _ = _bindings()
+        flags = int(driver.CUevent_flags.CU_EVENT_DISABLE_TIMING)
+        return _check(driver.cuEventCreate(flags), "cuEventCreate")
+
+    def record_event(self, event: Any, stream: int) -> None:
+        driver, _ = _bindings()
+        _check(driver.cuEventRecord(event, stream), "cuEventRecord")
+
+    def event_done(self, event: Any) -> bool:
+        """Whether the work before the event has finished (cuEventQuery: no waiting)."""
+        driver, _ = _bindings()
+        status = driver.cuEventQuery(event)[0]
+        if status == driver.CUresult.CUDA_ERROR_NOT_READY:
+            return False
+        _check((status,), "cuEventQuery")
+        return True
+
+    def capture(self, run: Any, module: Any) -> Any:
+        """An executable CUDA graph of what `run(self, module, stream)` enqueues,
+        captured on a stream of tcc's own (stream capture needs one other than 0)."""
+        driver, _ = _bindings()
+        stream = self._capture_stream()
+        mode = driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        _check(driver.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
+        try:
+            run(self, module, stream)
+        finally:
+            graph = _check(driver.cuStreamEndCapture(stream), "cuStreamEndCapture")
+        try:
+            return _check(driver.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        finally:
+            _check(driver.cuGraphDestroy(graph), "cuGraphDestroy")
+
+    def launch_graph(self, graph: Any, stream: int) -> None:
+        driver, _ = _bindings()
+        _check(driver.cuGraphLaunch(graph, stream), "cuGraphLaunch")
+
+    def destroy_graph(self, graph: Any) -> None:
+        driver, _ = _bindings()
+        _check(driver.cuGraphExecDestroy(graph), "cuGraphExecDestroy")
+
+    def _capture_stream(self) -> int:
+        if self.capture_stream is None:
+            driver, _ = _bindings()
+            self.capture_stream = int(_check(driver.cuStreamCreate(0), "cuStreamCreate"))
+        return self.capture_stream
 
 
 _LOCK = threading.Lock()
@@ -212,16 +313,21 @@ class DeviceArray:
     """A C-contiguous array in GPU memory that tcc allocated (an output when the caller's
     device arrays are not torch tensors). It exposes `__cuda_array_interface__` (so CuPy,
     Numba and torch can wrap it without a copy: `cupy.asarray(a)`), and `get()` copies it
-    to a NumPy array. The memory is freed with the object."""
+    to a NumPy array. The memory is freed with the object. With `zero` it is zeroed
+    on the default stream (asynchronously: in stream order before later launches
+    there and before `get()`), else left as allocated (an output every element of
+    which a kernel writes first)."""
 
-    def __init__(self, shape: tuple[int, ...], dtype: Any, device: Device) -> None:
+    def __init__(
+        self, shape: tuple[int, ...], dtype: Any, device: Device, *, zero: bool = True
+    ) -> None:
         import numpy as np
 
         self.shape, self.dtype, self.device = tuple(shape), np.dtype(dtype), device
         self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
         self.ptr = device.alloc(self.nbytes)
-        device.zero(self.ptr, self.nbytes)
-        device.synchronize()
+        if zero:
+            device.zero(self.ptr, self.nbytes)
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:

@@ -187,8 +187,12 @@ class EmulatedModule:
         pointers: Sequence[int],
         sizes: Sequence[int],
         stream: int = 0,
+        *,
+        index32: bool = False,
     ) -> None:
-        """Run kernel `name` to completion (the stream is ignored: all is serial)."""
+        """Run kernel `name` to completion (the stream is ignored: all is serial). The
+        launcher takes the sizes as `long long` whatever the kernel's index width
+        (`index32`): C++ converts them at the kernel's call."""
         self.library.launchers[name](*grid, block, *pointers, *sizes)
 
 
@@ -236,6 +240,58 @@ class EmulatedDevice:
 
     def synchronize(self, stream: int = 0) -> None:
         """Nothing to wait for: every launch ran to completion."""
+
+    # ------------------------------------------------ the host path (runtime.cuda_host)
+
+    def pinned_int64(self, count: int) -> tuple[int, Any]:
+        """(address, NumPy array) of `count` int64 of host memory (kept by the array)."""
+        import numpy as np
+
+        host = np.zeros(count, np.int64)
+        return int(host.ctypes.data), host
+
+    def copy_to_host_async(self, host_ptr: int, ptr: int, nbytes: int, stream: int) -> None:
+        ctypes.memmove(host_ptr, ptr, nbytes)
+
+    def new_event(self) -> object:
+        return object()
+
+    def record_event(self, event: object, stream: int) -> None:
+        """Nothing to record: the work before it has run."""
+
+    def event_done(self, event: object) -> bool:
+        return True
+
+    def capture(self, run: Any, module: Any) -> list[Any]:
+        """The "graph" of `run(device, module, stream)`: its launches and zero fills,
+        recorded (not run) as calls to replay in order."""
+        ops: list[Any] = []
+        run(_Recorder(self, ops), _Recorder(module, ops), 0)
+        return ops
+
+    def launch_graph(self, graph: list[Any], stream: int) -> None:
+        for op in graph:
+            op()
+
+    def destroy_graph(self, graph: list[Any]) -> None:
+        graph.clear()
+
+
+class _Recorder:
+    """A device or module whose `launch` and `zero` are recorded into `ops` (as calls
+    of the real object's) instead of run; other attributes are the real object's."""
+
+    def __init__(self, real: Any, ops: list[Any]) -> None:
+        self._real, self._ops = real, ops
+
+    def launch(self, *args: Any, **kwargs: Any) -> None:
+        self._ops.append(lambda: self._real.launch(*args, **kwargs))
+
+    def zero(self, *args: Any, **kwargs: Any) -> None:
+        self._ops.append(lambda: self._real.zero(*args, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
 
 
 EMULATED_DEVICE = EmulatedDevice()
