@@ -94,9 +94,16 @@ from compiler.names import NameSupply
 from compiler.poly.accesses import lets_of
 from compiler.poly.build import domain_of, reads_in_bounds
 from compiler.poly.failures import isl_failures
-from compiler.poly.invert import Inexpressible, Piece, choose_inner, invert, schedule_of
+from compiler.poly.invert import (
+    Inexpressible,
+    Piece,
+    choose_inner,
+    invert,
+    schedule_of,
+    unit_inner,
+)
 from compiler.poly.isl_bridge import StmtSpace, condition_of, expr_to_aff
-from compiler.poly.partial import keep_partial
+from compiler.poly.partial import keep_partial, subscript_rows
 
 # isl operations allowed per statement: the gathers of the test suite and the corpus
 # need well under a tenth of it (tests/poly/test_gather_budget.py).
@@ -141,7 +148,11 @@ def remaining_scatters(ranged: RangedDef) -> tuple[int, ...]:
 
 
 def scatter_to_gather(
-    ranged: RangedDef, max_operations: int | None = None, *, mode: str = "full"
+    ranged: RangedDef,
+    max_operations: int | None = None,
+    *,
+    mode: str = "full",
+    printed: bool = False,
 ) -> RangedDef:
     """Rewrite every affine scatter of `ranged` as a gather (see the module doc); a
     statement that needs more than `max_operations` isl operations (default
@@ -150,14 +161,15 @@ def scatter_to_gather(
     "auto" keeps as a scatter each one that `poly.partial.keep_partial` picks (plain
     variables, and a gather that would need divisibility: strides, dilations);
     "partial" keeps every reduction scatter with plain variables. The schedule runs a
-    kept scatter in parallel over its plain variables."""
+    kept scatter in parallel over its plain variables. `printed`: "auto" keeps only
+    the scatters whose gather would need divisibility (`printed_form`)."""
     budget = MAX_OPERATIONS if max_operations is None else max_operations
     checked = ranged.checked
     params = checked.size_params
     kept = {
         k
         for k, f in enumerate(checked.stmts)
-        if write_kind(f) is WriteKind.SCATTER and keep_partial(f, params, mode)
+        if write_kind(f) is WriteKind.SCATTER and keep_partial(f, params, mode, printed=printed)
     }
     if all(
         write_kind(f) is not WriteKind.SCATTER or k in kept for k, f in enumerate(checked.stmts)
@@ -200,6 +212,16 @@ def scatter_to_gather(
         for name, dims in ranged.output_bounds
     )
     return RangedDef(rechecked, bounds, ranged.warnings, ranged.preconditions)
+
+
+def printed_form(ranged: RangedDef, mode: str = "auto") -> RangedDef:
+    """`ranged` (the gather pass's result under `mode`) as a gradient def is printed
+    (`tcc compile --grad`, `compiler.grad`, `Kernel.grad_source`): with "auto", the
+    strided scatters the CPU keeps as partial scatters (its schedule choice: they run
+    faster than their gathers) are gathered, by unit-coefficient elimination; a
+    scatter whose gather would need divisibility stays. The same object when nothing
+    changes."""
+    return scatter_to_gather(ranged, mode=mode, printed=True)
 
 
 def _budgeted(fn: Callable[..., list[Stmt]], budget: int, *args: object) -> list[Stmt]:
@@ -274,7 +296,7 @@ def _gather(facts: StmtFacts, ranged: RangedDef) -> list[Stmt]:
     space = StmtSpace(facts.all_vars, params)
     domain = domain_of(stmt, space, "S")
     write = _write_map(stmt, space, domain)
-    inner = choose_inner(domain, write, _candidates(facts))
+    inner = _inner_vars(facts, params, domain, write)
     if stmt.op is AssignOp.ASSIGN and inner:
         raise _written_twice(stmt)
     outer = _outer_names(stmt, facts, ranged)
@@ -297,6 +319,23 @@ def _gather(facts: StmtFacts, ranged: RangedDef) -> list[Stmt]:
     for k, piece_stmt in enumerate(kept):
         result.append(dataclasses.replace(piece_stmt, op=op) if k == 0 else piece_stmt)
     return result
+
+
+def _inner_vars(
+    facts: StmtFacts, params: Sequence[str], domain: isl.Set, write: isl.Map
+) -> tuple[int, ...]:
+    """The inner variables: for a reduction whose every subscript can be solved for a
+    unit-coefficient variable of its own, the others (`poly.invert.unit_inner`: no
+    divisibility, and no isl search); otherwise `choose_inner`'s. An `=` always asks
+    `choose_inner`, which keeps no variable that the subscripts determine (an inner
+    variable there means an element written twice)."""
+    candidates = _candidates(facts)
+    if facts.stmt.op is not AssignOp.ASSIGN:
+        rows = subscript_rows(facts, tuple(params))
+        inner = None if rows is None else unit_inner(rows, candidates)
+        if inner is not None:
+            return inner
+    return choose_inner(domain, write, candidates)
 
 
 def _never_in_bounds(stmt: Stmt, ranged: RangedDef) -> bool:

@@ -29,8 +29,10 @@ the one piece says `h = y - kh`, `w = x - kw`, `y in 0:H`,
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import islpy as isl
 
@@ -114,6 +116,71 @@ def choose_inner(domain: isl.Set, write: isl.Map, candidates: Sequence[int]) -> 
         remaining.remove(pos)
     # the set decides injectivity and guards; loops follow the order of preference
     return tuple(sorted(chosen, key=list(candidates).index))
+
+
+# ------------------------------------------------------------ unit-coefficient elimination
+
+# assignments of eliminated variables that `unit_inner` tries at most (a statement has
+# a few subscripts with one to three unit-coefficient variables each)
+_MAX_ASSIGNMENTS = 4096
+
+
+def unit_inner(rows: Sequence[Sequence[int]], candidates: Sequence[int]) -> tuple[int, ...] | None:
+    """The inner variables (positions, in loop order) when each subscript can be solved
+    for a variable of its own with coefficient +-1; None when some cannot.
+
+    `rows[j][v]` is the coefficient of variable `v` in subscript `j` (a subscript
+    without variables, all zeros, needs none); `candidates` are the variable positions
+    in order of preference as inner variables. One variable is eliminated per
+    subscript with variables, each with a unit coefficient in its subscript, all
+    distinct, and their square coefficient matrix unimodular (determinant +-1): then
+    the eliminated variables are affine functions with integer coefficients of the
+    subscripts and the inner variables (`y = 2 * h + kh` gives `kh = y - 2 * h`), so
+    the schedule `[subscripts..., inner...]` is injective and its image needs no
+    divisibility constraint. Each subscript must keep at most one inner variable, so
+    every range is one floor division (`h in max(0, y - (y + KH + 1) / 2 + 1):...`; with two,
+    `2 * h + 3 * w + kh`, isl's exact bounds on `h` say which `h` some integer `w`
+    completes: a case split that takes it seconds). Among the valid choices, the one
+    that eliminates the least preferred variables wins (`h + kh` eliminates `h`,
+    keeping the window `kh` inside, as `choose_inner` does)."""
+    rank = {pos: k for k, pos in enumerate(candidates)}
+    options = []
+    for row in rows:
+        if not any(row):
+            continue
+        units = [v for v, c in enumerate(row) if abs(c) == 1 and v in rank]
+        if not units:
+            return None
+        options.append(sorted(units, key=lambda v: -rank[v]))
+    if not options or len(options) > len(candidates):
+        return None
+    used = [list(r) for r in rows if any(r)]
+    for count, pivots in enumerate(itertools.product(*options)):
+        if count >= _MAX_ASSIGNMENTS:
+            return None
+        if len(set(pivots)) != len(pivots) or not _unimodular(used, pivots):
+            continue
+        if all(sum(1 for v, c in enumerate(r) if c and v not in pivots) <= 1 for r in used):
+            return tuple(p for p in candidates if p not in pivots)
+    return None
+
+
+def _unimodular(rows: Sequence[Sequence[int]], columns: Sequence[int]) -> bool:
+    """Whether the square submatrix `rows` x `columns` has determinant +-1."""
+    m = [[Fraction(r[c]) for c in columns] for r in rows]
+    det = Fraction(1)
+    for k in range(len(m)):
+        pivot = next((i for i in range(k, len(m)) if m[i][k] != 0), None)
+        if pivot is None:
+            return False
+        if pivot != k:
+            m[k], m[pivot] = m[pivot], m[k]
+            det = -det
+        det *= m[k][k]
+        for i in range(k + 1, len(m)):
+            factor = m[i][k] / m[k][k]
+            m[i] = [a - factor * b for a, b in zip(m[i], m[k], strict=True)]
+    return abs(det) == 1
 
 
 # ------------------------------------------------------------ the inverse

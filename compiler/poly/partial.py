@@ -56,6 +56,7 @@ from compiler.frontend.checked import StmtFacts
 from compiler.frontend.scopes import walk
 from compiler.options import GATHER_MODES
 from compiler.poly.cpu_model import BLOCK, MAX_STRIDE, LoopOrder, short
+from compiler.poly.invert import unit_inner
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff
 
 MODES = GATHER_MODES  # keep_partial's modes: Options.gather's values
@@ -77,30 +78,54 @@ def plain_vars(facts: StmtFacts) -> tuple[str, ...]:
     return tuple(found)
 
 
-def needs_divisibility(facts: StmtFacts, params: tuple[str, ...]) -> bool:
-    """Whether some subscript that is not a plain variable is not affine with unit
-    coefficients (see the module doc); a non-affine subscript counts too."""
-    plain = set(plain_vars(facts))
+def subscript_rows(facts: StmtFacts, params: tuple[str, ...]) -> tuple[tuple[int, ...], ...] | None:
+    """The integer coefficients of every variable (`facts.all_vars` order) in each
+    left-hand-side subscript, or None when some subscript is not affine (a floor
+    division or modulo, a read)."""
     space = StmtSpace(facts.all_vars, params)
     lets = _lets(facts)
+    rows = []
     for arg in facts.stmt.lhs.args:
-        if isinstance(arg, Var) and arg.name in plain:
-            continue
         aff = _affine(arg, space, lets)
         if aff is None:
-            return True
-        for pos in range(len(space.vars)):
-            c = aff.get_coefficient_val(isl.dim_type.in_, pos).to_python()
-            if c not in (0, 1, -1):
-                return True
-    return False
+            return None
+        rows.append(
+            tuple(
+                int(aff.get_coefficient_val(isl.dim_type.in_, pos).to_python())
+                for pos in range(len(space.vars))
+            )
+        )
+    return tuple(rows)
 
 
-def keep_partial(facts: StmtFacts, params: tuple[str, ...], mode: str = "auto") -> bool:
+def needs_divisibility(facts: StmtFacts, params: tuple[str, ...]) -> bool:
+    """Whether the gather of this scatter would need a divisibility constraint: some
+    subscript is not affine, or no choice of one unit-coefficient variable per
+    subscript can be eliminated (`poly.invert.unit_inner`: `O(2 * i + 3 * k)`)."""
+    rows = subscript_rows(facts, params)
+    if rows is None:
+        return True
+    return unit_inner(rows, range(len(facts.all_vars))) is None
+
+
+def strided(facts: StmtFacts, params: tuple[str, ...]) -> bool:
+    """Whether some subscript that is not a plain variable is not affine with unit
+    coefficients (a stride or a dilation: `2 * h + kh`, `h + 2 * kh`; a floor
+    division): its gather has floor-divided window bounds, or needs divisibility."""
+    rows = subscript_rows(facts, params)
+    if rows is None:
+        return True
+    return any(c not in (0, 1, -1) for row in rows for c in row)
+
+
+def keep_partial(
+    facts: StmtFacts, params: tuple[str, ...], mode: str = "auto", *, printed: bool = False
+) -> bool:
     """The gather pass's cost rule (module doc): keep this scatter as a partial
     scatter. `mode` "full": never (gather it); "partial": whenever it is an affine
-    reduction with plain variables; "auto": when, besides, its gather needs
-    divisibility."""
+    reduction with plain variables; "auto": when, besides, it is `strided` (the CPU's
+    schedule choice: measured faster than the gather) -- or, with `printed` (the def
+    as printed), only when its gather `needs_divisibility`."""
     if mode not in MODES:
         raise ValueError(f"gather mode {mode!r} is not one of {MODES}")
     stmt = facts.stmt
@@ -112,7 +137,9 @@ def keep_partial(facts: StmtFacts, params: tuple[str, ...], mode: str = "auto") 
         return False  # data-dependent: not this rule's business
     if not plain_vars(facts):
         return False
-    return mode == "partial" or needs_divisibility(facts, params)
+    if mode == "partial":
+        return True
+    return needs_divisibility(facts, params) if printed else strided(facts, params)
 
 
 def partial_order(facts: StmtFacts, params: tuple[str, ...]) -> LoopOrder:
@@ -199,4 +226,12 @@ def _mentions(e: Expr, v: str, lets: dict[str, Expr]) -> bool:
     return False
 
 
-__all__ = ["MODES", "keep_partial", "needs_divisibility", "partial_order", "plain_vars"]
+__all__ = [
+    "MODES",
+    "keep_partial",
+    "needs_divisibility",
+    "partial_order",
+    "plain_vars",
+    "strided",
+    "subscript_rows",
+]

@@ -14,7 +14,13 @@ from compiler.diagnostics import OptionsError
 from compiler.options import Options
 from compiler.pipeline import run
 from compiler.poly.gather import remaining_scatters, scatter_to_gather
-from compiler.poly.partial import keep_partial, needs_divisibility, partial_order, plain_vars
+from compiler.poly.partial import (
+    keep_partial,
+    needs_divisibility,
+    partial_order,
+    plain_vars,
+    strided,
+)
 from compiler.poly.schedule import schedule
 
 
@@ -35,15 +41,34 @@ def test_plain_variables_and_the_cost_rule() -> None:
     ranged, facts = _facts(STRIDED)
     params = ranged.checked.size_params
     assert plain_vars(facts) == ("n", "c")
-    assert needs_divisibility(facts, params)
+    # kh and kw have unit coefficients: the gather needs no divisibility, but it is
+    # strided, and the CPU runs it as a partial scatter (its schedule choice)
+    assert strided(facts, params) and not needs_divisibility(facts, params)
     assert keep_partial(facts, params, "auto") and keep_partial(facts, params, "partial")
+    assert not keep_partial(facts, params, "auto", printed=True)
     assert not keep_partial(facts, params, "full")
     ranged, facts = _facts(UNIT)  # a stride-1 convolution's gather needs no modulo
     assert not needs_divisibility(facts, ranged.checked.size_params)
+    assert not strided(facts, ranged.checked.size_params)
     assert not keep_partial(facts, ranged.checked.size_params, "auto")
     assert keep_partial(facts, ranged.checked.size_params, "partial")
     ranged, facts = _facts(DILATED)
     assert keep_partial(facts, ranged.checked.size_params, "auto")
+    assert not keep_partial(facts, ranged.checked.size_params, "auto", printed=True)
+
+
+def test_no_unit_coefficient_needs_divisibility() -> None:
+    # no variable of 2 * i + 3 * k has coefficient 1; a floor division is not affine;
+    # two inner variables in one subscript (2 * h + 3 * w + kh) count as needing it
+    for text in (
+        "def f(float(N, K, P) B) -> (A) { A(p, 2 * i + 3 * k) +=! B(i, k, p) }",
+        "def f(float(N, P) B) -> (A) { A(p, i / 2) +=! B(i, p) }",
+        "def f(float(N, P, K) B) -> (A) { A(p, 2 * i + 3 * j + k) +=! B(i, p, k) * B(j, p, k) }",
+    ):
+        ranged, facts = _facts(text)
+        params = ranged.checked.size_params
+        assert needs_divisibility(facts, params), text
+        assert keep_partial(facts, params, "auto", printed=True), text
 
 
 def test_no_plain_variable_means_a_gather() -> None:
