@@ -128,6 +128,10 @@ CONV_S2 = (
     "def conv_s2(float(N, C, H, W) I, float(M, C, KH, KW) W1) -> (O) {\n"
     "    O(n, m, h, w) +=! I(n, c, 2 * h + kh, 2 * w + kw) * W1(m, c, kh, kw)\n}"
 )
+CONV_T2 = (
+    "def conv_t2(float(N, C, H, W) I, float(C, M, KH, KW) W1) -> (O) {\n"
+    "    O(n, m, 2 * h + kh, 2 * w + kw) +=! I(n, c, h, w) * W1(c, m, kh, kw)\n}"
+)
 LINEAR_RELU = (
     "def linear_relu(float(B, I) X, float(O, I) W, float(O) b) -> (Y, Z) {\n"
     "    Y(n, o) +=! X(n, i) * W(o, i)\n"
@@ -159,6 +163,37 @@ def _np_conv(i: Any, w: Any, stride: int = 1) -> Any:
     win = np.lib.stride_tricks.sliding_window_view(i, (kh, kw), axis=(2, 3))
     win = win[:, :, ::stride, ::stride]
     return np.einsum("nchwij,mcij->nmhw", win, w, optimize=True)
+
+
+def _np_conv_transpose(i: Any, w: Any, stride: int = 2) -> Any:
+    """`torch.nn.functional.conv_transpose2d(i, w, stride=stride)` in NumPy."""
+    import numpy as np
+
+    (n, _, h, wd), (_, m, kh, kw) = i.shape, w.shape
+    out = np.zeros((n, m, stride * (h - 1) + kh, stride * (wd - 1) + kw), np.float32)
+    for a in range(kh):
+        for b in range(kw):
+            part = np.einsum("nchw,cm->nmhw", i, w[:, :, a, b], optimize=True)
+            rows = slice(a, a + stride * (h - 1) + 1, stride)
+            cols = slice(b, b + stride * (wd - 1) + 1, stride)
+            out[:, :, rows, cols] += part
+    return out
+
+
+def _scatter_cases() -> tuple[Case, ...]:
+    """Extra cases whose forward def is a scatter (the gather pass restates it)."""
+
+    def conv_t_in(rng: Any, s: dict[str, int]) -> tuple[Any, ...]:
+        return _f32(rng, s["N"], s["C"], s["H"], s["H"]), _f32(rng, s["C"], s["M"], 3, 3)
+
+    def conv_t_torch(i: Any, w: Any) -> Any:
+        return _torch_f().conv_transpose2d(i, w, stride=2)
+
+    return (
+        Case("conv_transpose2d stride 2 N8 C32 16^2 M16 3x3", CONV_T2,
+             {"N": 8, "C": 32, "H": 16, "M": 16}, {"N": 2, "C": 2, "H": 5, "M": 3}, conv_t_in,
+             _np_conv_transpose, conv_t_torch),
+    )  # fmt: skip
 
 
 def _torch_f() -> Any:
@@ -251,7 +286,7 @@ def _cases(extra: bool = False, layers: bool = False) -> tuple[Case, ...]:
 
     return (
         _suite()
-        + (bench_layers.extra_cases() if extra else ())
+        + (bench_layers.extra_cases() + _scatter_cases() if extra else ())
         + (bench_layers.layer_cases() if layers else ())
     )
 
