@@ -34,7 +34,7 @@ from tools.fuzz_ir import (
     output_shapes,
     show,
 )
-from tools.fuzz_math import BUILTINS, EXACT, NOT_NATIVE
+from tools.fuzz_math import BUILTINS, EXACT, FORWARD_ONLY, NOT_NATIVE
 
 SIZE_VALUES = (1, 2, 3, 5, 7, 13, 17, 33)
 SIZE_WEIGHTS = (3, 4, 5, 5, 4, 2, 1, 1)
@@ -312,7 +312,7 @@ class StmtGen:
         if r.random() > 0.03:
             names = tuple(n for n in names if n not in NOT_NATIVE)
         if self.g.grad:
-            names = tuple(n for n in names if BUILTINS[n].smooth)
+            names = tuple(n for n in names if BUILTINS[n].smooth and n not in FORWARD_ONLY)
         fn = r.choice(names)
         args = []
         for dom in BUILTINS[fn].domain:
@@ -325,6 +325,10 @@ class StmtGen:
                 a = Bin("*", Call("tanh", (a,)), Num(0.75))
             elif dom == "small":
                 a = Bin("*", Call("tanh", (a,)), Num(4.0))
+            elif dom == "two":
+                a = Bin("+", Bin("*", Call("tanh", (a,)), Num(0.75)), Num(1.0))
+            elif dom == "prob":
+                a = Bin("+", Bin("*", Call("tanh", (a,)), Num(0.4375)), Num(0.5))
             args.append(a)
         return Call(fn, tuple(args))
 

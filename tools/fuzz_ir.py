@@ -10,9 +10,10 @@ Grammar (frozen dataclasses; index and value expressions share the node types):
 The oracle (`evaluate`) runs a program with plain Python loops over the ranges the
 generator chose; it shares nothing with tcc (TC semantics: outputs start at zero, a `!`
 reduction first sets the elements it writes to the identity, a statement's right-hand
-sides all read the state before that statement; an output has the type of its first
-write's right-hand side, so `c ? 0.5 : 1.5` makes a float32 output even in a double
-def, and its values are stored rounded to float32). Along with every value it tracks a
+sides all read the state before that statement; a float literal is float32 and an
+output has the type of its first write's right-hand side, so `c ? 0.5 : 1.5` makes a
+float32 output even in a double def, its values stored rounded to float32). Along
+with every value it tracks a
 rounding-error scale (`mag`, `cnt`), whether the value is computed exactly in the
 program's dtype (`exact`: dyadic data, no rounding anywhere, in every summation order),
 how close the value came to a kink or tie in units of its rounding error (`margin`:
@@ -364,8 +365,9 @@ class Oracle:
             return env[n.name]  # a let
         if isinstance(n, (Var, Size)):
             return _leaf(ival(n, env, self.sizes))
-        if isinstance(n, Num):
-            return _leaf(n.value, _grid_of(float(n.value)))
+        if isinstance(n, Num):  # a float literal is float32 (`0.1` is 0.1f)
+            v = float(np.float32(n.value)) if isinstance(n.value, float) else float(n.value)
+            return _leaf(v, _grid_of(v))
         if isinstance(n, Read):
             return self.read(n, env)
         if isinstance(n, Cast):

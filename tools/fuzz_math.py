@@ -3,8 +3,9 @@ the argument domain the generator keeps them in, and where they have kinks.
 
 `BUILTINS[name] = Fn(impl, arity, domain, exact, kink, smooth)`:
 - `domain`: per argument, "any", "pos" (the generator writes `x * x + 0.5`), "ge1"
-  (`x * x + 1.5`), "unit" (`tanh(x) * 0.75`) or "small" (`tanh(x) * 4`: exp-like
-  growth stays finite);
+  (`x * x + 1.5`), "unit" (`tanh(x) * 0.75`), "small" (`tanh(x) * 4`: exp-like
+  growth stays finite), "two" (`tanh(x) * 0.75 + 1.0`, inside erfcinv's (0, 2)) or
+  "prob" (`tanh(x) * 0.4375 + 0.5`, inside normcdfinv's (0, 1));
 - `exact`: the result of exact (dyadic) arguments is exact (so exact mode may use it);
 - `kink`: the distance of the arguments to a point where the function is not smooth
   (None: smooth on the domain);
@@ -29,6 +30,17 @@ def _signed(f: Any) -> Any:
 def _round_away(x: float) -> float:
     """C's `round`: half away from zero (sign applied by `_signed`)."""
     return math.floor(abs(x) + 0.5)
+
+
+def _logb(x: float) -> float:
+    """C's `logb`: the unbiased exponent of `x` (nonzero), as a float."""
+    return float(math.frexp(x)[1] - 1)
+
+
+def _pow2_dist(x: float) -> float:
+    """The distance of |x| to the nearest power of two (where `logb` jumps)."""
+    e = math.frexp(x)[1] - 1
+    return min(abs(x) - 2.0**e, 2.0 ** (e + 1) - abs(x))
 
 
 def _frac_dist(x: float) -> float:
@@ -111,12 +123,33 @@ BUILTINS: dict[str, Fn] = {
         kink=lambda x, y, z: math.sqrt(x * x + y * y + z * z),
     ),  # fmt: skip
     "rnorm3d": Fn(lambda x, y, z: 1 / math.sqrt(x * x + y * y + z * z + 0.0), 3, ("pos",) * 3),
+    "rhypot": Fn(lambda x, y: 1 / math.hypot(x, y), 2, ("pos", "any")),
+    "norm4d": Fn(
+        lambda x, y, z, w: math.sqrt(x * x + y * y + z * z + w * w),
+        4,
+        ("any",) * 4,
+        kink=lambda x, y, z, w: math.sqrt(x * x + y * y + z * z + w * w),
+    ),  # fmt: skip
+    "rnorm4d": Fn(lambda *xs: 1 / math.sqrt(math.fsum(x * x for x in xs)), 4, ("pos",) * 4),
+    "logb": Fn(_logb, 1, _POS1, True, _pow2_dist, smooth=False),
+    "remainder": Fn(math.remainder, 2, ("any", "pos"), kink=lambda x, y: _half_dist(x / y) * y),
+    "tgamma": Fn(math.gamma, 1, _POS1, smooth=False),
+    "erfcinv": Fn(lambda x: float(special.erfcinv(x)), 1, ("two",)),
+    "normcdfinv": Fn(lambda x: float(special.ndtri(x)), 1, ("prob",)),
+    "nextafter": Fn(None, 2, ("any", "any"), True, smooth=False),  # in its type: `_nextafter`
 }
 EXACT = tuple(n for n, f in BUILTINS.items() if f.exact)
 # discontinuous at their kinks: a forward value near one is not compared
-JUMPS = frozenset({"floor", "ceil", "trunc", "round", "fmod", "copysign", "atan2"})
+JUMPS = frozenset(
+    {"floor", "ceil", "trunc", "round", "fmod", "copysign", "atan2", "logb", "remainder"}
+)
 # interp only ("not supported by the native targets yet"): drawn rarely
-NOT_NATIVE = frozenset({"cospi", "cyl_bessel_i0", "erfcx", "erfinv", "j0", "j1", "sinpi"})
+NOT_NATIVE = frozenset({"cospi", "cyl_bessel_i0", "erfcx", "erfinv", "j0", "j1", "sinpi",
+                        "erfcinv", "normcdfinv"})  # fmt: skip
+# drawn in forward programs only, so that the gradient seeds of tests/fuzz/test_ci.py
+# (and their known failures) keep the programs they had before these were added
+FORWARD_ONLY = frozenset({"rhypot", "norm4d", "rnorm4d", "logb", "remainder", "tgamma",
+                          "erfcinv", "normcdfinv", "nextafter"})  # fmt: skip
 
 
 def _slope(f: Fn, xs: list[float], k: int) -> float:
@@ -139,6 +172,8 @@ def call(oracle: Any, n: Any, args: list[tuple]) -> tuple:
     if f is None:
         raise Invalid(f"unknown builtin {n.fn}")
     xs = [a[0] for a in args]
+    if n.fn == "nextafter":
+        return _nextafter(oracle, n, args)
     try:
         v = float(f.impl(*xs))
     except (ValueError, OverflowError, ZeroDivisionError) as e:
@@ -156,3 +191,20 @@ def call(oracle: Any, n: Any, args: list[tuple]) -> tuple:
     mag = abs(v) + sum(_slope(f, xs, k) * a[1] for k, a in enumerate(args))
     cnt = max(a[2] for a in args) + 8  # libm / vector math: a few ulps
     return oracle._combine(v, tuple(args), cnt, mag, 0, False, margin)
+
+
+def _nextafter(oracle: Any, n: Any, args: list[tuple]) -> tuple:
+    """`nextafter(x, y)` in the call's type (float32 or float64): exact for exact
+    arguments, on the grid of its own value; a kink where x and y come close."""
+    import numpy as np
+
+    from tools.fuzz_ir import FLOATS, _grid_of
+
+    t = FLOATS.get(oracle.type_of(n), np.float64)
+    x, y = (float(t(a[0])) for a in args)
+    v = float(np.nextafter(t(x), t(y)))
+    margin = oracle._kink(x - y, *args)
+    mag = max(abs(v), *(a[1] for a in args))
+    exact = all(a[4] and float(t(a[0])) == a[0] for a in args)
+    cnt = max(a[2] for a in args) + 1
+    return (v, mag, cnt, _grid_of(v), exact, min(margin, *(a[5] for a in args)), math.inf)
