@@ -466,6 +466,10 @@ def _run_compile(args: argparse.Namespace) -> int:
         from compiler.runtime.cuda import cuda_source
 
         print(cuda_source(results[goal]), end="")
+    elif args.emit is None and goal == "gather":  # strided scatters as their gathers
+        from compiler.poly.gather import printed_form
+
+        print(pipeline.dump(printed_form(results[goal], ctx.options.gather)), end="")
     elif args.emit is not None or derive:
         print(pipeline.dump(results[goal]), end="")
     if args.time_passes:
