@@ -73,7 +73,7 @@ def grad(
         entry=name, grad=True, wrt=None if wrt is None else tuple(wrt), zeros=zeros
     )
     gradient = pipeline.run(text, upto=upto, ctx=ctx)
-    return print_def(gradient.checked.definition) + "\n"
+    return _printed(gradient) if upto == "gather" else print_def(gradient.checked.definition) + "\n"
 
 
 def cotangent_zeros(definition: Def, outputs: Iterable[str] | str) -> tuple[str, ...]:
@@ -131,6 +131,8 @@ def gradient_text(
 ) -> str:
     """The gradient of a ranged def, printed as TC (`zeros`: as `gradient_ranged`)."""
     gradient = gradient_ranged(ranged, wrt=wrt, form=form, zeros=zeros)
+    if form is GradForm.GATHER:
+        return _printed(gradient)
     return print_def(gradient.checked.definition) + "\n"
 
 
@@ -144,8 +146,17 @@ def gradient_source(kernel: Kernel) -> str:
         return print_def(parse(kernel.text).get(kernel.backward)) + "\n"
     compiled = kernel.__dict__.get("grad")  # Kernel.grad, when already derived
     if compiled is not None:
-        return print_def(compiled.ranged.checked.definition) + "\n"
+        return _printed(compiled.ranged)
     return gradient_text(kernel.ranged)
+
+
+def _printed(gradient: RangedDef) -> str:
+    """A gradient def in gather form as TC: the strided scatters the CPU runs as
+    partial scatters (its schedule choice) printed as their gathers
+    (`poly.gather.printed_form`)."""
+    from compiler.poly.gather import printed_form
+
+    return print_def(printed_form(gradient).checked.definition) + "\n"
 
 
 def gradient_kernel(kernel: Kernel) -> Kernel:
