@@ -15,9 +15,10 @@ variable an integer and every size >= 1:
 
 A `min`/`max` anywhere in a clause (`i in 0:max(N, 2) - 1`) is split into its
 cases, each a conjunction of affine constraints; the domain is empty when every
-case is. It is conservative: a clause that is not affine is left out (the set only
-grows), and past `_LIMIT` constraints or `_CASES` cases it answers "not known to be
-empty" (False).
+case is. A floor division or modulo by a positive constant c (`i in 0:(N - 3) / 3 + 1`)
+is a fresh integer q with `c*q <= N - 3 <= c*q + c - 1`. It is conservative: a clause
+that is not affine is left out (the set only grows), and past `_LIMIT` constraints or
+`_CASES` cases it answers "not known to be empty" (False).
 """
 
 from __future__ import annotations
@@ -101,6 +102,8 @@ def affine_cases(e: Expr) -> list[Case] | None:
                 out.append(([*ca, *cb, takes_a], a))
                 out.append(([*ca, *cb, takes_b], b))
         return out
+    if isinstance(e, Binary) and e.op in (BinOp.DIV, BinOp.MOD):
+        return _floor_cases(e)
     if isinstance(e, Binary) and e.op in (BinOp.ADD, BinOp.SUB, BinOp.MUL):
         lhs, rhs = affine_cases(e.lhs), affine_cases(e.rhs)
         if lhs is None or rhs is None or len(lhs) * len(rhs) > _CASES:
@@ -118,6 +121,35 @@ def affine_cases(e: Expr) -> list[Case] | None:
                     return None
         return out
     return None
+
+
+def _floor_cases(e: Binary) -> list[Case] | None:
+    """`a / c` and `a % c` for an integer constant c >= 1 (floor division, isl's and
+    Halide's): a fresh integer q with `a - c*q >= 0` and `c*q + c - 1 - a >= 0`; the
+    quotient is q, the remainder `a - c*q`. q is named by `a` and c, so one floor of one
+    value is one variable within a case. None when the divisor is not such a constant."""
+    divisor = e.rhs
+    if not (isinstance(divisor, Const) and isinstance(divisor.value, int) and divisor.value >= 1):
+        return None
+    c = divisor.value
+    inner = affine_cases(e.lhs)
+    if inner is None:
+        return None
+    out: list[Case] = []
+    for conds, a in inner:
+        q = {_quotient_name(a, c): Fraction(1)}
+        lower = _combine(a, 1, q, -c)  # a - c*q >= 0
+        upper = _combine(q, c, a, -1)  # c*q + c - 1 - a >= 0
+        upper[""] = upper.get("", Fraction(0)) + c - 1
+        value = q if e.op is BinOp.DIV else lower
+        out.append(([*conds, lower, upper], value))
+    return out
+
+
+def _quotient_name(a: Linear, c: int) -> str:
+    """A key no index variable or size can have (it holds spaces and a slash)."""
+    terms = " ".join(f"{v}*{k or '1'}" for k, v in sorted(a.items()))
+    return f"floor({terms} / {c})"
 
 
 def _combine(a: Linear, ka: Fraction | int, b: Linear, kb: Fraction | int) -> Linear:

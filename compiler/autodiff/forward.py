@@ -6,8 +6,10 @@ Ensures:  `jvp_def(ranged, wrt=None)` returns a new `Def` named `<name>_jvp`:
             `wrt` (default: every float input; the others' tangents are symbolic
             zeros and generate nothing);
           - outputs: the forward outputs, then one tangent `<T>_dot` per tensor the
-            def writes whose value depends on a tangent input (an output that does
-            not has a zero tangent and no `_dot` tensor);
+            def writes whose value depends on a tangent input: a statement writing it
+            has a right-hand side whose tangent is not a symbolic zero (an output that
+            has none, `P(i) += floor(O(i))`, has a zero tangent and no `_dot` tensor;
+            `Kernel.jvp` returns zeros for it);
           - statements: the forward statements, each preceded by its tangent
             statement (same left-hand side, ranges and reduction, tangent tensors in
             place of values): the tangent reads the values the forward statement
@@ -33,8 +35,10 @@ update the initial zeros, a constant with a zero tangent, as in reverse mode.
 
 A left-hand side that may name one element at several points (`O(i + k)`, not one to
 one: `products.injective`) makes a reduction even when every variable is on the left:
-a `*=!` tangent is then a `+=!` of each point's term; `*=`, `max=` and `min=` without
-`!` into such a left-hand side raise a TCError.
+a `*=!` tangent is then a `+=!` of each point's term; a `max=` / `min=` tangent keeps
+the previous tangent over the output's whole box where the value is unchanged, then
+adds every tied point's (`_colliding_extremum`); `*=` without `!` into such a
+left-hand side raises a TCError.
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ from compiler.frontend.ast import (
     Expr,
     Let,
     Param,
+    RangeConstraint,
     ScalarType,
     Select,
     Stmt,
@@ -109,31 +114,35 @@ class _Forward:
         self.types: dict[str, ScalarType] = {t.name: t.dtype for t in self.checked.tensors}
         self.types |= dict.fromkeys(self.checked.size_params, INDEX_TYPE)
         self.def_name = names.fresh(f"{ranged.name}_jvp")
-        self.dot: dict[str, str] = {n: names.fresh(f"{n}_dot") for n in self.wrt}
-        for tensor in self._active():
-            self.dot[tensor] = names.fresh(f"{tensor}_dot")
-        for tensor, dot in self.dot.items():
-            self.types[dot] = self.types[tensor]
         self.extra: list[Param] = []  # auxiliary reductions of products (`_product`)
         self.written: set[str] = set()
         self.before: list[Stmt] = []  # to run before the current forward statement
+        self.dot: dict[str, str] = {}
+        for tensor in self.wrt:
+            self._activate(tensor)
+        self._find_active()
 
-    def _active(self) -> list[str]:
-        """Written float tensors whose value depends on a tangent input, in order."""
-        active = set(self.wrt)
+    def _activate(self, tensor: str) -> None:
+        self.dot[tensor] = dot = self.names.fresh(f"{tensor}_dot")
+        self.types[dot] = self.types[tensor]
+
+    def _find_active(self) -> None:
+        """Give a tangent to every written float tensor whose value depends on a
+        tangent input: some statement writing it has a right-hand side whose tangent is
+        not a symbolic zero (`P(i) += floor(O(i))` has none: P's tangent is zero and P
+        gets no `_dot` tensor), to a fixed point, in the order they are found."""
         changed = True
         while changed:
             changed = False
             for stmt in self.definition.stmts:
                 target = stmt.lhs.name
-                if target in active or not self.types[target].is_float:
+                if target in self.dot or not self.types[target].is_float:
                     continue
-                rhs = inline_lets(stmt).rhs  # a let's reads count where it is used
-                if any(isinstance(e, Access) and e.name in active for e in walk(rhs)):
-                    active.add(target)
+                if self._tangent(inline_lets(stmt).rhs) is not None:  # a let's reads count
+                    self._activate(target)
                     changed = True
-        order = dict.fromkeys(s.lhs.name for s in self.definition.stmts)
-        return [t for t in order if t in active and t not in self.wrt]
+        order = [*self.wrt, *dict.fromkeys(s.lhs.name for s in self.definition.stmts)]
+        self.dot = {t: self.dot[t] for t in dict.fromkeys(order) if t in self.dot}
 
     def run(self) -> TangentDef:
         stmts: list[Stmt] = []
@@ -203,11 +212,14 @@ class _Forward:
         return [locate(tangent, stmt.span)]
 
     def _covers(self, stmt: Stmt) -> bool:
-        """Whether `stmt` writes all of its declared output (range inference bounds
-        later reads of the tangent by what its statements write: a gradient's
+        """Whether a zero tangent of the `+=` `stmt` must still be written: its output's
+        shape is inferred from its writes (so is its tangent's: `P(i) += floor(A(i))
+        where i in 0:N` then `P(i) += A(i) where i in 0:N - 1` leaves P_dot N elements),
+        or `stmt` writes all of its declared output (range inference bounds later
+        reads of the tangent by what its statements write: a gradient's
         `X_grad_acc(i) += X_grad(i)` over the whole shape after a partial sum)."""
         info = self.checked.tensor(stmt.lhs.name)
-        return info.dims is not None and writes_box(stmt, tuple(info.dims))
+        return info.dims is None or writes_box(stmt, tuple(info.dims))
 
     def _product(
         self, stmt: Stmt, rhs: Expr, where: tuple, value: MaybeExpr, dot: str
@@ -256,10 +268,10 @@ class _Forward:
         tangent where it is still the result, plus the tangents of the terms equal to
         the result (`value`), as `max=!` (every tied element's, as reverse mode)."""
         target, lhs = stmt.lhs.name, stmt.lhs.args
-        if not injective(stmt, self.checked.size_params):
-            raise self._colliding(stmt)
-        outer = lhs_where(stmt, where)
         dot_lhs = dataclasses.replace(stmt.lhs, name=dot)
+        if not injective(stmt, self.checked.size_params):
+            return self._colliding_extremum(stmt, value, where, dot)
+        outer = lhs_where(stmt, where)
         if target not in self.written:  # the initial zeros: a constant, as reverse mode
             kept: Expr = al.const(0)
         else:
@@ -270,6 +282,41 @@ class _Forward:
             more = Stmt(dot_lhs, AssignOp.PLUS, self._typed(value, target), where)
             out.append(locate(more, stmt.span))
         return out
+
+    def _colliding_extremum(
+        self, stmt: Stmt, value: MaybeExpr, where: tuple, dot: str
+    ) -> list[Stmt]:
+        """`_extremum` where the left-hand side may name one element at several points
+        (`O(i + k) max= A(i, k)`): over the output's whole box, the previous tangent
+        where the value is unchanged, else 0 (an element the statement does not write
+        is unchanged); then every tied point's tangent, `+=` (each point's term, summed
+        as reverse mode gives each the full adjoint). As a first write the previous
+        value is the initial zeros, a constant: a `+=!` of the tied points' tangents."""
+        dot_lhs = dataclasses.replace(stmt.lhs, name=dot)
+        tied = self._typed(value if value is not None else al.const(0), stmt.lhs.name)
+        if stmt.lhs.name not in self.written:
+            return [locate(Stmt(dot_lhs, AssignOp.PLUS_INIT, tied, where), stmt.span)]
+        idx, box = self._box(stmt)
+        whole = Access(stmt.lhs.name, idx)
+        over = dataclasses.replace(stmt, lhs=whole)
+        saved = self._tmp(self.before, over, AssignOp.ASSIGN, whole, box)
+        kept = Select(al.eq(saved, whole), Access(dot, idx), al.const(0))
+        out = [Stmt(Access(dot, idx), AssignOp.ASSIGN, self._typed(kept, stmt.lhs.name), box)]
+        if value is not None:
+            out.append(Stmt(dot_lhs, AssignOp.PLUS, tied, where))
+        return [locate(s, stmt.span) for s in out]
+
+    def _box(self, stmt: Stmt) -> tuple[tuple[Var, ...], tuple[RangeConstraint, ...]]:
+        """Index variables over the whole shape of `stmt`'s output (its declared dims,
+        or the upper ends of its inferred ranges), with their ranges `0:dim`."""
+        target = stmt.lhs.name
+        dims = self.checked.tensor(target).dims
+        if dims is None:
+            dims = [b.hi for b in self.ranged.bounds_of(target)]
+        names = self.names.scope().numbered("i", len(dims))
+        zero = Const(0, ScalarType.INT32)
+        where = tuple(RangeConstraint(Var(n), zero, d) for n, d in zip(names, dims, strict=True))
+        return tuple(Var(n) for n in names), where
 
     def _colliding(self, stmt: Stmt) -> TCError:
         op = stmt.op.value

@@ -363,9 +363,9 @@ class _Reverse:
                     hint="bind the subscript to an index variable with a where clause, "
                     "or read through an index tensor",
                 )
-        self._need_reads(value, index)
         for cond, taken in reversed(guards):
             value = al.select(cond, value, None) if taken else al.select(cond, None, value)  # type: ignore[assignment]
+        self._need_reads(value, index)  # the guards' reads too (`O_v1(i) < B(i) ? ...`)
         extra = self._guard_ranges(tensor, read) if guards else ()
         where = stmt.where + tuple(c for c in extra if c not in stmt.where)
         self._emit(Access(grad, read.args, span=read.span), value, where)

@@ -128,7 +128,6 @@ def test_max_tie_rule_matches_reverse_mode() -> None:
     "src, message",
     [
         ("def f(double(N, M) A) -> (O) { O(i) *= A(i, j) }", "first write of 'O'"),
-        ("def f(double(N, M) A) -> (O) { O(i + j) max= A(i, j) }", "at several points"),
         ("def f(double(N, M) A) -> (O) { O(i) = A(i, 0)\n O(i + j) *= A(i, j) }", "several"),
         ("def f(double(N) A) -> (O) { O(i) = lgamma(A(i)) }", "digamma"),
     ],

@@ -7,7 +7,15 @@ forward, on every CPU target:
 - a left-hand side that names one element at several points (`O(i1 + k2)`) is a
   reduction: the tangent of a `*=!` into it sums every point's term (F5);
 - `max=` / `min=` as an output's first write update its initial zeros, a constant,
-  in forward mode as in reverse mode (F6).
+  in forward mode as in reverse mode (F6);
+- a clamp piece empty for every size through a floor-divided bound
+  (`i in 0:(N - 3) / 3 + 1`) is dropped (G1);
+- a tangent whose every term is a symbolic zero (through `floor`) is a zero tangent,
+  and a zero `+=` tangent still writes zeros where the output's shape is inferred (G2);
+- a select's condition that reads an intermediate version (`O(i) < B(i) ? ...` between
+  two writes of O) has that version recomputed (G3);
+- `max=` / `min=` into a left-hand side that names one element at several points
+  (`O(i1 + k2)`) has a tangent as it has a gradient: every tied point's (G4).
 
 jvp is also checked against the interp target's central differences and the
 dot-product identity <jvp(t), c> == <t, vjp(c)>.
@@ -54,6 +62,22 @@ VJP = {
         }""",
         [(3,), (3,)],
     ),
+    "clamp piece empty through a floor-divided bound": (
+        "def f(double(N) A) -> (O) { O(i) += A(min(i, N - 1)) where i in 0:(N - 3) / 3 + 1 }",
+        [(3,)],
+    ),
+    "clamp piece empty through a floor-divided bound, N = 7": (
+        "def f(double(N) A) -> (O) { O(i) += A(min(i, N - 1)) where i in 0:(N - 3) / 3 + 1 }",
+        [(7,)],
+    ),
+    "guard reading an intermediate version": (
+        """def f(double(N) A, double(N) B, double(N) C) -> (O) {
+            O(i1) = A(i1) where i1 in 0:N
+            O(i2) = O(i2) < B(i2) ? C(i2) * C(i2) : B(i2) where i2 in 0:N - 1
+            O(i3) += C(i3) where i3 in 0:N
+        }""",
+        [(5,), (5,), (5,)],
+    ),
 }
 
 
@@ -87,6 +111,41 @@ JVP = {
     "+= as first write": (
         "def f(double(N) A) -> (O) { O(i1) += A(k2) * A(i1) where i1 in 0:N }",
         [(4,)],
+    ),
+    "zero tangent through floor": (
+        """def f(double(N) A) -> (O, P) {
+            O(i) = A(i) * A(i)
+            P(i) += floor(O(i)) where i in 0:N
+        }""",
+        [(4,)],
+    ),
+    "zero tangent through floor, then a partial +=": (
+        """def f(double(N) A) -> (P) {
+            P(i) += floor(A(i)) where i in 0:N
+            P(i) += A(i) * A(i) where i in 0:N - 1
+        }""",
+        [(4,)],
+    ),
+    "max= as first write into colliding elements": (
+        """def f(double(N, N) A) -> (O) {
+            O(i1 + k2) max= A(i1 + k2, min(k2, N - 1)) where i1 in 0:N - 3 + 1, k2 in 0:3
+        }""",
+        [(4, 4)],
+    ),
+    "max= into colliding elements after a write": (
+        """def f(double(N, M) A, double(N) B) -> (O) {
+            O(i) = B(i) where i in 0:N
+            O(i1 + k2) max= A(i1, k2) where i1 in 0:N - M + 1
+        }""",
+        [(6, 3), (6,)],
+    ),
+    "min= into colliding elements between writes": (
+        """def f(double(N, M) A, double(N) B) -> (O) {
+            O(i) = B(i) where i in 0:N
+            O(i1 + k2) min= A(i1, k2) where i1 in 0:N - M + 1
+            O(i) = O(i) * B(i)
+        }""",
+        [(6, 3), (6,)],
     ),
 }
 VJP |= JVP
@@ -189,3 +248,41 @@ def test_colliding_assignment_of_a_generated_def_is_an_error() -> None:
     with pytest.raises(compiler.TCError, match="more than once"):
         check_assignments(colliding)
     check_assignments(ranged("def f(double(N) A) -> (O) { O(2 * i + 1) = A(i) }"))
+
+
+def test_floor_divided_bounds_are_split_into_quotients() -> None:
+    """i >= N and i in 0:(N - 3) / 3 + 1 is empty (i <= (N - 3) / 3 < N); i equal to the
+    quotient is not; i >= 1 and i in 0:N % 2 is empty (N % 2 <= 1)."""
+    defs = {
+        "i - N in 0:i - N + 1": True,
+        "i - (N - 3) / 3 in 0:1": False,
+    }
+    for clause, empty in defs.items():
+        src = f"def f(double(N) A) -> (O) {{ O(i) = A(i) where i in 0:(N - 3) / 3 + 1, {clause} }}"
+        assert runs_never(parse(src).get().stmts[0].where, ("N",)) is empty, clause
+    src = "def f(double(N) A) -> (O) { O(i) = A(i) where i in 0:N % 2, i in 1:2 }"
+    assert runs_never(parse(src).get().stmts[0].where, ("N",))
+    src = "def f(double(N) A) -> (O) { O(i) = A(i) where i in 0:N % 2 + 1, i in 1:2 }"
+    assert not runs_never(parse(src).get().stmts[0].where, ("N",))
+
+
+@pytest.mark.filterwarnings("ignore::compiler.kernel.TCWarning")
+@pytest.mark.parametrize("target", sorted(TARGETS))
+def test_colliding_max_ties_follow_reverse_mode(target: str) -> None:
+    """Every point tied at an element's maximum contributes its whole tangent, as each
+    receives the whole adjoint in reverse mode: with A constant every point ties."""
+    src = "def f(double(N, M) A) -> (O) { O(i1 + k2) max=! A(i1, k2) }"
+    src_first = "def f(double(N, M) A) -> (O) { O(i1 + k2) max= A(i1, k2) }"
+    a = np.ones((4, 3))
+    t = np.random.default_rng(3).standard_normal(a.shape)
+    want = np.zeros(6)
+    for i, k in np.ndindex(a.shape):
+        want[i + k] += t[i, k]
+    for source in (src, src_first):
+        k = compiler.define(source, cache=False, **TARGETS[target])
+        (out,), (dot,) = k.jvp(a, tangents=(t,))
+        np.testing.assert_array_equal(out, np.ones(6))
+        np.testing.assert_allclose(dot, want, rtol=1e-12)
+        c = np.random.default_rng(4).standard_normal(6)
+        (g,) = k.vjp(a, grad_outputs=(c,))
+        assert float(np.vdot(dot, c)) == pytest.approx(float(np.vdot(t, g)), rel=1e-12)

@@ -24,17 +24,7 @@ GRAD_CFG = fuzz.Config(targets=("interp", "llvm", "llvm-rand"), grad=True, cuda_
 
 # (mode, seed) -> the failure signature seen when the entry was added (strict xfail).
 # F<n>: the failure class it belongs to (named in the commit that fixes it).
-KNOWN_FAILURES: dict[tuple[str, int], str] = {
-    ("grad", 20051): "rejected:grad-interp:RangeError: error: this statement runs for no sizes "
-    "at all (G1: a clamp piece of O(i) += A(min(i, N - 1)) where i in 0:(N - 3) / 3 + 1)",
-    ("grad", 20065): "rejected:jvp-interp:SemanticError: error: output '_' is never written "
-    "(G2: a tangent output whose every term is zero, through floor)",
-    ("grad", 20077): "rejected:jvp-interp:TCError: error: cannot differentiate '_' in forward "
-    "mode where its left-hand side '_' may name one element at several points (G4: `max=` "
-    "into a colliding O(i1 + k2); reverse mode differentiates it)",
-    ("grad", 20145): "rejected:grad-interp:SemanticError: error: unknown tensor or function '_' "
-    "(G3: clamp pieces of a self-reading update between two full writes)",
-}
+KNOWN_FAILURES: dict[tuple[str, int], str] = {}
 
 
 def _params(mode: str, seeds: tuple) -> list:
