@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from compiler.codegen.cuda_options import CudaOptions
+from compiler.codegen.cuda_split import SplitReduction, serial_reason, split_of
 from compiler.codegen.cuda_tile import extent, fresh, thread_tile
 from compiler.codegen.cuda_warp import LANES, warp_reduce
 from compiler.diagnostics import InternalError
@@ -52,8 +53,8 @@ from compiler.loops import (
     Alloc,
     Assign,
     Bin,
-    Block,
     BinOp,
+    Block,
     Buffer,
     Const,
     DType,
@@ -130,7 +131,8 @@ class GpuKernel:
     temps: tuple[Buffer, ...]  # allocated by the host, zero-filled
     phase: int = 0  # the phase of the Function it runs (several kernels may share one)
     when: Expr | None = None  # runs only where this int64 size expression is > 0
-    variant: str = ""  # "tile" (cuda_tile) or "warp" (cuda_warp, lanes combine values)
+    variant: str = ""  # "tile" (cuda_tile), "warp" (lanes combine values), "split" (cuda_split)
+    reason: str = ""  # why a "serial" kernel runs on one thread
 
 
 @dataclass(frozen=True)
@@ -236,55 +238,102 @@ def _map_piece(
             mode = "atomic"
     depth = len(chain)  # the band: the first `depth` loops of the root chain
     phase = _Serial().mutate(phase)
+    sizes = set(f.size_params)
     if not depth:
         one = Const(1, I64)
-        return [GpuKernel(name, phase, "serial", 1, (one, one, one), (), tuple(temps))]
+        reason = serial_reason(phase, error)
+        plain = GpuKernel(name, phase, "serial", 1, (one, one, one), (), tuple(temps),
+                          reason=reason)  # fmt: skip
+        if temps:
+            return [plain]
+        return _with_variants(plain, [], phase, sizes, options, error, taken)
     band = _chain(phase, lambda loop: True)[:depth]
-    sizes = set(f.size_params)
     body, grid, dims = _map_band(band, sizes, options, taken)
     plain = GpuKernel(name, body, mode, options.block, grid, dims, tuple(temps))
     if mode != "parallel" or temps:
         return [plain]
-    return _with_variants(plain, band, sizes, options, error, taken)
+    return _with_variants(plain, band, band[-1].body, sizes, options, error, taken)
 
 
 def _with_variants(
     plain: GpuKernel,
     band: list[For],
+    inner: Stmt,
     sizes: set[str],
     options: CudaOptions,
     error: str | None,
     taken: set[str],
 ) -> list[GpuKernel]:
-    """`plain` and the variants of its band that the host picks from by the sizes (each
-    kernel's `when`): thread tiles for large bands, warp reductions for small bands of
-    long reductions. Exactly one runs: the first variant whose `when` holds, else `plain`."""
+    """`plain` and the variants of its band (possibly empty, over `inner`) that the host
+    picks from by the sizes (each kernel's `when`): thread tiles for large bands, warp
+    reductions for small bands of long reductions, split reductions (`cuda_split`) for
+    few outputs. Exactly one runs: the first variant whose `when` holds, else `plain`."""
     name = plain.name
-    variants: list[tuple[Expr, str, list[tuple[str, Stmt, int]]]] = []  # when, variant, parts
-    tiled = thread_tile(band, *options.thread_tile, options.tile_threads, taken)
+    variants: list[tuple[Expr, list[GpuKernel]]] = []  # when, kernels (when unset)
+    tiled = thread_tile(band, *options.thread_tile, options.tile_threads, taken) if band else None
     if tiled is not None and _size_only(tiled.enough, sizes) is not None:
         parts = [(f"{name}t{k}", part, d) for k, (part, d) in enumerate(tiled.phases)]
-        variants.append((tiled.enough, "tile", parts))
+        variants.append((tiled.enough, _kernels(parts, "tile", (), sizes, options, taken)))
     warp = None
-    if options.block % LANES == 0:
+    if band and options.block % LANES == 0:
         warp = warp_reduce(band, error, options.warp_outputs, taken)
     if warp is not None and _size_only(warp.when, sizes) is not None:
-        variants.append((warp.when, "warp", [(f"{name}w", warp.phase, warp.depth)]))
+        parts = [(f"{name}w", warp.phase, warp.depth)]
+        variants.append((warp.when, _kernels(parts, "warp", (), sizes, options, taken)))
+    split = split_of(band, inner, sizes, error, taken)
+    if split is not None and _size_only(split.when, sizes) is not None:
+        variants.append((split.when, _split_kernels(name, split, sizes, options, error, taken)))
     if not variants:
         return [plain]
     one = Const(1, I64)
     kernels: list[GpuKernel] = []
     otherwise: Expr | None = None  # > 0: no variant so far holds
-    for when, variant, parts in variants:
+    for when, found in variants:
         runs = when if otherwise is None else Min(when, otherwise)
-        for part_name, part, part_depth in parts:
-            part_band = _chain(part, lambda loop: True)[:part_depth]
-            body, grid, dims = _map_band(part_band, sizes, options, taken)
-            kernels.append(GpuKernel(part_name, body, plain.mode, options.block, grid, dims,
-                                     (), 0, runs, variant))  # fmt: skip
+        kernels += [dataclasses.replace(k, mode="parallel", when=runs) for k in found]
         fails = Bin(BinOp.SUB, one, when)
         otherwise = fails if otherwise is None else Min(otherwise, fails)
     return [dataclasses.replace(plain, when=otherwise), *kernels]
+
+
+def _kernels(
+    parts: list[tuple[str, Stmt, int]],
+    variant: str,
+    temps: tuple[Buffer, ...],
+    sizes: set[str],
+    options: CudaOptions,
+    taken: set[str],
+) -> list[GpuKernel]:
+    """A kernel for each (name, phase, band depth) of `parts`, its band mapped."""
+    kernels = []
+    for part_name, part, part_depth in parts:
+        part_band = _chain(part, lambda loop: True)[:part_depth]
+        body, grid, dims = _map_band(part_band, sizes, options, taken)
+        kernels.append(GpuKernel(part_name, body, "parallel", options.block, grid, dims,
+                                 temps, 0, None, variant))  # fmt: skip
+    return kernels
+
+
+def _split_kernels(
+    name: str,
+    split: SplitReduction,
+    sizes: set[str],
+    options: CudaOptions,
+    error: str | None,
+    taken: set[str],
+) -> list[GpuKernel]:
+    """The two passes of a split reduction, sharing its temporary; the second as a
+    warp reduction where it applies (then its variant is "warp": lanes combine)."""
+    temps = (split.temp,)
+    first = _kernels([(f"{name}s1", split.first, split.first_depth)], "split", temps, sizes,
+                     options, taken)  # fmt: skip
+    second_band = _chain(split.second, lambda loop: True)[: split.second_depth]
+    warp = warp_reduce(second_band, error, 2**62, taken) if options.block % LANES == 0 else None
+    if warp is None:
+        part, depth, variant = split.second, split.second_depth, "split"
+    else:
+        part, depth, variant = warp.phase, warp.depth, "warp"
+    return first + _kernels([(f"{name}s2", part, depth)], variant, temps, sizes, options, taken)
 
 
 def _chain(stmt: Stmt, take: Callable[[For], bool]) -> list[For]:

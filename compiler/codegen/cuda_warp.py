@@ -85,7 +85,7 @@ def warp_reduce(
     inner = loops[-1]
     if any(isinstance(n, L.For) for n in walk(inner.body)):
         return None
-    op = _reduction_op(nest, body.var, error)
+    op = reduction_op(nest, body.var, error)
     if op is None or _strided(nest, inner.var):
         return None
     lane = fresh("tcc_lane", taken)
@@ -99,13 +99,13 @@ def warp_reduce(
     total = L.VarRef(part, body.dtype)
     tail = L.If(
         L.Bin(L.BinOp.EQ, L.VarRef(lane, I64), L.Const(0, I64)),
-        L.Local(body.var, body.dtype, _combine(op, body.init, total), _block(rest)),
+        L.Local(body.var, body.dtype, combine(op, body.init, total), _block(rest)),
         None,
     )
     lanes = L.Local(
         part,
         body.dtype,
-        _identity(op, body.dtype),
+        identity(op, body.dtype),
         L.Block((reduced, L.Assign(part, WarpReduce(op, total)), tail)),
     )
     lane_loop = dataclasses.replace(chain[-1], var=lane, lo=L.Const(0, I64),
@@ -118,7 +118,7 @@ def warp_reduce(
     return WarpBand(phase, len(chain) + 1, L.Min(small, long))
 
 
-def _reduction_op(nest: L.For, acc: str, error: str | None) -> str | None:
+def reduction_op(nest: L.For, acc: str, error: str | None) -> str | None:
     """The op of every `acc = acc op e` in `nest` when those are its only writes of
     `acc` (and `acc` is read nowhere else), else None."""
     ops: set[str] = set()
@@ -165,12 +165,12 @@ def _strided(nest: L.For, r: str) -> bool:
     return False
 
 
-def _identity(op: str, dtype: L.DType) -> L.Const:
+def identity(op: str, dtype: L.DType) -> L.Const:
     value = {"+": 0.0, "*": 1.0, "max": float("-inf"), "min": float("inf")}[op]
     return L.Const(value, dtype)
 
 
-def _combine(op: str, a: L.Expr, b: L.Expr) -> L.Expr:
+def combine(op: str, a: L.Expr, b: L.Expr) -> L.Expr:
     if op == "max":
         return L.Max(a, b)
     if op == "min":
@@ -189,4 +189,13 @@ def _block(stmts: tuple[L.Stmt, ...]) -> L.Stmt:
     return stmts[0] if len(stmts) == 1 else L.Block(stmts)
 
 
-__all__ = ["LANES", "MIN_LANES_USED", "WarpBand", "WarpReduce", "warp_reduce"]
+__all__ = [
+    "LANES",
+    "MIN_LANES_USED",
+    "WarpBand",
+    "WarpReduce",
+    "combine",
+    "identity",
+    "reduction_op",
+    "warp_reduce",
+]
