@@ -34,7 +34,7 @@ ALLOWED = {  # package -> the packages and root modules of ours it may import (b
     "torch": {"backward", "frontend", "interp", "kernel", "progress", "tune"},
     "tune": {"backward", "cli", "codegen", "frontend", "interp", "kernel", "shapes"},
     "cli": {
-        "codegen", "frontend", "gradcheck", "inputs", "kernel", "pipeline", "poly",
+        "backward", "codegen", "frontend", "gradcheck", "inputs", "kernel", "pipeline", "poly",
         "progress", "runtime", "shapes", "tune",
     },
 }  # fmt: skip
