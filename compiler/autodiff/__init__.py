@@ -6,8 +6,9 @@
 `rules.py` holds the derivative rules of the builtins, `algebra.py` the constructors
 with symbolic zeros, `versions.py` the versions of tensors written several times and
 their recomputation, `simplify.py` (with `normal.py`) the last step of both modes
-(folded indices, like terms, merged contributions, shared subexpressions), `rewrite.py` renaming and let inlining. This package imports
-only `compiler.frontend` (STYLE.md rule 1): its input already carries explicit ranges.
+(folded indices, like terms, merged contributions, shared subexpressions),
+`rewrite.py` renaming and let inlining. This package imports only `compiler.frontend`
+(STYLE.md rule 1): its input already carries explicit ranges.
 """
 
 from __future__ import annotations
