@@ -484,6 +484,7 @@ def update_stmt(g: Gen, name: str) -> Stmt | None:
     op = r.choice(("=", "=", "+=", "max=", "min=", "*=", "+=", "+=!"))
     if g.grad and op == "*=":
         op = "+="
+    shifted = None
     if op == "=":
         sg.self_read = (name, tuple(Var(v) for v in lhs_vars))
         if t.dims and r.random() < 0.3:  # a reversed read of the old contents
@@ -492,11 +493,30 @@ def update_stmt(g: Gen, name: str) -> Stmt | None:
             if scope[lhs_vars[d]].lo_c == 0 and show(scope[lhs_vars[d]].hi) == show(t.dims[d][0]):
                 subs[d] = _minus(_minus(t.dims[d][0], Num(1)), Var(lhs_vars[d]))
             sg.self_read = (name, tuple(subs))
+        elif not g.grad and t.dims and r.random() < 0.4:  # a shifted read `O(i - 1)`
+            sg.self_read = (name, _shifted(lhs_vars, scope, t.dims, r.randrange(len(t.dims))))
+            shifted = Read(*sg.self_read)
     sg.pending = []
     sg.allow_new = op != "="  # an `=` reading its own output has no reduction
     rhs = sg.expr(r.choice((0, 1, 1, 2)))
+    if shifted is not None and shifted not in _reads(rhs, []):
+        rhs = Bin("+", shifted, rhs)
     ranges = tuple((v, sg.scope[v].lo, sg.scope[v].hi, True) for v in sg.order)
     return Stmt(name, tuple(Var(v) for v in lhs_vars), op, rhs, ranges)
+
+
+def _shifted(lhs_vars: list, scope: dict, dims: tuple, d: int) -> tuple:
+    """Subscripts of the written element shifted by one in dimension `d`: `v + 1` over
+    `0:E - 1`, else `v - 1` over `1:E` (a full range `0:E` is narrowed to that)."""
+    subs = [Var(v) for v in lhs_vars]
+    v, (e, ec) = lhs_vars[d], dims[d]
+    if show(scope[v].hi) == show(_minus(e, Num(1))) and scope[v].lo_c == 0:
+        subs[d] = Bin("+", Var(v), Num(1))
+    elif ec >= 2:
+        if scope[v].lo_c == 0:
+            scope[v] = VarInfo(Num(1), e, 1, ec, {show(e)})
+        subs[d] = Bin("-", Var(v), Num(1))
+    return tuple(subs)
 
 
 def _record_dims(g: Gen, s: Stmt) -> None:

@@ -1,10 +1,11 @@
 """Idioms for the fuzzer: matmul, convolutions (strided, dilated, clamp-padded,
-transposed), softmax, layer norm, max pooling -- built in the fuzzer's own IR with
-random sizes, so the oracle knows their meaning like any generated program."""
+zero-padded by a guarded read, transposed), softmax, layer norm, max pooling -- built
+in the fuzzer's own IR with random sizes, so the oracle knows their meaning like any
+generated program."""
 
 from __future__ import annotations
 
-from tools.fuzz_ir import Bin, Call, Num, Read, Size, Stmt, Var
+from tools.fuzz_ir import Bin, Call, Cond, Num, Read, Size, Stmt, Var
 
 V, N, S = Var, Num, Size
 
@@ -68,7 +69,13 @@ def idiom(g: object, kind: str | None = None) -> object:
         inp("W", S("L"), S("M"), S("K"))
         g.sizes["L"] = r.choice((1, 2, 3))
         c = V("c")
-        if r.random() < 0.4:  # clamp-padded ("replicate"), output as long as the input
+        guard = None
+        if not g.grad and r.random() < 0.25:  # zero-padded: a guarded read, same length
+            pad = g.sizes["K"] // 2
+            sub = Bin("-", _add(i, k), N(pad)) if pad else _add(i, k)
+            guard = Bin("&&", Bin(">=", sub, N(0)), Bin("<", sub, S("N")))
+            ranges = (_rng("i", N(0), S("N")), _rng("k", N(0), S("K")))
+        elif r.random() < 0.4:  # clamp-padded ("replicate"), output as long as the input
             sub = Call("max", (Call("min", (Bin("-", _add(i, k), N(1)), Bin("-", S("N"), N(1)))),
                                N(0)))  # fmt: skip
             ranges = (_rng("i", N(0), S("N")), _rng("k", N(0), S("K")))
@@ -78,6 +85,7 @@ def idiom(g: object, kind: str | None = None) -> object:
             hi = _add(Bin("/", Bin("-", S("N"), N(span + 1)), N(s)), N(1))
             ranges = (_rng("i", N(0), hi), _rng("k", N(0), S("K")))
         rhs = Bin("*", Read("I", (c, sub)), Read("W", (V("o"), c, k)))
+        rhs = rhs if guard is None else Cond(guard, rhs, N(0.0))
         ranges = (_rng("o", N(0), S("L"), False), *ranges, _rng("c", N(0), S("M"), False))
         g.stmts.append(Stmt("O", (V("o"), i), "+=!", rhs, ranges))
         out("O")
