@@ -2,7 +2,7 @@
 and carried into the gradient and tangent defs; the gradient kernel checks the
 preconditions the forward's reads need (issues 48 and 51).
 
-A call whose sizes break a stated condition is a ShapeError pointing at that condition
+A call whose sizes break a stated condition is a ShapeError (interp, llvm, cuda-emulated) pointing at that condition
 in the user's file and naming the sizes bound; the gradient def (`compiler.grad`,
 `Kernel.grad_source`, `tcc compile --grad`) and the tangent def carry the clause, so
 their kernels refuse the same sizes.
@@ -43,7 +43,7 @@ def _reference(gates: np.ndarray, h: np.ndarray) -> np.ndarray:
     return r * np.tanh(gates[:, 12:16]) + (1 - r) * h
 
 
-@pytest.mark.parametrize("target", ["interp", "llvm"])
+@pytest.mark.parametrize("target", ["interp", "llvm", "cuda-emulated"])
 def test_a_call_checks_the_clause_at_its_position(target: str) -> None:
     k = compiler.define(GRU, target=target, cache=False)
     rng = np.random.default_rng(48)
