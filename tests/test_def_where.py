@@ -2,10 +2,10 @@
 and carried into the gradient and tangent defs; the gradient kernel checks the
 preconditions the forward's reads need (issues 48 and 51).
 
-A call whose sizes break a stated condition is a ShapeError (interp, llvm, cuda-emulated) pointing at that condition
-in the user's file and naming the sizes bound; the gradient def (`compiler.grad`,
-`Kernel.grad_source`, `tcc compile --grad`) and the tangent def carry the clause, so
-their kernels refuse the same sizes.
+A call whose sizes break a stated condition is a ShapeError (interp, llvm and
+cuda-emulated alike) pointing at that condition in the user's file and naming the sizes
+bound; the gradient def (`compiler.grad`, `Kernel.grad_source`, `tcc compile --grad`)
+and the tangent def carry the clause, so their kernels refuse the same sizes.
 """
 
 from __future__ import annotations
