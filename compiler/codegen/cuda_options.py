@@ -7,6 +7,7 @@
     CudaOptions(atomics=False)           data-dependent scatters run on one thread
     CudaOptions(thread_tile=(1, 1))      one thread per output of every contraction
     CudaOptions(warp_outputs=0)          no warp reductions
+    CudaOptions(graph=True)              device calls replay a captured CUDA graph
 
 - `block`: threads per block (1..1024), all along x; the band's collapsed inner loops
   map to `blockIdx.x * blockDim.x + threadIdx.x`. A multiple of 32 (a warp) is best.
@@ -35,6 +36,10 @@
   On an H200 the warp form took sum_j exp(A(i, j)) * b(j) at 4096^2 from 0.75 to
   0.095 ms, and at 65536 x 256 from 0.145 to 0.09 ms; 65536 itself is a model guess
   (no measured case had more outputs).
+- `graph`: a device call (`runtime.cuda_device`) captures its launches as a CUDA
+  graph, once per stream, sizes and buffer pointers, and replays it with one
+  `cuGraphLaunch` (`runtime.cuda_host.GraphCache`); it pays when a call repeats
+  with the same arrays (`out=` given, inputs reused). Off by default.
 - `arch`: NVRTC's `--gpu-architecture` (e.g. "sm_90"), or None: the device's.
 """
 
@@ -64,6 +69,7 @@ class CudaOptions:
         atomics (bool): run data-dependent scatters in parallel with `atomicAdd`
             (False: one thread).
         arch (str | None): NVRTC's `sm_XX`; None: the device's.
+        graph (bool): device calls capture and replay CUDA graphs.
         thread_tile (tuple[int, int]): outputs a thread computes in a band over a
             reduction: rows of the variable whose copies share the most loads, times
             columns of the innermost one.
@@ -89,6 +95,7 @@ class CudaOptions:
     thread_tile: tuple[int, int] = (8, 4)
     tile_threads: int = 32768
     warp_outputs: int = 65536
+    graph: bool = False
 
     def __post_init__(self) -> None:
         if not _is_int(self.block) or not 1 <= self.block <= MAX_BLOCK:
@@ -101,7 +108,7 @@ class CudaOptions:
                 f"CudaOptions.grid must be None or an int in 1..{MAX_GRID_X}, got {self.grid!r}",
                 hint="CudaOptions(grid=None) covers the extent",
             )
-        for name in ("fast_math", "atomics"):
+        for name in ("fast_math", "atomics", "graph"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionsError(
                     f"CudaOptions.{name} must be True or False, got {getattr(self, name)!r}"

@@ -16,9 +16,11 @@ data), and a narrow operand beside it is promoted, so its value is exact.
 The host runs the 32-bit version only where `fits_int32` proves, by interval
 arithmetic over the sizes' values and the launch's grid, that every narrow
 expression of the kernel, every partial sum of its row-major element offsets, every
-loop variable (including the value that ends a grid-stride loop: `hi - 1 + stride`)
-and the launch's thread count lie in [-INT32_LIMIT, INT32_LIMIT). Otherwise (a
-loop bound that reads memory, a product of sizes past 2^31) it runs the 64-bit one.
+loop variable (below `hi` in the body; the value that ends a grid-stride loop, up to
+`hi - 1 + stride`, is checked too) and the launch's thread count lie in
+[-INT32_LIMIT, INT32_LIMIT). Otherwise (a loop bound that reads memory, a product of
+sizes past 2^31, a band of more than about 2^30 elements whose grid covers it: its
+last `v += stride` passes 2^31) it runs the 64-bit one.
 The proof is per call signature (`runtime.cuda` remembers it with the grids).
 
 `INT32_LIMIT` is 2^31; tests lower it (monkeypatch) to select the 64-bit version at
@@ -43,7 +45,6 @@ from compiler.loops import (
     For,
     If,
     Let,
-    Load,
     Local,
     LoopKind,
     Max,
@@ -181,10 +182,9 @@ class _Bounds:
             stride = self.grid[1 if self.dims.get(s.var) == "y" else 2] * s.step
         else:
             stride = s.step
-        top = max(lo[1], hi[1]) + stride
-        self._check((lo[0], top))
+        self._check((lo[0], max(lo[1], hi[1]) + stride))  # `v += stride` past the end
         inner = dict(env)
-        inner[s.var] = (lo[0], top)
+        inner[s.var] = (lo[0], max(lo[0], hi[1] - 1))  # in the body, v < hi
         self.stmt(s.body, inner)
 
     def _element(self, b: Buffer, index: tuple[Expr, ...], env: dict[str, Interval]) -> None:
@@ -273,13 +273,20 @@ def _magnitude(a: Interval) -> int:
 
 
 def _quotient(a: Interval, b: Interval) -> Interval:
-    """Truncating or floor division (by zero: 0): |q| <= |a| + 1."""
+    """Truncating or floor division (by zero: 0). By a positive divisor, the corners
+    (the quotient is monotone in each operand there); else |q| <= |a| + 1."""
+    if b[0] >= 1:
+        corners = [x // y for x in a for y in b] + [-(-x // y) for x in a for y in b]
+        return min(corners), max(corners)
     m = _magnitude(a) + 1
     return -m, m
 
 
 def _remainder(a: Interval, b: Interval) -> Interval:
-    """`%` or floor mod (by zero: 0): |r| <= max(|a|, |b|)."""
+    """`%` or floor mod (by zero: 0): in [0, min(a, b - 1)] for a >= 0 and b >= 1,
+    else |r| <= max(|a|, |b|)."""
+    if a[0] >= 0 and b[0] >= 1:
+        return 0, min(a[1], b[1] - 1)
     m = max(_magnitude(a), _magnitude(b))
     return -m, m
 

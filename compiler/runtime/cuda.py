@@ -30,7 +30,6 @@ import numpy as np
 
 from compiler.codegen.cuda import emit_cuda
 from compiler.codegen.cuda_map import GpuKernel, GpuProgram, map_to_gpu
-from compiler.codegen.cuda_width import fits_int32, narrow_kernel
 from compiler.codegen.cuda_options import (
     DEFAULT_BLOCKS,
     MAX_GRID_X,
@@ -38,11 +37,13 @@ from compiler.codegen.cuda_options import (
     CudaOptions,
     as_cuda_options,
 )
+from compiler.codegen.cuda_width import fits_int32, narrow_kernel
 from compiler.diagnostics import OptionsError
 from compiler.frontend.checked import RangedDef
-from compiler.loops import check_arguments, eval_expr, eval_size_expr
+from compiler.loops import Buffer, check_arguments, eval_expr, eval_size_expr
 from compiler.poly.astgen import ERROR_BUFFER, Lowered
 from compiler.poly.gpu_lower import lower_gpu
+from compiler.runtime.cuda_host import HostState
 from compiler.runtime.native import check_failure
 
 CUDA_TARGETS = ("cuda", "cuda-emulated")
@@ -88,7 +89,9 @@ class CudaProgram:
 
         device = current_device()
         arch, fast = self.options.arch or device.arch, self.options.fast_math
-        return device, _Kernels(self.gpu, lambda sub: device.load(_image(self._emit(sub), arch, fast)))
+        return device, _Kernels(
+            self.gpu, lambda sub: device.load(_image(self._emit(sub), arch, fast))
+        )
 
     def _emit(self, sub: GpuProgram) -> str:
         """The CUDA C of some of the kernels (32-bit versions among them)."""
@@ -224,7 +227,7 @@ class CudaProgram:
                 allocated.append(ptr)
                 device.to_device(ptr, host)
                 device_ptrs[b.name] = ptr
-            self.launch_all(device, module, device_ptrs, env, stream=0, allocated=allocated)
+            self.launch_all(device, module, device_ptrs, env, stream=0)
             device.synchronize(0)
             for b in self.gpu.buffers:
                 if b.role.value == "out":
@@ -241,21 +244,19 @@ class CudaProgram:
         env: Mapping[str, int],
         *,
         stream: int,
-        allocated: list[int],
+        owner: int | None = None,
     ) -> None:
-        """Launch every kernel in order on `stream` (temporaries: zeroed device memory,
-        shared by the kernels of one phase, appended to `allocated` for the caller to
-        free after synchronising)."""
+        """Launch every kernel in order on `stream`. Temporaries (shared by the kernels
+        of one phase) are pooled device memory of the calls on stream `owner` (default
+        `stream`; a graph is captured on another stream than it runs on), zero-filled
+        on `stream` before their phase."""
         size_args = [env[n] for n in self.gpu.size_params]
         made: dict[tuple[int, str], int] = {}
         for kernel, grid in self._runs(module, env):
             for t in kernel.temps:
                 if (kernel.phase, t.name) in made:
                     continue
-                count = int(np.prod([eval_size_expr(d, env) for d in t.shape], dtype=np.int64))
-                nbytes = count * t.dtype.np.itemsize
-                ptr = device.alloc(nbytes)
-                allocated.append(ptr)
+                ptr, nbytes = self._temp(device, kernel, t, env, stream if owner is None else owner)
                 device.zero(ptr, nbytes, stream)
                 made[kernel.phase, t.name] = ptr
             temps = [made[kernel.phase, t.name] for t in kernel.temps]
@@ -264,6 +265,32 @@ class CudaProgram:
                 kernel.name, grid, kernel.block, ptrs, size_args, stream,
                 index32=self.is_narrow(kernel),
             )  # fmt: skip
+
+    def prepare_launch(self, device: Any, module: Any, env: Mapping[str, int], owner: int) -> None:
+        """Build the kernels these sizes launch and allocate their temporaries (what
+        must not happen while a graph is captured)."""
+        for kernel, _ in self._runs(module, env):
+            for t in kernel.temps:
+                self._temp(device, kernel, t, env, owner)
+
+    def _temp(
+        self, device: Any, kernel: GpuKernel, t: Buffer, env: Mapping[str, int], owner: int
+    ) -> tuple[int, int]:
+        """(pointer, bytes) of kernel's temporary `t` for these sizes on stream `owner`."""
+        count = int(np.prod([eval_size_expr(d, env) for d in t.shape], dtype=np.int64))
+        nbytes = count * t.dtype.np.itemsize
+        key = tuple(env[n] for n in self.gpu.size_params)
+        return self.host.temps.pointer(device, owner, key, (kernel.phase, t.name), nbytes), nbytes
+
+    @cached_property
+    def host(self) -> HostState:
+        """The pooled per-stream state of device calls (`runtime.cuda_host`)."""
+        return HostState()
+
+    def overwritten(self, env: Mapping[str, int]) -> frozenset[str]:
+        """The outputs the kernels write in full before reading them, for these sizes
+        (`loops.overwrite`): a device call allocates them without a zero fill."""
+        return self.host.overwritten(self.lowered.function, env)
 
 
 class _Kernels:

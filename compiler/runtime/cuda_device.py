@@ -36,7 +36,6 @@ import numpy as np
 from compiler.diagnostics import ShapeError, TCError
 from compiler.interp.expr import NP_DTYPE
 from compiler.poly.astgen import ERROR_BUFFER
-from compiler.runtime.native import check_failure
 from compiler.shapes import bind_sizes, output_shapes
 
 ScalarInput = Callable[[Any, Any, np.dtype], np.ndarray]  # (info, number, dtype) -> 0-d array
@@ -205,13 +204,60 @@ def device_call(
     shapes_in, pointers, scalars = _inputs(kernel, arrays, emulated, scalar)
     sizes, shapes = _signature(program, kernel, shapes_in)
     like = next((a for a in arrays if is_torch(a)), None)
+    results = _outputs(kernel, out, sizes, shapes, like, device, pointers)
+    stream = _torch_stream(like) if like is not None and like.is_cuda else 0
+    records = program.host.records(device, stream) if program.lowered.checks else None
+    if records is not None:
+        earlier = records.poll()  # a failed call before this one, finished since
+        if earlier is not None:
+            raise earlier
+        pointers[ERROR_BUFFER] = records.ptr
+    allocated: list[int] = []
+    try:
+        for name, value in scalars.items():  # 0-d inputs given as numbers
+            pointers[name] = device.alloc(value.nbytes)
+            allocated.append(pointers[name])
+            device.to_device(pointers[name], value)
+        _launch(program, device, module, pointers, sizes, stream)
+        call = (
+            None
+            if records is None
+            else records.enqueue(program.lowered.checks, {**shapes_in, **shapes})
+        )
+        if allocated:
+            device.synchronize(stream)
+        if records is not None:
+            failed = records.poll(current=call)
+            if failed is not None:
+                raise failed
+    finally:
+        for ptr in allocated:
+            device.free(ptr)
+    return tuple(results)
+
+
+def _outputs(
+    kernel: Any,
+    out: Any,
+    sizes: Mapping[str, int],
+    shapes: Mapping[str, tuple[int, ...]],
+    like: Any,
+    device: Any,
+    pointers: dict[str, int],
+) -> list[Any]:
+    """The call's outputs (given by `out=`, else allocated: zero-filled unless the
+    kernels overwrite them in full, `CudaProgram.overwritten`), their pointers put
+    into `pointers`."""
+    program = kernel._native
     given = _given(kernel, out)
+    fresh = program.overwritten(sizes)
     results = []
     for info in kernel._outputs:
         value = given.get(info.name)
         if value is None:
-            value = device_zeros(shapes[info.name], np.dtype(NP_DTYPE[info.dtype]), like, device)
-        ptr, shape = _view(info, value, "output", emulated)
+            dtype = np.dtype(NP_DTYPE[info.dtype])
+            value = device_array(shapes[info.name], dtype, like, device, info.name not in fresh)
+        ptr, shape = _view(info, value, "output", program.emulated)
         if shape != shapes[info.name]:
             raise ShapeError(
                 f"out= for output '{info.name}' has shape {shape}, expected {shapes[info.name]}",
@@ -219,31 +265,42 @@ def device_call(
             )
         pointers[info.name] = ptr
         results.append(value)
-    stream = _torch_stream(like) if like is not None and like.is_cuda else 0
-    allocated: list[int] = []
-    error = None
-    try:
-        for name, value in scalars.items():  # 0-d inputs given as numbers
-            pointers[name] = device.alloc(value.nbytes)
-            allocated.append(pointers[name])
-            device.to_device(pointers[name], value)
-        if program.lowered.checks:
-            error = device.alloc(16)
-            allocated.append(error)
-            device.zero(error, 16, stream)
-            pointers[ERROR_BUFFER] = error
-        program.launch_all(device, module, pointers, sizes, stream=stream, allocated=allocated)
-        if allocated:
-            device.synchronize(stream)
-        if error is not None:
-            record = np.zeros(2, np.int64)
-            device.to_host(record, error)
-            if record[0]:
-                raise check_failure(program.lowered.checks, record, {**shapes_in, **shapes})
-    finally:
-        for ptr in allocated:
-            device.free(ptr)
-    return tuple(results)
+    return results
+
+
+def _launch(
+    program: Any,
+    device: Any,
+    module: Any,
+    pointers: Mapping[str, int],
+    sizes: Mapping[str, int],
+    stream: int,
+) -> None:
+    """Every kernel of the call, launched on `stream`, or, with `CudaOptions.graph`,
+    as the replay of the graph captured for these sizes and pointers."""
+    if not program.options.graph:
+        program.launch_all(device, module, pointers, sizes, stream=stream)
+        return
+    names = [b.name for b in program.gpu.buffers]
+    key = (stream, tuple(sizes[n] for n in program.gpu.size_params), *(pointers[n] for n in names))
+    program.prepare_launch(device, module, sizes, stream)
+    frozen = dict(pointers)
+
+    def run(dev: Any, mod: Any, capture_stream: int) -> None:
+        program.launch_all(dev, mod, frozen, sizes, stream=capture_stream, owner=stream)
+
+    program.host.graphs.launch(device, module, key, stream, run)
+
+
+def synchronize(kernel: Any) -> None:
+    """Wait for every device call of `kernel` (a CUDA-target Kernel) to finish and
+    raise the `ShapeError` of a bounds check that failed in one of them (the first;
+    see `runtime.cuda_host`: a call does not wait for its kernels)."""
+    program = kernel._native
+    for records in program.host.all_records():
+        failed = records.poll(wait=True)
+        if failed is not None:
+            raise failed
 
 
 def device_output_shapes(
@@ -282,11 +339,18 @@ def _inputs(
 def device_zeros(shape: tuple[int, ...], dtype: np.dtype, like: Any, device: Any) -> Any:
     """A zeroed device array: a torch tensor on `like`'s device when `like` is a torch
     tensor, else a `DeviceArray` on `device` (the GPU, or the emulated device)."""
+    return device_array(shape, dtype, like, device, True)
+
+
+def device_array(
+    shape: tuple[int, ...], dtype: np.dtype, like: Any, device: Any, zero: bool
+) -> Any:
+    """A device array as `device_zeros` makes, zero-filled only where `zero`."""
     if like is not None and is_torch(like):
-        return _torch_zeros(shape, dtype, like)
+        return _torch_array(shape, dtype, like, zero)
     from compiler.codegen.cuda_driver import DeviceArray
 
-    return DeviceArray(shape, dtype, device)
+    return DeviceArray(shape, dtype, device, zero=zero)
 
 
 def _signature(
@@ -319,11 +383,12 @@ def _given(kernel: Any, out: Any) -> dict[str, Any]:
     )
 
 
-def _torch_zeros(shape: tuple[int, ...], dtype: np.dtype, like: Any) -> Any:
+def _torch_array(shape: tuple[int, ...], dtype: np.dtype, like: Any, zero: bool) -> Any:
     import torch
 
     tdtype = torch.from_numpy(np.empty(0, dtype)).dtype
-    return torch.zeros(shape, dtype=tdtype, device=like.device)
+    make = torch.zeros if zero else torch.empty
+    return make(shape, dtype=tdtype, device=like.device)
 
 
 def _torch_stream(like: Any) -> int:
@@ -336,9 +401,11 @@ __all__ = [
     "array_shape",
     "device_call",
     "device_output_shapes",
+    "device_array",
     "device_zeros",
     "is_device_array",
     "is_torch",
     "host_only",
+    "synchronize",
     "uses_device",
 ]
