@@ -57,6 +57,26 @@ def test_a_call_checks_the_clause_at_its_position(target: str) -> None:
     assert (diag.span.line, diag.span.col, diag.span.text) == (1, CLAUSE_COL, "G >= 4 * H")
 
 
+def test_a_call_fails_exactly_for_the_sizes_that_break_the_clause() -> None:
+    src = (
+        "def f(float(N) A, float(M) B) -> (O) where M >= 2 * N - 3, M % 2 == 0 {\n"
+        "    O(i) = A(i) + B(2 * i - 3) where i in 2:N\n}\n"
+    )
+    k = compiler.define(src, target="llvm", cache=False)
+    assert k.ranged.warnings == ()  # `B(2 * i - 3)` is in bounds under the clause
+    for n in range(2, 7):
+        for m in range(1, 12):
+            a, b = np.arange(n, dtype=np.float32), np.arange(m, dtype=np.float32) * 10
+            if m >= 2 * n - 3 and m % 2 == 0:
+                (got,) = k(a, b)
+                want = np.zeros(n, np.float32)
+                want[2:] = a[2:] + b[2 * np.arange(2, n) - 3]
+                np.testing.assert_array_equal(got, want)
+            else:
+                with pytest.raises(ShapeError, match=f"the sizes N={n}, M={m} break"):
+                    k(a, b)
+
+
 @pytest.mark.parametrize("target", ["interp", "llvm"])
 def test_the_gradient_carries_the_clause(target: str) -> None:
     k = compiler.define(GRU, target=target, cache=False)
