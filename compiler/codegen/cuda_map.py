@@ -45,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from compiler.codegen.cuda_options import CudaOptions
-from compiler.codegen.cuda_split import SplitReduction, serial_reason, split_of
+from compiler.codegen.cuda_split import SplitReduction, inner_reason, serial_reason, split_of
 from compiler.codegen.cuda_tile import extent, fresh, thread_tile
 from compiler.codegen.cuda_warp import LANES, warp_reduce
 from compiler.diagnostics import InternalError
@@ -249,7 +249,8 @@ def _map_piece(
         return _with_variants(plain, [], phase, sizes, options, error, taken)
     band = _chain(phase, lambda loop: True)[:depth]
     body, grid, dims = _map_band(band, sizes, options, taken)
-    plain = GpuKernel(name, body, mode, options.block, grid, dims, tuple(temps))
+    reason = inner_reason(band[-1].body, error)
+    plain = GpuKernel(name, body, mode, options.block, grid, dims, tuple(temps), reason=reason)
     if mode != "parallel" or temps:
         return [plain]
     return _with_variants(plain, band, band[-1].body, sizes, options, error, taken)

@@ -7,7 +7,7 @@ possibly empty; step 1, bounds of the sizes only) over a register reduction, as
     local acc = init { for r1 { .. for rn { acc = acc op e } .. }  <statements using acc> }
 
 with `op` one of `+`, `*`, `max`, `min` in every update (`cuda_warp.reduction_op`) and
-`acc` a float (or an integer sum).
+`acc` a float or an integer (not an integer product).
 Ensures:  `split_reduction(band, sizes, error, taken)` is None, or a `SplitReduction`:
 two passes and the temporary between them, which compute the same outputs:
 
@@ -45,6 +45,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+
+import numpy as np
 
 from compiler import loops as L
 from compiler.codegen.cuda_tile import extent, fresh, iterations
@@ -120,6 +122,19 @@ def serial_reason(stmt: L.Stmt, error: str | None) -> str:
             return f"an integer {op} reduction: not split yet"
         return "a short reduction: too few iterations to split across blocks"
     return "no parallel loop: an iteration depends on an earlier one (a sequential recurrence)"
+
+
+def inner_reason(body: L.Stmt, error: str | None) -> str:
+    """Why each thread of a parallel band over `body` runs its reduction alone, where
+    the reduction is not one associative-commutative update (argmin-like); else ""."""
+    if not isinstance(body, L.Local):
+        return ""
+    stmts = body.body.stmts if isinstance(body.body, L.Block) else (body.body,)
+    if not stmts or not isinstance(stmts[0], L.For):
+        return ""
+    if reduction_op(stmts[0], body.var, error) is not None:
+        return ""
+    return "each output's reduction is not one associative-commutative update: sequential"
 
 
 def _first_pass(
@@ -272,10 +287,13 @@ def _vars(band: list[L.For]) -> set[str]:
 
 
 def _identity(op: str, dtype: L.DType) -> L.Const | None:
-    """The identity of `op` in `dtype`, or None (only a sum of integers has one here)."""
+    """The identity of `op` in `dtype`, or None (an integer product: not split)."""
     if dtype.is_float:
         return identity(op, dtype)
-    return L.Const(0, dtype) if op == "+" else None
+    if op == "*" or dtype is L.DType.BOOL:
+        return None
+    limits = np.iinfo(dtype.np)
+    return L.Const({"+": 0, "min": int(limits.max), "max": int(limits.min)}[op], dtype)
 
 
 def _ceil(a: L.Expr, b: L.Expr) -> L.Expr:
@@ -286,4 +304,11 @@ def _c(value: int) -> L.Const:
     return L.Const(value, I64)
 
 
-__all__ = ["MIN_PARTS", "SplitReduction", "TARGET_THREADS", "serial_reason", "split_of"]
+__all__ = [
+    "MIN_PARTS",
+    "SplitReduction",
+    "TARGET_THREADS",
+    "inner_reason",
+    "serial_reason",
+    "split_of",
+]

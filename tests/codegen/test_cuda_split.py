@@ -1,0 +1,101 @@
+"""Split reductions (codegen.cuda_split) and sizes-only conditions (cuda_map's pieces)
+on cuda-emulated against NumPy at odd sizes (1, primes, a partial count that does not
+divide the rows), the split kernels selected where expected, and NVRTC compiling them."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from compiler import loops as L
+from compiler.codegen.cuda_map import map_to_gpu
+from compiler.codegen.cuda_options import CudaOptions
+from compiler.kernel import define
+
+SRC = """
+def total(float(N, K) A) -> (s) { s +=! A(i, k) }
+def colsum(float(N, K) A) -> (c) { c(k) +=! A(i, k) }
+def colmax(float(N, K) A) -> (c) { c(k) max=! A(i, k) }
+def vecmin(float(N) A) -> (m) { m min=! A(i) }
+def firstmatch(float(N) S, float v) -> (idx) { idx min=! (S(r) == v) ? r : N }
+"""
+SIZES = [(1, 1), (3, 17), (97, 5), (1009, 37), (5, 4099), (4099, 3)]
+HAS_NVRTC = importlib.util.find_spec("cuda") is not None
+
+
+def _ran(kernel, sizes: dict[str, int]) -> list[str]:  # noqa: ANN001
+    """The names of the CUDA kernels these sizes launch."""
+    program = kernel._native
+    return [k.name for k in program.gpu.kernels if program.grid(k, sizes)[0]]
+
+
+@pytest.mark.parametrize(("n", "k"), SIZES)
+def test_split_sums_and_extrema_match_numpy(n: int, k: int) -> None:
+    a = np.random.default_rng(n * 7 + k).standard_normal((n, k)).astype(np.float32)
+    wide = a.astype(np.float64)
+    for entry, want in [("total", wide.sum()), ("colsum", wide.sum(0)), ("colmax", wide.max(0))]:
+        kernel = define(SRC, entry, target="cuda-emulated")
+        (got,) = kernel(a)
+        np.testing.assert_allclose(
+            np.asarray(got, np.float64), want, rtol=1e-5, atol=1e-4 * np.sqrt(n * k)
+        )
+    vec = a.reshape(-1)
+    kernel = define(SRC, "vecmin", target="cuda-emulated")
+    (got,) = kernel(vec)
+    assert float(got) == float(vec.min())
+
+
+def test_split_kernels_run_where_the_reduction_is_long() -> None:
+    total = define(SRC, "total", target="cuda-emulated")
+    assert _ran(total, {"N": 1009, "K": 37}) == ["total_k0s1", "total_k0s2"]
+    assert _ran(total, {"N": 2, "K": 3}) == ["total_k0"]
+    colsum = define(SRC, "colsum", target="cuda-emulated")
+    assert _ran(colsum, {"N": 4099, "K": 3}) == ["colsum_k0s1", "colsum_k0s2"]
+
+
+def test_split_sum_is_deterministic() -> None:
+    a = np.random.default_rng(3).standard_normal((4099, 37)).astype(np.float32)
+    kernel = define(SRC, "total", target="cuda-emulated")
+    first = np.asarray(kernel(a)[0])
+    assert all(np.asarray(kernel(a)[0]).tobytes() == first.tobytes() for _ in range(3))
+
+
+@pytest.mark.parametrize("n", [1, 2, 97, 4099])
+def test_integer_argmin_like_min_splits_and_matches_numpy(n: int) -> None:
+    s = np.random.default_rng(n).integers(0, 5, n).astype(np.float32)
+    v = np.float32(s[n // 2])
+    kernel = define(SRC, "firstmatch", target="cuda-emulated")
+    (got,) = kernel(s, v)
+    assert int(got) == int(np.flatnonzero(s == v)[0])
+    if n == 4099:
+        assert "firstmatch_k0s1" in _ran(kernel, {"N": n})
+
+
+def test_statement_under_a_sizes_only_if_keeps_its_band() -> None:
+    i64, f32 = L.DType.INT64, L.DType.FLOAT32
+    n = L.VarRef("N", i64)
+    a = L.Buffer("A", f32, (n,), L.Role.IN)
+    o = L.Buffer("O", f32, (n,), L.Role.OUT)
+    i = L.VarRef("i", i64)
+    store = L.Store(o, (i,), L.Bin(L.BinOp.MUL, L.Load(a, (i,)), L.Const(2.0, f32)))
+    band = L.For("i", L.Const(0, i64), n, 1, store, L.LoopKind.PARALLEL)
+    cond = L.Bin(L.BinOp.GE, n, L.Const(5, i64))
+    f = L.Function("f", (a, o), ("N",), L.If(cond, band, None))
+    (kernel,) = map_to_gpu(f, (f.body,), CudaOptions()).kernels
+    assert kernel.mode == "parallel" and kernel.grid[0] is not None
+    assert L.eval_expr(kernel.when, {"N": 7}) > 0 and L.eval_expr(kernel.when, {"N": 4}) <= 0
+
+
+@pytest.mark.skipif(not HAS_NVRTC, reason="needs cuda-bindings (the [cuda] extra)")
+def test_split_kernels_compile_with_nvrtc() -> None:
+    from compiler.codegen.cuda import emit_cuda
+    from compiler.codegen.cuda_driver import compile_source
+
+    for entry in ("total", "colsum", "colmax", "vecmin", "firstmatch"):
+        program = define(SRC, entry, target="cuda-emulated")._native
+        split = [k for k in program.gpu.kernels if k.variant in ("split", "warp")]
+        assert split, entry
+        source = emit_cuda(program.gpu)
+        assert compile_source(source, arch="sm_90", fast_math=False)
