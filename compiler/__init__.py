@@ -184,7 +184,9 @@ def grad(source: str, name: str | None = None, **kwargs: Any) -> str:
         name (str | None): the def; None: the only one.
         **kwargs: `form` (`"gather"`, the default: after the gather pass, one writer per
             element; `"scatter"`: as AD emits it), `wrt` (the inputs to differentiate;
-            None: every float input), `constants`.
+            None: every float input), `outputs` (the outputs that carry a cotangent,
+            the loss: a name, names, or `"Y,aux"`; the others get no `<out>_grad`
+            parameter; None: every output), `constants`.
 
     Returns:
         str: the gradient def.
