@@ -330,6 +330,8 @@ def _dump_schedule(sched: Any) -> str:
             f"nest {nest.kind.name.lower()} S{nest.index}: outer ({', '.join(nest.outer)}) "
             f"inner ({', '.join(nest.inner)}){' ' + ' '.join(marks) if marks else ''}"
         )
+    if sched.scratch:  # the nests are then those of the padded def (poly.pad)
+        lines.append(f"scratch: {', '.join(sched.scratch)}")
     return "\n".join(lines) + "\n"
 
 

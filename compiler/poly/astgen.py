@@ -150,9 +150,7 @@ def _with_scratch(nests: list[L.Stmt], scratch: list[L.Buffer]) -> list[L.Stmt]:
 
 def _uses(stmt: L.Stmt, name: str) -> bool:
     """Whether `stmt` loads or stores buffer `name`."""
-    return any(
-        isinstance(n, (L.Load, L.Store)) and n.buffer.name == name for n in L.walk(stmt)
-    )
+    return any(isinstance(n, (L.Load, L.Store)) and n.buffer.name == name for n in L.walk(stmt))
 
 
 def _lower_nest(sched: Schedule, nest: Nest, state: _State) -> L.Stmt:

@@ -111,7 +111,9 @@ def pad_gathers(ranged: RangedDef) -> Padded:
             copy, rewritten, param = found.rewrite(name)
             made = found.versions(copy, rewritten)
             outputs.append(param)
-            bounds.append((name, tuple(Bound(Const(0, ScalarType.INT32), d) for d in param.dims or ())))
+            bounds.append(
+                (name, tuple(Bound(Const(0, ScalarType.INT32), d) for d in param.dims or ()))
+            )
         stmts += made
         origins += [k] * len(made)
     if not outputs:
