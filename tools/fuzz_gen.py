@@ -287,6 +287,8 @@ class StmtGen:
         r = self.r
         if depth <= 0 or r.random() < 0.3:
             return self.leaf()
+        if not self.g.grad and r.random() < 0.05:
+            return self.cast(depth)
         x = r.random()
         if x < 0.45:
             op = r.choice(("+", "-", "*", "+", "*"))
@@ -305,6 +307,13 @@ class StmtGen:
                 c = Un("!", c)
             return Cond(c, self.expr(depth - 1), self.expr(depth - 1))
         return Un("-", self.expr(depth - 1))
+
+    def cast(self, depth: int) -> object:
+        """A value cast: `float(x)`, `double(x)`, or to an integer and back
+        (`float(int32(x))`, C's truncation toward zero)."""
+        to = self.r.choice(("int32", "int64", "float", "double"))
+        inner = Cast(to, self.expr(depth - 1))
+        return Cast(self.g.dtype, inner) if to in ("int32", "int64") else inner
 
     def call(self, depth: int) -> object:
         r = self.r

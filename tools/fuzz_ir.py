@@ -266,6 +266,7 @@ def _is_index(n: object) -> bool:
 
 
 _RANK = {"int": 0, "float": 1, "double": 2}
+_INT_LIMIT = {"int32": 2.0**31, "int64": 2.0**53}  # past int64's exact floats: not modelled
 
 
 def node_type(n: object, dtypes: dict, lets: dict, default: str, rec: object = None) -> str:
@@ -353,6 +354,8 @@ class Oracle:
 
     def value(self, n: object, env: dict) -> tuple:
         v = self._value(n, env)
+        if isinstance(n, (Bin, Un)) and self.type_of(n) == "int" and abs(v[0]) >= 2.0**31:
+            raise Invalid(f"integer overflow in {show(n)}")  # int32 arithmetic would wrap
         if (self.p.dtype == "double" and isinstance(n, (Bin, Call, Un, Cond))
                 and self.type_of(n) == "float"):  # fmt: skip
             r = float(np.float32(v[0]))
@@ -401,13 +404,15 @@ class Oracle:
         if _is_index(n.a):
             return _leaf(ival(n.a, env, self.sizes, self.state))
         a = self.value(n.a, env)
-        if n.to in INTS:
+        if n.to in INTS:  # C: toward zero; out of the type's range is undefined
             v = float(math.trunc(a[0]))
+            if abs(v) >= _INT_LIMIT[n.to]:
+                raise Invalid(f"{n.to}({a[0]}) is out of range")
             m = self._kink(a[0] - round(a[0]), a)
             return self._combine(v, (a,), 0, abs(v), 0, True, m)
         if n.to == "float" and self.p.dtype == "double":
-            v = float(np.float32(a[0]))
-            return self._combine(v, (a,), a[2] + 1, a[1], a[3], v == a[0])
+            v = float(np.float32(a[0]))  # float32 rounding, in double units (2**29 ulps)
+            return self._combine(v, (a,), a[2] + 1, a[1] * 2.0**29, a[3], v == a[0])
         return a
 
     def binary(self, n: Bin, env: dict) -> tuple:
@@ -422,6 +427,9 @@ class Oracle:
         if n.op == "/":
             if y == 0:
                 raise Invalid("division by zero")
+            if self.type_of(n) == "int":  # C's integer division truncates toward zero
+                v = float(math.trunc(x / y)) if abs(x) < 2.0**52 else math.nan
+                return self._combine(v, (a, b), 0, abs(v), 0, True)
             v = x / y
             mag = a[1] / abs(y) + abs(v) * b[1] / abs(y)
             pow2 = b[4] and y == 2.0 ** round(math.log2(abs(y)))

@@ -1,7 +1,9 @@
-"""The fuzzer's oracle on TC's typing and C's rounding functions, against NumPy written
-here by hand: an output is typed by its first write (a ternary of float literals is
-float32 even in a double def), and `trunc`/`ceil`/`floor`/`round` keep the sign of zero
-that `copysign` sees (the two "wrong on every target" reports of seeds 11817, 12190)."""
+"""The fuzzer's oracle on TC's typing, casts and C's rounding functions, against NumPy
+written here by hand: an output is typed by its first write (a ternary of float literals
+is float32 even in a double def), and `trunc`/`ceil`/`floor`/`round` keep the sign of
+zero that `copysign` sees (the two "wrong on every target" reports of seeds 11817 and
+12190); value casts truncate toward zero or round to float32, integer division
+truncates, and an int32 cast out of range is outside what the oracle models."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from tools import fuzz_run
 from tools.fuzz_ir import (
     Bin,
     Call,
+    Cast,
     Cond,
+    Invalid,
     Num,
     Program,
     Read,
@@ -103,3 +107,34 @@ def test_fdim_of_equal_zeros_is_positive_zero() -> None:
     a = np.array([-0.0, -1.0, 2.0])
     want = np.copysign(1.0, np.where(a > 0.0, a - 0.0, 0.0))  # C: +0 unless x > y
     np.testing.assert_array_equal(evaluate(p, {"N": 3}, {"A": a}).values["P"], want)
+
+
+def _cast_program(rhs: object, n: int) -> Program:
+    return _prog([Tensor("A", "double", (S("N"),))], ["O"],
+                 [Stmt("O", (V("i"),), "=", rhs, (_r("i", S("N")),))], {"N": n})  # fmt: skip
+
+
+def test_value_casts_truncate_toward_zero_and_round_to_float32() -> None:
+    a = np.array([-2.75, -0.5, 0.3, 1.9, 7.0])
+    x = Bin("*", Read("A", (V("i"),)), Num(2.0))
+    to_int = _cast_program(Cast("double", Cast("int32", x)), 5)
+    np.testing.assert_array_equal(evaluate(to_int, {"N": 5}, {"A": a}).values["O"],
+                                  np.trunc(a * 2.0))  # fmt: skip
+    third = Bin("/", Read("A", (V("i"),)), Num(3.0))
+    to_float = _cast_program(Cast("double", Cast("float", third)), 5)
+    exp = evaluate(to_float, {"N": 5}, {"A": a})
+    np.testing.assert_array_equal(exp.values["O"], (a / 3.0).astype(np.float32))
+    assert exp.dtypes["O"] == "double" and (exp.tol["O"] >= 2.0**-26 * np.abs(a / 3)).all()
+
+
+def test_integer_division_of_values_truncates() -> None:
+    a = np.array([-7.0, 7.0, -1.0, 5.0])
+    q = Bin("/", Cast("int32", Read("A", (V("i"),))), Cast("int32", Num(2.0)))
+    got = evaluate(_cast_program(Cast("double", q), 4), {"N": 4}, {"A": a}).values["O"]
+    np.testing.assert_array_equal(got, np.trunc(a / 2))  # C: -7 / 2 == -3
+
+
+def test_an_int32_cast_out_of_range_is_not_modelled() -> None:
+    big = Cast("double", Cast("int32", Bin("*", Read("A", (V("i"),)), Num(2.0**30))))
+    with pytest.raises(Invalid, match="out of range"):
+        evaluate(_cast_program(big, 1), {"N": 1}, {"A": np.array([3.0])})
