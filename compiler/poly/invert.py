@@ -137,8 +137,8 @@ def unit_inner(rows: Sequence[Sequence[int]], candidates: Sequence[int]) -> tupl
     the eliminated variables are affine functions with integer coefficients of the
     subscripts and the inner variables (`y = 2 * h + kh` gives `kh = y - 2 * h`), so
     the schedule `[subscripts..., inner...]` is injective and its image needs no
-    divisibility constraint. Each subscript must keep at most one inner variable, so
-    every range is one floor division (`h in max(0, y - (y + KH + 1) / 2 + 1):...`; with two,
+    divisibility constraint. Each subscript must keep at most one inner variable
+    (`_one_window_each`), so every range is one floor division (`h in max(0, y - (y + KH + 1) / 2 + 1):...`; with two,
     `2 * h + 3 * w + kh`, isl's exact bounds on `h` say which `h` some integer `w`
     completes: a case split that takes it seconds). Among the valid choices, the one
     that eliminates the least preferred variables wins (`h + kh` eliminates `h`,
@@ -160,9 +160,23 @@ def unit_inner(rows: Sequence[Sequence[int]], candidates: Sequence[int]) -> tupl
             return None
         if len(set(pivots)) != len(pivots) or not _unimodular(used, pivots):
             continue
-        if all(sum(1 for v, c in enumerate(r) if c and v not in pivots) <= 1 for r in used):
+        if _one_window_each(used, pivots):
             return tuple(p for p in candidates if p not in pivots)
     return None
+
+
+def _one_window_each(rows: Sequence[Sequence[int]], pivots: Sequence[int]) -> bool:
+    """Whether each subscript keeps at most one inner variable, and an inner variable
+    with a coefficient other than +-1 is in one subscript only (`O(i - 2 * l, k - 2 *
+    l)` would tie the ranges of both outer variables to the parity of `l`)."""
+    inner = [[v for v, c in enumerate(r) if c and v not in pivots] for r in rows]
+    if any(len(vs) > 1 for vs in inner):
+        return False
+    for v in {v for vs in inner for v in vs}:
+        uses = [r[v] for r in rows if r[v]]
+        if len(uses) > 1 and any(abs(c) != 1 for c in uses):
+            return False
+    return True
 
 
 def _unimodular(rows: Sequence[Sequence[int]], columns: Sequence[int]) -> bool:

@@ -38,6 +38,7 @@ from hypothesis import strategies as st
 from compiler.diagnostics import TCError
 from compiler.frontend.ast import RangeConstraint, Var
 from compiler.frontend.checked import RangedDef
+from compiler.frontend.printer import print_def
 from compiler.interp import evaluate
 from compiler.pipeline import run
 from compiler.poly.gather import GatherBudgetWarning, remaining_scatters, scatter_to_gather
@@ -103,6 +104,32 @@ def cases(draw: st.DrawFn) -> Case:
     return Case(
         VARS[:n], subscripts, x_order, y_vars, op, sizes, tuple(v == symbolic for v in range(n))
     )
+
+
+@st.composite
+def unit_cases(draw: st.DrawFn) -> Case:
+    """Cases whose every subscript has a variable of its own with coefficient +-1 and
+    at most one other variable, in no other subscript (`2 * i + k`, `j - 3 * l`): the
+    gather pass solves each subscript for that variable (`poly.invert.unit_inner`),
+    with no divisibility."""
+    case = draw(cases())
+    n = len(case.variables)
+    rank = min(len(case.subscripts), n)
+    pivots = draw(st.permutations(range(n)))[:rank]
+    others = [v for v in range(n) if v not in pivots]  # each in one subscript at most
+    subscripts = []
+    for j in range(rank):
+        coefs = [0] * n
+        coefs[pivots[j]] = draw(st.sampled_from([1, -1]))
+        if others and draw(st.booleans()):
+            v = draw(st.sampled_from(others))
+            others.remove(v)
+            coefs[v] = draw(st.sampled_from([-2, 2, 3]))
+        subscripts.append((tuple(coefs), case.subscripts[j][1]))
+    return Case(
+        case.variables, tuple(subscripts), case.x_order, case.y_vars, case.op, case.sizes,
+        case.symbolic,
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------ the oracle
@@ -209,6 +236,30 @@ def _ranged_or_none(case: Case) -> RangedDef | None:
         return None
     assert output_shapes(scatter, case.size_values)["O"] == _shape(case), case.source
     return scatter
+
+
+def _check_case(case: Case, seed: int) -> RangedDef:
+    """The gather of `case` equals the brute-force scatter, one writer per element;
+    returns the gather."""
+    scatter = _ranged_or_none(case)
+    assume(scatter is not None)
+    assert scatter is not None
+    gather = scatter_to_gather(scatter)
+    assert remaining_scatters(gather) == ()
+    inputs = _inputs(case, seed)
+    start = np.random.default_rng(seed + 1).standard_normal(_shape(case))
+    expected = _brute_force(case, inputs, start)
+    actual = evaluate(gather, inputs, case.size_values, outputs={"O": start})["O"]
+    np.testing.assert_allclose(actual, expected, rtol=1e-12, atol=1e-12, err_msg=case.source)
+    _check_one_writer(case, gather)
+    return gather
+
+
+@given(unit_cases(), st.integers(0, 2**16))
+def test_unit_coefficient_inversion(case: Case, seed: int) -> None:
+    # a strided or dilated window (`2 * i + k`): exact, and no divisibility guard
+    gather = _check_case(case, seed)
+    assert "%" not in print_def(gather.checked.definition), case.source
 
 
 @given(cases(), st.integers(0, 2**16))
