@@ -25,6 +25,7 @@ import dataclasses
 import json
 import multiprocessing as mp
 import random
+import signal
 import sys
 import time
 from collections import Counter, defaultdict
@@ -242,6 +243,11 @@ def markdown(table: str, reductions: list) -> str:
     return "\n".join(out)
 
 
+def _terminated(signum: int, frame: object) -> None:
+    """SIGTERM: leave through `finally` (which stops the workers), not abruptly."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.fuzz", description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", default="0:100", help="A:B, the half-open range of seeds")
@@ -277,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\r[{len(results)}/{b - a}] {bad} failing, {time.monotonic() - started:.0f}s",
               end="", file=sys.stderr, flush=True)  # fmt: skip
 
+    before = signal.signal(signal.SIGTERM, _terminated)  # `finally` then stops the workers
     pool = Pool(args.jobs)
     try:
         pool.map([("run", s, cfg, None) for s in range(a, b)], cfg.timeout, progress)
@@ -298,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
     finally:
         pool.close()
+        signal.signal(signal.SIGTERM, before)
     if args.report:
         with open(args.report, "w") as f:
             f.write(markdown(table, locals().get("reductions", [])))
