@@ -15,10 +15,10 @@ strided loops), never from loop iterators. The outermost loop of a parallel band
 Buffers: the inputs (role in), then the outputs (role out), shaped by expressions of
 the sizes; the schedule's scratch tensors (a padded gather's copy, `poly.pad`) are no
 parameters: each is an `Alloc` (zero-filled) around the nests that write and read it,
-and its `+=!` gets no fill nest of its own; when some read cannot be proven in bounds, a last `int64[2]` buffer named
-`ERROR_BUFFER` (role out, zeroed by the caller) receives the first failed check:
-`[check id + 1, index value]` (`Lowered.checks[id]` names the read and dimension),
-while the read itself yields 0. The caller turns it into a ShapeError.
+and its `+=!` gets no fill nest of its own. When some read cannot be proven in bounds,
+a last `int64[2]` buffer named `ERROR_BUFFER` (role out, zeroed by the caller)
+receives the first failed check: `[check id + 1, index value]` (`Lowered.checks[id]`
+names the read and dimension), while the read itself yields 0. The caller turns it into a ShapeError.
 
 Worked example, matmul `C(m, n) +=! A(m, k) * B(k, n)`:
 
