@@ -26,13 +26,28 @@ its own outer iteration; tests/golden/gather/ has the other shapes.)
 
 How (`poly.invert` does the isl work): the statement is rescheduled with its written
 indices outermost (`[n, c, h + kh, w + kw]`), followed by inner variables that make the
-schedule injective (reduction variables first, then small ranges, avoiding strides
-that would need a divisibility guard); the outer indices get fresh names (a plain
-index variable keeps its own), the other variables become functions of the new ones,
-and every range is exact, non-rectangular where needed, from isl. What a range cannot
-say becomes a quasi-affine where-constraint (`A_grad(3 * i) += B(i)` ==>
-`A_grad(y) += B(y / 3) where y in 0:3 * N - 2, y % 3 in 0:1`). A domain that is not
+schedule injective. When every subscript has a variable of its own with coefficient
++-1 (`poly.invert.unit_inner`), that variable is eliminated and the others are inner:
+`2 * h + kh = y` gives `kh = y - 2 * h`, `h` inside with a floor-divided range, and no
+divisibility constraint (and no isl search: it compiles in a fraction of a second);
+otherwise `choose_inner` searches (reduction variables first, then small ranges,
+avoiding strides that would need a divisibility guard). The outer indices get fresh
+names (a plain index variable keeps its own), the other variables become functions of
+the new ones, and every range is exact, non-rectangular where needed, from isl. What a
+range cannot say becomes a quasi-affine where-constraint (`A_grad(3 * i) += B(i)` ==>
+`A_grad(y) += B(y / 3) where y in 0:3 * N - 2, y % 3 in 0:1`): only where some
+subscript has no unit-coefficient variable (`O(2 * i + 3 * k)`). A domain that is not
 convex in the new coordinates becomes one statement per convex piece.
+
+Worked example (strided conv input gradient, tests/golden/gather/strided_conv_grad.txt)::
+
+    I_grad(n, c, 2 * h + kh, 2 * w + kw) +=! O_grad(n, m, h, w) * W1(m, c, kh, kw)
+  ==>
+    I_grad(n, c, y, x) += O_grad(n, m, h, w) * W1(m, c, y - 2 * h, x - 2 * w)
+        where ..., m in 0:M, h in max(0, y - (y + KH + 1) / 2 + 1):min(HO, y / 2 + 1), ...
+
+(after an `I_grad(n, c, y, x) = 0` over the whole output when the windows miss its
+last row or column).
 
 Operators: `+=`, `*=`, `min=`, `max=` keep their meaning exactly (the gather combines
 the same contributions). `op!` initialises the whole output: the gather keeps `op!`
@@ -53,10 +68,16 @@ even tried: it is a partial scatter).
 
 Partial scatters (`mode`, `Options.gather`; `compiler/poly/partial.py`): with
 `mode="auto"` a reduction scatter whose left-hand side has plain variables (`n`, `c`
-of `I_grad(n, c, 2 * h + kh, 2 * w + kw)`) and whose gather would need divisibility
-reasoning (a stride, a dilation, a floor division) is left as it is; the schedule runs
-it in parallel over the plain variables. The GPU lowering always asks for the full
-gather (one thread per output element).
+of `I_grad(n, c, 2 * h + kh, 2 * w + kw)`) and a stride, a dilation or a floor
+division in another subscript (`partial.strided`) is left as it is; the schedule runs
+it in parallel over the plain variables. That is the CPU's schedule choice, measured
+(2 threads, `tools/bench`'s stride-2 case): the gradient kernel takes 3.2 ms as the
+partial scatter against 7.3 as the gather, whose floor-divided windows defeat the
+CPU model's vectorisation; a stride-2 transposed convolution's forward 2.3 against
+6.1. The def as printed (`printed_form`: `tcc compile --grad`, `compiler.grad`,
+`Kernel.grad_source`) is the gather all the same; only a scatter whose gather would
+need divisibility (`partial.needs_divisibility`) stays a scatter there. The GPU
+lowering always asks for the full gather (one thread per output element).
 """
 
 from __future__ import annotations

@@ -11,7 +11,11 @@ Part of `poly.gather` (scatter -> gather). Given a statement's iteration domain
    each step the candidate whose addition leaves the fewest existential variables
    (divisibility facts) in the image wins, ties going to the order of preference, so
    `2*h + kh` keeps `h` inside (`kh = y - 2*h`) and needs no guard. The chosen
-   variables then nest in the order of preference;
+   variables then nest in the order of preference. Before that search the gather
+   pass asks `unit_inner`, which decides from the subscripts' integer coefficients
+   alone: one variable with coefficient +-1 eliminated per subscript (unimodular, at
+   most one inner variable per subscript), the others inner; it needs no isl work
+   and its image needs no divisibility constraint;
 2. inverts the schedule (`invert`): the image `T = { [y..., z...] }` of `D`, split into
    disjoint convex pieces, and per piece the original variables as quasi-affine
    functions of `y` and `z`, every outer and inner variable's exact range as TC

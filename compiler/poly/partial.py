@@ -6,20 +6,26 @@ Ensures:  `plain_vars(facts)` are the left-hand-side variables that appear alone
 a whole subscript and in no other subscript; distinct values of them write distinct
 elements, so a scatter is race-free when run in parallel over them, every other loop
 sequential inside each parallel iteration, accumulating into the output in memory
-(no atomics, no gather). `needs_divisibility(facts, params)` says whether the gather
-of a scatter would need divisibility reasoning: some other subscript has a variable
-with a coefficient other than 0 and +-1 (a stride or a dilation: `2 * h + kh`,
-`h + 2 * kh`) or a floor division / modulo. `keep_partial(facts, params)` is the cost
-rule of the gather pass (`poly.gather.scatter_to_gather(..., mode="auto")`,
-`Options.gather`): a reduction (`+=`, `*=`, `min=`, `max=`, with or without `!`) with plain variables whose
-gather needs divisibility stays a partial scatter. `partial_order(facts, params)` is
-the loop order the schedule gives it.
+(no atomics, no gather). `strided(facts, params)`: some subscript has a variable with
+a coefficient other than 0 and +-1 (a stride or a dilation: `2 * h + kh`,
+`h + 2 * kh`) or a floor division / modulo, so its gather has floor-divided windows.
+`needs_divisibility(facts, params)`: its gather would need a divisibility constraint
+(a subscript without a unit-coefficient variable of its own, `O(2 * i + 3 * k)`, or
+not affine; `poly.invert.unit_inner`). `keep_partial(facts, params)` is the cost rule
+of the gather pass (`poly.gather.scatter_to_gather(..., mode="auto")`,
+`Options.gather`): a reduction (`+=`, `*=`, `min=`, `max=`, with or without `!`) with
+plain variables that is `strided` stays a partial scatter -- the CPU's schedule
+choice; in the def as printed (`printed=True`) only one whose gather
+`needs_divisibility` does. `partial_order(facts, params)` is the loop order the
+schedule gives it.
 
-Why (measured, tracker issue 11, `examples/strided_conv.tc`'s gradient): the exact
-gather of `I_grad(n, c, 2 * h + kh, 2 * w + kw) += ...` has floor-divided ranges
-(`h in max(0, y - (y + KH + 1) / 2 + 1):min(..., y / 2 + 1)`) that isl's scheduling
-and AST generation split into many cases with guards in inner loops: 13 s of compile
-time and a slow nest; the partial scatter's domain is a box.
+Why (measured, tracker issues 11 and 47, `examples/strided_conv.tc`'s gradient): the
+exact gather of `I_grad(n, c, 2 * h + kh, 2 * w + kw) += ...` has floor-divided ranges
+(`h in max(0, y - (y + KH + 1) / 2 + 1):min(..., y / 2 + 1)`) that the CPU schedule
+splits into cases, with the window loop `x in 2 * w:2 * w + KW` innermost: the
+gradient kernel of `tools/bench`'s stride-2 case took 7.3 ms (2 threads) against 3.2
+as the partial scatter, whose domain is a box. (The gather itself compiles in a
+fraction of a second: `unit_inner`.)
 
 Loop order of a partial scatter (`partial_order`, a `cpu_model.LoopOrder` in memory
 form): the plain variables outermost, in left-hand-side order (the parallel band),
