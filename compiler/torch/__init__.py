@@ -49,10 +49,14 @@ Double backward (`create_graph=True`) runs the gradient layer on the device too;
 forward-mode AD on CUDA tensors is a TCError (Kernel.jvp runs on NumPy arrays).
 
 Under `torch.no_grad()` / `torch.inference_mode()`, or when no input requires grad,
-the kernel runs directly and the outputs have no `grad_fn`. Under torch.compile a
-TC layer call is a graph break (`torch.compiler.disable`): it runs eagerly, with
-autograd, and Dynamo does not trace into it; importing this module does not import
-Dynamo (seconds), only a call that torch.compile traces does. TorchScript is not
+the kernel runs directly and the outputs have no `grad_fn`. Under torch.compile and
+torch.export a TC layer call is its custom operator (`compiler.torch.ops`: a fake
+kernel from tcc's shape inference, the gradient def as its autograd formula), so
+Dynamo traces it without a graph break; only a call with a per-call
+`reorder_function=` is a graph break (`torch.compiler.disable`). `torch.func.vmap`
+runs the batched def once (`TCLayer.batched_layer`). Importing this module does not
+import Dynamo (seconds), only a call that torch.compile traces does. `dtype=`
+instantiates a `float` def for float64 (`compiler.retype`). TorchScript is not
 supported. Without PyTorch, importing this module is an ImportError that says
 `pip install torch==2.13.0`.
 """
@@ -74,6 +78,7 @@ except ImportError as err:  # pragma: no cover - exercised by a test that hides 
 
 from compiler.diagnostics import OptionsError, TCError
 from compiler.kernel import Kernel, _target_options
+from compiler.torch.autograd import TCFunction
 from compiler.torch.convert import (
     array_to_tensor,
     device_tensor,
@@ -82,6 +87,7 @@ from compiler.torch.convert import (
     torch_dtype,
 )
 from compiler.torch.grad import GradientRunner
+from compiler.torch.ops import layer_ops
 
 ReorderFunction = Callable[[list[torch.Tensor]], Sequence[torch.Tensor]]
 
@@ -96,6 +102,7 @@ def define(
     options: object = None,
     target: str = "llvm",
     reorder_function: ReorderFunction | None = None,
+    dtype: torch.dtype | None = None,
 ) -> TCLayer:
     """Compile a TC def into a layer called on PyTorch tensors, differentiable by autograd.
 
@@ -138,6 +145,11 @@ def define(
             Maps the list of output gradients to the list the `backward=` def takes
             (for temporary outputs whose gradients it does not take). Only with
             `backward=`; it may also be given to each call. Defaults to None.
+        dtype (torch.dtype | None): Instantiate a def written with `float` for another
+            float type: with `torch.float64`, every float32 type, cast and literal of
+            the source becomes float64 (`compiler.retype`), so the layer takes and
+            returns float64 tensors (`Layer.double()` does this for a module).
+            Defaults to None: the types as written.
 
     Returns:
         TCLayer: `layer(*tensors)` returns a tuple with one tensor per output, in
@@ -177,6 +189,7 @@ def define(
         options=options,
         target=target,
         reorder_function=reorder_function,
+        dtype=dtype,
     )
 
 
@@ -203,7 +216,11 @@ class TCLayer:
         options: object = None,
         target: str = "llvm",
         reorder_function: ReorderFunction | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
+        if dtype is not None:
+            source, constants = _retyped(source, constants, dtype), None
+        self.dtype = dtype
         if training not in (None, True, False):
             raise OptionsError(
                 f"training= must be None (automatic), True or False, got {training!r}"
@@ -229,6 +246,7 @@ class TCLayer:
         self.training = training
         self.reorder_function = reorder_function
         self.gradients = GradientRunner(self.kernel, self.options)
+        self.ops = layer_ops(self)  # its custom operators (compiler.torch.ops)
         if backward is not None:
             n_out = len(self.kernel.ranged.checked.outputs)
             # reorder_function may also come with each call: any count 1..n_out may fit.
@@ -273,8 +291,35 @@ class TCLayer:
         # a graph break, run eagerly, instead of a trace attempt and a warning on every
         # call. The disabled entry is made on first use: importing Dynamo costs seconds.
         if torch.compiler.is_compiling():
+            if reorder_function is None:  # the layer's custom operator: no graph break
+                return self._op_call(tensors)
             return _untraced_call()(self, tensors, reorder_function)
         return self._call(tensors, reorder_function)
+
+    @property
+    def op(self) -> Any:
+        """The layer's forward custom operator, `torch.ops.tcc.<def>_<digest>.default`
+        (`compiler.torch.ops`): what torch.compile and torch.export see. Registered on
+        first use; calling it directly runs the kernel with the layer's autograd."""
+        return self.ops.forward
+
+    def _op_call(self, tensors: Sequence[Any]) -> tuple[torch.Tensor, ...]:
+        """A call through the custom operator (traced by torch.compile / export)."""
+        infos = self.kernel.ranged.checked.inputs
+        if len(tensors) != len(infos):
+            self.kernel(*tensors)  # the kernel's own error names every parameter
+        if self.training is False and torch.is_grad_enabled() and _any_requires_grad(tensors):
+            self._refuse_autograd(tensors)
+        like = next((t for t in tensors if isinstance(t, torch.Tensor)), None)
+        device = like.device if like is not None else None
+        args = [
+            t
+            if isinstance(t, torch.Tensor)
+            else torch.tensor(t, dtype=torch_dtype(info.dtype), device=device)
+            for info, t in zip(infos, tensors, strict=True)
+        ]
+        result = self.ops.forward(*args)
+        return (result,) if isinstance(result, torch.Tensor) else tuple(result)
 
     def _call(
         self, tensors: Sequence[Any], reorder_function: ReorderFunction | None
@@ -289,7 +334,7 @@ class TCLayer:
         if recording or _any_transformed(tensors):
             like = next((t for t in tensors if isinstance(t, torch.Tensor)), None)
             args = [self._as_tensor(i, t, like) for i, t in enumerate(tensors)]
-            return tuple(_TCFunction.apply(self, reorder, *args))
+            return tuple(TCFunction.apply(self, reorder, *args))
         return self.run(tensors)
 
     def run(self, tensors: Sequence[Any]) -> tuple[torch.Tensor, ...]:
@@ -350,8 +395,44 @@ class TCLayer:
             glayer.options, glayer.kernel, glayer.name = self.options, kernel, kernel.name
             glayer.training, glayer.reorder_function = True, None
             glayer.gradients = GradientRunner(kernel, self.options)
+            glayer.ops = layer_ops(glayer)
             cache[wanted] = glayer
         return cache[wanted]
+
+    def tangent_layer(self, wrt: tuple[str, ...]) -> tuple[TCLayer, dict[str, str]]:
+        """The layer of the tangent def (forward mode) for the inputs `wrt` and, per
+        forward output with a tangent, its tangent output's name. Its parameters are
+        the forward inputs, then the tangents of `wrt`; it is a training layer, so
+        forward mode composes with reverse mode and with vmap (`torch.func.jacfwd`,
+        `hessian`)."""
+        cache = self.__dict__.setdefault("_tangent_layers", {})
+        if wrt not in cache:
+            from compiler.frontend.printer import print_def
+            from compiler.higher import tangent_ranged
+
+            ranged, names = tangent_ranged(self.kernel.ranged, wrt)
+            text = print_def(ranged.checked.definition)
+            options = None if isinstance(self.options, str) else self.options
+            tlayer = TCLayer(text, ranged.name, options=options, target=self.kernel.target)
+            cache[wrt] = (tlayer, dict(names))
+        return cache[wrt]
+
+    def batched_layer(self, batched: tuple[bool, ...]) -> TCLayer:
+        """The layer of the batched def (`compiler.batch.batch_def`) for the inputs
+        flagged in `batched`: what `torch.func.vmap` over this layer calls, once per
+        batch. Derived gradients (a `backward=` def is not batched: its layer's vmap
+        under autograd differentiates the batched def instead)."""
+        cache = self.__dict__.setdefault("_batched_layers", {})
+        if batched not in cache:
+            from compiler.batch import batch_def
+            from compiler.frontend.printer import print_def
+
+            text = print_def(batch_def(self.kernel.ranged, batched))
+            options = None if isinstance(self.options, str) else self.options
+            cache[batched] = TCLayer(
+                text, self.name, training=self.training, options=options, target=self.kernel.target
+            )
+        return cache[batched]
 
     def _as_tensor(self, position: int, value: Any, like: torch.Tensor | None) -> torch.Tensor:
         """Python numbers (0-d inputs) as tensors, so autograd can save them (on the
@@ -362,6 +443,25 @@ class TCLayer:
         array = tensor_to_array(info, value)
         device = like.device if like is not None and self.kernel.target == "cuda" else None
         return torch.as_tensor(array, dtype=torch_dtype(info.dtype), device=device)
+
+
+def _retyped(source: str, constants: Mapping[str, object] | None, dtype: Any) -> str:
+    """`source` (its templates filled in) with float32 instantiated as `dtype`."""
+    from compiler.frontend.ast import ScalarType
+    from compiler.retype import retype_source
+    from compiler.templates import substitute
+
+    types = {
+        torch.float64: ScalarType.FLOAT64,
+        torch.float32: ScalarType.FLOAT32,
+        torch.float16: ScalarType.FLOAT16,
+    }
+    if dtype not in types:
+        raise OptionsError(
+            f"dtype= must be torch.float64, torch.float32 or torch.float16, got {dtype!r}"
+        )
+    text = source if constants is None else substitute(source, constants)
+    return retype_source(text, types[dtype])
 
 
 def _progress(label: str) -> AbstractContextManager[object]:
@@ -413,14 +513,6 @@ def _any_transformed(values: Sequence[Any]) -> bool:
     return False
 
 
-def _plain(value: Any) -> Any:
-    """`value` without torch.func's wrappers (the data a transform's rule computes on)."""
-    functorch = torch._C._functorch
-    while isinstance(value, torch.Tensor) and functorch.is_functorch_wrapped_tensor(value):
-        value = functorch.get_unwrapped(value)
-    return value
-
-
 def _check_reorder(reorder: object, backward: str | None) -> None:
     if reorder is None:
         return
@@ -436,166 +528,6 @@ def _check_reorder(reorder: object, backward: str | None) -> None:
             "gradient takes one gradient per output",
             hint='pass backward="name_of_the_backward_def", or drop reorder_function=',
         )
-
-
-class _TCFunction(torch.autograd.Function):
-    """Forward: the TC kernel. Backward: `GradientRunner` on the needed inputs; under
-    `create_graph=True`, the gradient kernel as a TC layer of its own (so it is
-    differentiable again). Forward mode (`torch.func.jvp`, `forward_ad`): `Kernel.jvp`."""
-
-    @staticmethod
-    def forward(
-        layer: TCLayer, reorder: ReorderFunction | None, *tensors: torch.Tensor
-    ) -> tuple[torch.Tensor, ...]:
-        return layer.run(tensors)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        layer, reorder, *tensors = inputs
-        ctx.layer, ctx.reorder = layer, reorder
-        ctx.n_inputs = len(tensors)
-        ctx.on_device = on_device(layer.kernel.target, layer.kernel.ranged.checked.inputs, tensors)
-        ctx.save_for_backward(*tensors, *output)
-        ctx.save_for_forward(*tensors)
-        ctx.set_materialize_grads(False)  # an unused output's gradient stays None
-        infos = layer.kernel.ranged.checked.outputs
-        ctx.mark_non_differentiable(
-            *(o for o, t in zip(output, infos, strict=True) if not t.dtype.is_float)
-        )
-
-    @staticmethod
-    def backward(ctx: Any, *grad_outputs: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        if not torch.is_grad_enabled():
-            with torch.no_grad():
-                return _gradients(ctx, *grad_outputs)
-        # create_graph=True: a differentiable backward (dense cotangents)
-        layer: TCLayer = ctx.layer
-        saved = ctx.saved_tensors
-        inputs, outputs = saved[: ctx.n_inputs], saved[ctx.n_inputs :]
-        out_infos = layer.kernel.ranged.checked.outputs
-        grads = [
-            g if g is not None and t.dtype.is_float else torch.zeros_like(o)
-            for g, t, o in zip(grad_outputs, out_infos, outputs, strict=True)
-        ]
-        if ctx.reorder is not None:
-            grads = list(ctx.reorder(list(grads)))
-        needed = ctx.needs_input_grad[2:]
-        results = _differentiable_backward(layer, inputs, outputs, grads, needed)
-        return (None, None, *results)
-
-    @staticmethod
-    def jvp(ctx: Any, *tangents: Any) -> tuple[torch.Tensor, ...]:
-        layer: TCLayer = ctx.layer
-        if layer.kernel.backward is not None:
-            raise TCError(
-                f"forward-mode AD through layer '{layer.name}': its gradient is the "
-                f"hand-written def '{layer.kernel.backward}', which forward mode cannot use",
-                hint="define the layer without backward= for forward-mode AD",
-            )
-        if ctx.on_device and layer.kernel.target == "cuda":
-            raise TCError(
-                f"forward-mode AD through layer '{layer.name}' on CUDA tensors is not "
-                "supported yet (Kernel.jvp runs on NumPy arrays)",
-                hint="use reverse mode (backward, torch.autograd.grad), or CPU tensors",
-            )
-        infos = layer.kernel.ranged.checked.inputs
-        # torch.func hands this rule its wrapped tensors: read their data outside it.
-        with torch._C._DisableFuncTorch():
-            inputs = [_plain(v) for v in ctx.saved_tensors[: ctx.n_inputs]]
-            arrays = [tensor_to_array(t, v) for t, v in zip(infos, inputs, strict=True)]
-            dots = [
-                None if t is None or not info.dtype.is_float else _grad_array(_plain(t), k)
-                for k, (info, t) in enumerate(zip(infos, tangents[2:], strict=True))
-            ]
-            _, out_dots = layer.kernel.jvp(*arrays, tangents=dots)
-            return tuple(None if d is None else array_to_tensor(d) for d in out_dots)
-
-
-def _differentiable_backward(
-    layer: TCLayer,
-    inputs: Sequence[torch.Tensor],
-    outputs: Sequence[torch.Tensor],
-    grads: Sequence[torch.Tensor],
-    needed: Sequence[bool],
-) -> tuple[torch.Tensor | None, ...]:
-    """The input gradients as outputs of the gradient def's own TC layer."""
-    if layer.kernel.backward is not None:
-        raise TCError(
-            f"create_graph=True through layer '{layer.name}': its gradient is the "
-            f"hand-written def '{layer.kernel.backward}', which tcc cannot differentiate "
-            "as a backward",
-            hint="define the layer without backward= for double backward",
-        )
-    infos = layer.kernel.ranged.checked.inputs
-    if not any(need and t.dtype.is_float for t, need in zip(infos, needed, strict=True)):
-        return (None,) * len(infos)
-    # Every float input's gradient, whichever are needed now: one gradient layer (and
-    # one compile of its own gradient, and so on) per layer instead of one per subset
-    # of inputs that double backward happens to ask for (gradgradcheck asks for many).
-    wanted = tuple(t.name for t in infos if t.dtype.is_float)
-    glayer = layer.gradient_layer(wanted)
-    by_name = dict(zip(layer.outputs, outputs, strict=True))
-    params = glayer.inputs
-    read = params[len(inputs) : len(params) - len(grads)]
-    args = [*inputs, *(by_name[p] for p in read), *(g.contiguous() for g in grads)]
-    results = glayer(*args)
-    found = dict(zip(wanted, results, strict=False))
-    return tuple(found.get(t.name) if need else None for t, need in zip(infos, needed, strict=True))
-
-
-def _gradients(ctx: Any, *grad_outputs: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-    """The input gradients (tcc's kernels run on arrays: outside autograd)."""
-    layer: TCLayer = ctx.layer
-    saved = ctx.saved_tensors
-    inputs, outputs = saved[: ctx.n_inputs], saved[ctx.n_inputs :]
-    in_infos = layer.kernel.ranged.checked.inputs
-    out_infos = layer.kernel.ranged.checked.outputs
-    # None (no gradient reached that output) is a symbolic zero for the derived
-    # gradient; a backward= def or reorder_function gets dense zeros.
-    dense = layer.kernel.backward is not None or ctx.reorder is not None
-    grads = [
-        g if g is not None and t.dtype.is_float else torch.zeros_like(o) if dense else None
-        for g, t, o in zip(grad_outputs, out_infos, outputs, strict=True)
-    ]
-    if ctx.reorder is not None:
-        grads = list(ctx.reorder(list(grads)))
-    needed = ctx.needs_input_grad[2:]
-    first = layer._first_compile(("backward", needed), f"compiling the gradient of '{layer.name}'")
-    if ctx.on_device:  # the tensors go to the gradient kernel as they are (on the GPU)
-        with first:
-            results = layer.gradients.input_gradients(
-                [device_tensor(t, v) for t, v in zip(in_infos, inputs, strict=True)],
-                [device_tensor(t, v, "output") for t, v in zip(out_infos, outputs, strict=True)],
-                [None if g is None else _grad_tensor(g, i) for i, g in enumerate(grads)],
-                needed,
-            )
-        return (None, None, *results)
-    grad_arrays = [_grad_array(g, i) for i, g in enumerate(grads)]
-    with first:
-        results = layer.gradients.input_gradients(
-            [tensor_to_array(t, v) for t, v in zip(in_infos, inputs, strict=True)],
-            [tensor_to_array(t, v, "output") for t, v in zip(out_infos, outputs, strict=True)],
-            grad_arrays,
-            needed,
-        )
-    return (None, None, *(None if r is None else array_to_tensor(r) for r in results))
-
-
-def _grad_array(grad: Any, position: int) -> Any:
-    """An output gradient as a contiguous CPU array (autograd may hand us expanded views),
-    or None for a symbolic zero."""
-    return None if grad is None else _grad_tensor(grad, position).numpy()
-
-
-def _grad_tensor(grad: Any, position: int) -> torch.Tensor:
-    """An output gradient as a contiguous tensor on its device (autograd may hand us
-    expanded views)."""
-    if not isinstance(grad, torch.Tensor):
-        raise OptionsError(
-            f"reorder_function returned a {type(grad).__name__} at position {position}; "
-            f"expected a tensor"
-        )
-    return grad.detach().contiguous()
 
 
 __all__ = ["TCLayer", "define"]

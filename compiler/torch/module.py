@@ -104,6 +104,7 @@ class Layer(nn.Module):
         from compiler.torch import define
 
         self.tc = define(source, name, training=training, **kwargs)
+        self._define_args = (source, name, training, kwargs)
         infos = {t.name: t for t in self.tc.kernel.ranged.checked.inputs}
         params = dict(params or {})
         for key in params:
@@ -119,6 +120,25 @@ class Layer(nn.Module):
         for key in self.param_names:
             parameter = _make_parameter(infos[key], params[key], self.tc.kernel.target)
             self.register_parameter(key, parameter)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Layer:
+        """nn.Module's conversions (`.double()`, `.half()`, `.to(dtype)`): when they
+        change the parameters' float dtype, the def is instantiated for it
+        (`define(..., dtype=)`), so the module keeps working in the new precision."""
+        super()._apply(fn, recurse)
+        dtypes = {p.dtype for p in self.parameters(recurse=False)}
+        declared = {
+            torch_dtype(t.dtype)
+            for t in self.tc.kernel.ranged.checked.inputs
+            if t.name in self.param_names
+        }
+        if len(dtypes) == 1 and dtypes != declared:
+            from compiler.torch import define
+
+            source, name, training, kwargs = self._define_args
+            (dtype,) = dtypes
+            self.tc = define(source, name, training=training, **{**kwargs, "dtype": dtype})
+        return self
 
     def extra_repr(self) -> str:
         return f"def={self.tc.name}, arguments=({', '.join(self.argument_names)})"
