@@ -266,24 +266,25 @@ def _with_variants(
     taken: set[str],
 ) -> list[GpuKernel]:
     """`plain` and the variants of its band (possibly empty, over `inner`) that the host
-    picks from by the sizes (each kernel's `when`): thread tiles for large bands, warp
-    reductions for small bands of long reductions, split reductions (`cuda_split`) for
-    few outputs. Exactly one runs: the first variant whose `when` holds, else `plain`."""
+    picks from by the sizes (each kernel's `when`): thread tiles for large bands, split
+    reductions (`cuda_split`) for few outputs of reductions with many partials, warp
+    reductions for small bands of long reductions. Exactly one runs: the first variant
+    whose `when` holds, else `plain`."""
     name = plain.name
     variants: list[tuple[Expr, list[GpuKernel]]] = []  # when, kernels (when unset)
     tiled = thread_tile(band, *options.thread_tile, options.tile_threads, taken) if band else None
     if tiled is not None and _size_only(tiled.enough, sizes) is not None:
         parts = [(f"{name}t{k}", part, d) for k, (part, d) in enumerate(tiled.phases)]
         variants.append((tiled.enough, _kernels(parts, "tile", (), sizes, options, taken)))
+    split = split_of(band, inner, sizes, error, taken)
+    if split is not None and _size_only(split.when, sizes) is not None:
+        variants.append((split.when, _split_kernels(name, split, sizes, options, error, taken)))
     warp = None
     if band and options.block % LANES == 0:
         warp = warp_reduce(band, error, options.warp_outputs, taken)
     if warp is not None and _size_only(warp.when, sizes) is not None:
         parts = [(f"{name}w", warp.phase, warp.depth)]
         variants.append((warp.when, _kernels(parts, "warp", (), sizes, options, taken)))
-    split = split_of(band, inner, sizes, error, taken)
-    if split is not None and _size_only(split.when, sizes) is not None:
-        variants.append((split.when, _split_kernels(name, split, sizes, options, error, taken)))
     if not variants:
         return [plain]
     one = Const(1, I64)

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler import loops as L
-from compiler.codegen.cuda_tile import extent, fresh, iterations
+from compiler.codegen.cuda_tile import extent, fresh, iterations, scaled
 from compiler.codegen.cuda_warp import LANES, MIN_LANES_USED, combine, identity, reduction_op
 from compiler.loops.ir import var_names, walk
 from compiler.loops.jam import rename_locals
@@ -85,23 +85,49 @@ def split_of(
     nest, rest = stmts[0], stmts[1:]
     op = reduction_op(nest, body.var, error)
     start = _identity(op, body.dtype) if op is not None else None
-    if op is None or start is None or var_names(nest.lo, nest.hi) - sizes - _vars(band):
+    if op is None or start is None:
+        return None
+    loops = _chain(nest)
+    lanes = len(loops) > 1 and _lane_split(loops, sizes)
+    lanes = lanes and not (band and _coalesced(band[-1].var, loops[-1]))
+    split = []
+    for loop in loops[:-1] if lanes else loops:
+        if var_names(loop.lo, loop.hi) - sizes:
+            break
+        split.append(loop)
+    if not split:
         return None
     outputs = L.Max(iterations(band), _c(1)) if band else _c(1)
-    lanes = not band and _lane_split(nest, sizes)
-    per_output = _c(TARGET_THREADS // LANES) if lanes else _ceil(_c(TARGET_THREADS), outputs)
-    count = L.Max(_c(1), L.Min(per_output, _ceil(extent(nest), _c(MIN_TERMS))))
-    parts = L.Bin(L.BinOp.MUL, count, _c(LANES)) if lanes else count
+    counts = _counts(split, outputs, lanes)
+    outer = counts[0]
+    for c in counts[1:]:
+        outer = L.Bin(L.BinOp.MUL, outer, c)
+    parts = L.Bin(L.BinOp.MUL, outer, _c(LANES)) if lanes else outer
     temp_name = fresh(f"{body.var}_parts", taken)
     temp = L.Buffer(temp_name, body.dtype, (L.Bin(L.BinOp.MUL, parts, outputs),), L.Role.TEMP)
-    first = _first_pass(band, body, nest, start, count, lanes, outputs, temp, taken)
+    shares = list(zip(split, counts, strict=True))
+    first = _first_pass(band, body, nest, start, shares, lanes, outputs, temp, taken)
     second = _second_pass(band, body, rest, op, parts, outputs, temp, taken)
-    when: L.Expr = L.Bin(L.BinOp.SUB, count, _c(MIN_PARTS - 1))
-    if lanes:
-        long = L.Bin(L.BinOp.SUB, extent(_innermost(nest)), _c(MIN_LANES_USED - 1))
-        when = L.Max(when, long)  # many rows, or long rows: either split pays
-    first_depth = len(band) + (2 if lanes else 1)
+    when: L.Expr = L.Bin(L.BinOp.SUB, outer, _c(MIN_PARTS - 1))
+    if lanes and not band:  # many rows, or long rows: either split pays
+        when = L.Max(when, L.Bin(L.BinOp.SUB, extent(loops[-1]), _c(MIN_LANES_USED - 1)))
+    first_depth = len(split) + len(band) + (1 if lanes else 0)
     return SplitReduction(first, first_depth, second, max(len(band), 1), temp, when)
+
+
+def _counts(split: list[L.For], outputs: L.Expr, lanes: bool) -> list[L.Expr]:
+    """The partial count of each loop of `split`: outer loops take as many as the thread
+    budget (`TARGET_THREADS` over the outputs, and the lanes) allows, up to their extent;
+    the last at least `MIN_TERMS` iterations a partial."""
+    budget: L.Expr = _ceil(_c(TARGET_THREADS // LANES if lanes else TARGET_THREADS), outputs)
+    counts: list[L.Expr] = []
+    for k, loop in enumerate(split):
+        last = k == len(split) - 1
+        cap = _ceil(extent(loop), _c(MIN_TERMS)) if last else extent(loop)
+        count = L.Max(_c(1), L.Min(budget, cap))
+        counts.append(count)
+        budget = L.Max(_c(1), _ceil(budget, count))
+    return counts
 
 
 def serial_reason(stmt: L.Stmt, error: str | None) -> str:
@@ -142,30 +168,53 @@ def _first_pass(
     body: L.Local,
     nest: L.For,
     start: L.Const,
-    count: L.Expr,
+    split: list[tuple[L.For, L.Expr]],
     lanes: bool,
     outputs: L.Expr,
     temp: L.Buffer,
     taken: set[str],
 ) -> L.Stmt:
-    """`for po in 0:count { [for lane in 0:32] { band { local part = start { the nest,
-    split; P[p * outputs + o] = part } } } }` (module doc)."""
-    po, part = fresh("tcc_part", taken), fresh(f"{body.var}_part", taken)
-    p: L.Expr = L.VarRef(po, I64)
+    """`for p1 in 0:c1 { .. band { [for lane in 0:32] { local part = start { the nest,
+    split; P[p * outputs + o] = part } } } .. }` (module doc)."""
+    part = fresh(f"{body.var}_part", taken)
+    shares = {loop.var: (fresh("tcc_part", taken), count) for loop, count in split}
     lane = fresh("tcc_lane", taken) if lanes else None
-    split = _split_outer(nest, L.VarRef(po, I64), count, taken)
+    reduced = rename_locals(_split_chain(nest, shares, lane, taken), {body.var: part})
+    p: L.Expr | None = None
+    for name, count in shares.values():
+        ref = L.VarRef(name, I64)
+        p = ref if p is None else L.Bin(L.BinOp.ADD, L.Bin(L.BinOp.MUL, p, count), ref)
+    assert p is not None
     if lane is not None:
-        split = _split_inner(split, L.VarRef(lane, I64))
         p = L.Bin(L.BinOp.ADD, L.Bin(L.BinOp.MUL, p, _c(LANES)), L.VarRef(lane, I64))
-    reduced = rename_locals(split, {body.var: part})
-    index = _index(p, outputs, band)
-    store = L.Store(temp, (index,), L.VarRef(part, body.dtype))
+    store = L.Store(temp, (_index(p, outputs, band),), L.VarRef(part, body.dtype))
     stmt: L.Stmt = L.Local(part, body.dtype, start, L.Block((reduced, store)))
-    for loop in reversed(band):
-        stmt = dataclasses.replace(loop, body=stmt)
     if lane is not None:
         stmt = L.For(lane, _c(0), _c(LANES), 1, stmt, L.LoopKind.PARALLEL)
-    return L.For(po, _c(0), count, 1, stmt, L.LoopKind.PARALLEL)
+    for loop in reversed(band):
+        stmt = dataclasses.replace(loop, body=stmt)
+    for name, count in reversed(list(shares.values())):
+        stmt = L.For(name, _c(0), count, 1, stmt, L.LoopKind.PARALLEL)
+    return stmt
+
+
+def _split_chain(
+    stmt: L.Stmt, shares: dict[str, tuple[str, L.Expr]], lane: str | None, taken: set[str]
+) -> L.Stmt:
+    """The reduction chain `stmt` with each loop in `shares` taking partial `p`'s share
+    (`lo + (p + q * count) * step`, q = 0, 1, ..) and, with `lane`, the innermost loop
+    the lane's (`lo + lane`, 32 apart)."""
+    if not isinstance(stmt, L.For):
+        return stmt
+    body = _split_chain(stmt.body, shares, lane, taken)
+    if stmt.var in shares:
+        p, count = shares[stmt.var]
+        return _share(dataclasses.replace(stmt, body=body), L.VarRef(p, I64), count, taken)
+    if lane is not None and not isinstance(stmt.body, L.For):
+        shift = scaled(L.VarRef(lane, I64), stmt.step)
+        lo = L.Bin(L.BinOp.ADD, stmt.lo, shift)
+        return dataclasses.replace(stmt, lo=lo, step=stmt.step * LANES, body=body)
+    return dataclasses.replace(stmt, body=body)
 
 
 def _second_pass(
@@ -194,7 +243,7 @@ def _second_pass(
     return stmt
 
 
-def _split_outer(nest: L.For, p: L.Expr, count: L.Expr, taken: set[str]) -> L.For:
+def _share(nest: L.For, p: L.Expr, count: L.Expr, taken: set[str]) -> L.For:
     """`nest`'s iterations `lo + (p + q * count) * step` for q = 0, 1, ...: the share of
     partial `p` of `count` (the loop variable bound by a Let)."""
     q = fresh("tcc_q", taken)
@@ -207,53 +256,34 @@ def _split_outer(nest: L.For, p: L.Expr, count: L.Expr, taken: set[str]) -> L.Fo
     return L.For(q, _c(0), trips, 1, L.Let(nest.var, value, nest.body))
 
 
-def _split_inner(split: L.For, lane: L.Expr) -> L.For:
-    """`split` with its innermost loop `r` taking `lo + lane, lo + lane + 32, ...`."""
-    inner = _innermost(split)
-    lo = L.Bin(
-        L.BinOp.ADD, inner.lo, lane if inner.step == 1 else L.Bin(L.BinOp.MUL, lane, _c(inner.step))
-    )
-    return _replace(split, inner, dataclasses.replace(inner, lo=lo, step=inner.step * LANES))
+def _chain(nest: L.For) -> list[L.For]:
+    """The perfectly nested loops of the reduction `nest`."""
+    loops = [nest]
+    while isinstance(loops[-1].body, L.For):
+        loops.append(loops[-1].body)
+    return loops
 
 
-def _lane_split(nest: L.For, sizes: set[str]) -> bool:
-    """True when `nest` has an inner loop `r` (perfectly nested, the innermost, bounds of
-    the sizes only) that some read uses in its last subscript and none in another only
-    (lanes would be coalesced)."""
-    inner = nest.body
-    while isinstance(inner, L.Let):
-        inner = inner.body
-    if not isinstance(inner, L.For):
-        return False
-    r = _innermost(nest)
+def _lane_split(loops: list[L.For], sizes: set[str]) -> bool:
+    """True when the innermost loop `r` of the reduction chain `loops` (bounds of the
+    sizes only, no loop in its body) is read along operands' last subscript and never in
+    another only (32 lanes 1 apart would be coalesced)."""
+    r = loops[-1]
     if var_names(r.lo, r.hi) - sizes or any(isinstance(n, L.For) for n in walk(r.body)):
         return False
-    loads = [n for n in walk(r.body) if isinstance(n, L.Load) and n.index]
-    last = [ld for ld in loads if r.var in var_names(ld.index[-1])]
+    return _coalesced(r.var, r)
+
+
+def _coalesced(var: str, loop: L.For) -> bool:
+    """True when some read in `loop` uses `var` in its last subscript and none uses it in
+    another subscript only."""
+    loads = [n for n in walk(loop.body) if isinstance(n, L.Load) and n.index]
+    last = [ld for ld in loads if var in var_names(ld.index[-1])]
     other = [
-        ld
-        for ld in loads
-        if r.var not in var_names(ld.index[-1]) and r.var in var_names(*ld.index[:-1])
-    ]
+        ld for ld in loads
+        if var not in var_names(ld.index[-1]) and var in var_names(*ld.index[:-1])
+    ]  # fmt: skip
     return bool(last) and not other
-
-
-def _innermost(stmt: L.Stmt) -> L.For:
-    """The innermost loop of the chain of loops (and Lets) at `stmt`'s root."""
-    found = None
-    while isinstance(stmt, (L.For, L.Let)):
-        if isinstance(stmt, L.For):
-            found = stmt
-        stmt = stmt.body
-    assert found is not None
-    return found
-
-
-def _replace(stmt: L.Stmt, old: L.For, new: L.For) -> L.Stmt:
-    if stmt is old:
-        return new
-    assert isinstance(stmt, (L.For, L.Let))
-    return dataclasses.replace(stmt, body=_replace(stmt.body, old, new))
 
 
 def _index(p: L.Expr, outputs: L.Expr, band: list[L.For]) -> L.Expr:

@@ -103,27 +103,10 @@ def _threads(stmt: L.Stmt, env: dict[str, int]) -> int:
     return 1
 
 
-# known gaps: few outputs over a reduction whose outermost loop is short (a convolution's
-# bias gradient sums over n, h, w with N small): the split takes the outermost loop only,
-# so the warp form (32 lanes an output) runs, with fewer threads than the work wants
-SHORT_OUTER = {
-    "conv2d_grad",
-    "corpus_conv_reorder_old_api_convolution_grad",
-    "corpus_min_distance_batched_mindis",
-}
+CASES = _cases()
 
 
-def _marked(case: tuple) -> object:
-    if case[0] not in SHORT_OUTER:
-        return case
-    why = "split reductions take only the outermost reduction loop (issue 44, not done)"
-    return pytest.param(*case, marks=pytest.mark.xfail(strict=True, reason=why))
-
-
-CASES = [_marked(c) for c in _cases()]
-
-
-@pytest.mark.parametrize(("name", "text", "entry", "sizes"), CASES, ids=[c[0] for c in _cases()])
+@pytest.mark.parametrize(("name", "text", "entry", "sizes"), CASES, ids=[c[0] for c in CASES])
 def test_no_phase_runs_on_fewer_threads_than_its_work(
     name: str, text: str, entry: str | None, sizes: dict[str, int] | None
 ) -> None:

@@ -5,6 +5,7 @@ divide the rows), the split kernels selected where expected, and NVRTC compiling
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ def vecmin(float(N) A) -> (m) { m min=! A(i) }
 def firstmatch(float(N) S, float v) -> (idx) { idx min=! (S(r) == v) ? r : N }
 """
 SIZES = [(1, 1), (3, 17), (97, 5), (1009, 37), (5, 4099), (4099, 3)]
+ROOT = Path(__file__).resolve().parents[2]
 HAS_NVRTC = importlib.util.find_spec("cuda") is not None
 
 
@@ -99,3 +101,32 @@ def test_split_kernels_compile_with_nvrtc() -> None:
         assert split, entry
         source = emit_cuda(program.gpu)
         assert compile_source(source, arch="sm_90", fast_math=False)
+
+
+def test_conv_bias_gradient_splits_over_batch_and_rows() -> None:
+    src = (ROOT / "examples" / "conv2d.tc").read_text()
+    rng = np.random.default_rng(5)
+    i = rng.standard_normal((3, 2, 23, 23))
+    w1 = rng.standard_normal((5, 2, 3, 3))
+    b = rng.standard_normal(5)
+    seed = rng.standard_normal((3, 5, 21, 21))
+    kernel = define(src.replace("float(", "double("), target="cuda-emulated")
+    _, w1_grad, b_grad = kernel.vjp(i, w1, b, grad_outputs=[seed])
+    np.testing.assert_allclose(b_grad, seed.sum(axis=(0, 2, 3)), rtol=1e-12, atol=1e-12)
+    want = np.einsum("nmhw,nckhlw->mckl", seed, _windows(i, 3, 3))
+    np.testing.assert_allclose(w1_grad, want, rtol=1e-10, atol=1e-10)
+    grads = kernel.grad._native
+    sizes = {"N": 3, "C": 2, "H": 23, "W": 23, "M": 5, "KH": 3, "KW": 3}
+    ran = [k.variant for k in grads.gpu.kernels if grads.grid(k, sizes)[0]]
+    assert "split" in ran
+
+
+def _windows(x: np.ndarray, kh: int, kw: int) -> np.ndarray:
+    """x[n, c, h + a, w + b] as an array indexed [n, c, a, h, b, w]."""
+    n, c, h, w = x.shape
+    ho, wo = h - kh + 1, w - kw + 1
+    out = np.empty((n, c, kh, ho, kw, wo))
+    for a in range(kh):
+        for b in range(kw):
+            out[:, :, a, :, b, :] = x[:, :, a : a + ho, b : b + wo]
+    return out
