@@ -29,6 +29,7 @@ small sizes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection, Mapping
 
 from compiler.codegen.cuda_map import AtomicAdd, GpuKernel, GpuProgram, PosDiv, PosMod
@@ -88,16 +89,12 @@ def narrow_expr(e: Expr, narrow_vars: Collection[str]) -> bool:
 def narrow_program(program: GpuProgram) -> GpuProgram:
     """`program` with every kernel renamed to its 32-bit version's name (emit it with
     `index32` = those names)."""
-    import dataclasses
-
     kernels = tuple(narrow_kernel(k) for k in program.kernels)
     return dataclasses.replace(program, kernels=kernels)
 
 
 def narrow_kernel(kernel: GpuKernel) -> GpuKernel:
     """The 32-bit version of `kernel`: the same kernel under its own name."""
-    import dataclasses
-
     return dataclasses.replace(kernel, name=kernel.name + NARROW_SUFFIX)
 
 
@@ -113,7 +110,7 @@ def fits_int32(
     threads = grid[0] * kernel.block
     if threads >= limit or max(grid) >= limit:
         return False
-    env: dict[str, Interval] = {n: (v, v) for n in program.size_params for v in (sizes[n],)}
+    env: dict[str, Interval] = {n: (sizes[n], sizes[n]) for n in program.size_params}
     try:
         _Bounds(kernel, grid, limit).stmt(kernel.body, env)
     except _Overflow:

@@ -124,9 +124,11 @@ class CudaProgram:
         return device, module
 
     def prepare(self) -> None:
-        """Build the one-thread-an-output kernels now (g++ or NVRTC); thread-tile and
-        warp variants are built when a call's sizes first select them."""
-        self.device_module()[1].build([k for k in self.gpu.kernels if not k.variant])
+        """Build the 32-bit versions of the one-thread-an-output kernels now (g++ or
+        NVRTC): the ones a call whose indices fit in `int` runs; thread-tile and warp
+        variants, and 64-bit versions, are built when a call's sizes first select them."""
+        plain = [self._narrow(k) for k in self.gpu.kernels if not k.variant]
+        self.device_module()[1].build(plain)
 
     @cached_property
     def _plans(self) -> dict[tuple[int, ...], list[tuple[GpuKernel, tuple[int, int, int]]]]:
@@ -151,6 +153,11 @@ class CudaProgram:
                 self._plans.clear()
             self._plans[key] = found
         return found
+
+    def grids(self, env: Mapping[str, int]) -> list[tuple[int, int, int]]:
+        """Every kernel's grid for these sizes, in `gpu.kernels` order ((0, 0, 0): not
+        launched); `plan` is what a call runs."""
+        return [self.grid(k, env) for k in self.gpu.kernels]
 
     def grid(self, kernel: GpuKernel, env: Mapping[str, int]) -> tuple[int, int, int]:
         """The kernel's blocks in x, y, z for these sizes; (0, 0, 0) where it has no work
