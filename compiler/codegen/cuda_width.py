@@ -46,6 +46,7 @@ from compiler.loops import (
     For,
     If,
     Let,
+    Load,
     Local,
     LoopKind,
     Max,
@@ -214,6 +215,9 @@ class _Bounds:
         narrow too)."""
         if narrow_expr(e, env):
             self.interval(e, env)
+            return
+        if isinstance(e, Load):
+            self._element(e.buffer, e.index, env)
             return
         for child in children(e):
             if isinstance(child, Expr):

@@ -98,6 +98,16 @@ def test_the_host_proves_from_the_sizes_when_indices_fit() -> None:
     assert fits_int32(k1, program.gpu, under, program.grid(k1, under))
 
 
+def test_a_read_offset_past_int32_selects_64_bits() -> None:
+    """A row sum of a (2^16 + 1) x 2^15 input: the band's rows and the loop's terms fit
+    in int, the read's offsets n * D + d do not (at 2^16 rows the last is 2^31 - 1)."""
+    program = _program("def rows(float(N, D) X) -> (S) { S(n) +=! X(n, d) }")
+    plain = next(k for k in program.gpu.kernels if k.name == "rows_k0")
+    grid = (256, 1, 1)  # one row a thread (these sizes would launch a split variant)
+    assert not fits_int32(plain, program.gpu, {"N": 2**16 + 1, "D": 2**15}, grid)
+    assert fits_int32(plain, program.gpu, {"N": 2**16, "D": 2**15}, grid)
+
+
 def test_a_thread_count_past_int32_selects_64_bits() -> None:
     program = _program(_example("softmax"))
     k1 = next(k for k in program.gpu.kernels if k.name == "softmax_k1")
@@ -189,3 +199,47 @@ def test_unrolled_reduction_matches_numpy() -> None:
     k = define("def rows(float(N, 3) A) -> (O) { O(i) +=! A(i, k) * A(i, k) }", target=EMULATED)
     A = np.random.default_rng(3).standard_normal((11, 3)).astype(np.float32)
     np.testing.assert_allclose(k(A)[0], (A.astype(np.float64) ** 2).sum(1), rtol=1e-5)
+
+
+def _examples_and_gradients() -> list[tuple[str, str]]:
+    from compiler.backward import grad
+
+    found = []
+    for path in sorted((ROOT / "examples").glob("*.tc")):
+        found += [
+            (path.stem, path.read_text()),
+            (f"{path.stem}_grad", grad(path.read_text(), None)),
+        ]
+    return found
+
+
+SOURCES = _examples_and_gradients()
+
+
+@pytest.mark.skipif(not HAS_NVRTC, reason="needs cuda-bindings and nvidia-cuda-nvrtc")
+@pytest.mark.parametrize(("name", "text"), SOURCES, ids=[s[0] for s in SOURCES])
+def test_nvrtc_compiles_the_32_bit_version_of_every_kernel(name: str, text: str) -> None:
+    entries = _ptx(_program(text), narrow=True)
+    assert entries and all(n.endswith("_i32") for n in entries)
+
+
+@needs_gxx
+@pytest.mark.parametrize("example", ["conv2d", "softmax", "layernorm", "maxpool"])
+def test_gradients_in_64_bits_match_llvm(example: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.codegen.test_cuda_emulated import ODD, _compare, _inputs
+
+    monkeypatch.setattr(cuda_width, "INT32_LIMIT", 1)
+    text = _example(example)
+    ref, got = define(text), define(text, target=EMULATED)
+    args = _inputs(ref, ODD, (0, 2))
+    _compare(ref, got, args)
+    outs = ref(*args)
+    rng = np.random.default_rng(1)
+    seeds = [rng.standard_normal(o.shape).astype(o.dtype) for o in outs]
+    want = ref.vjp(*args, grad_outputs=seeds)
+    have = got.vjp(*args, grad_outputs=seeds)
+    for w, g in zip(want, have, strict=True):
+        if w is not None:
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+    programs = [got._native, got.grad._native]
+    assert all(not p.is_narrow(k) for p in programs for plan in p._plans.values() for k, _ in plan)
