@@ -18,9 +18,9 @@ Ensures:  `simplify(d)` returns a def that computes the same values (up to round
              none between writes what the earlier one reads (`merge.py` only moves
              the later statement up, with the same names);
           4. a subexpression with a call in it (`exp(-G(3, b, h))`) that occurs more
-             than once in a right-hand side is computed once, as a `let` of the
-             statement's `where` clause (`where t0 = exp(-G(3, b, h))`), innermost
-             lets first.
+             than once in a right-hand side (outside subscripts and comparisons) is
+             computed once, as a `let` of the statement's `where` clause
+             (`where t0 = exp(-G(3, b, h))`), innermost lets first.
           `d` is not modified; a def nothing applies to is returned as it is.
 
 Worked example (softmax with the loss `Y` alone: `rowsum`'s contribution
@@ -47,6 +47,7 @@ from compiler.frontend.ast import (
     Binary,
     BinOp,
     Call,
+    Compare,
     Def,
     Expr,
     Let,
@@ -248,8 +249,8 @@ def _number(
     e: Expr, numbers: dict[tuple[object, ...], int], found: dict[int, tuple[Expr, int, int]]
 ) -> tuple[int, int, bool]:
     """(number, size, has a call) of `e`; counts `e` in `found` when worth sharing."""
-    if isinstance(e, Access):  # a load: never shared, its subscripts never entered
-        key: tuple[object, ...] = ("access", e)
+    if isinstance(e, (Access, Compare)):  # never shared, never entered (see _replace)
+        key: tuple[object, ...] = ("opaque", e)
         return numbers.setdefault(key, len(numbers)), 1, False
     parts = [_number(c, numbers, found) for c in children(e)]
     key = (type(e), _label(e), *(p[0] for p in parts))
@@ -271,9 +272,13 @@ def _label(e: Expr) -> object:
 
 
 def _replace(e: Expr, old: Expr, new: Expr) -> Expr:
+    """`e` with `old` replaced by `new`, except in subscripts and in comparisons: a
+    comparison's operands (a `max=` candidate against its result) are computed as in
+    the forward def, with the same math calls, so equal values compare equal (a let
+    could be computed by a vector variant of the call that differs in the last bit)."""
     if e == old:
         return new
-    if isinstance(e, Access) or not children(e):
+    if isinstance(e, (Access, Compare)) or not children(e):
         return e
     return with_children(e, tuple(_replace(c, old, new) for c in children(e)))
 

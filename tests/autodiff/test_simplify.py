@@ -201,3 +201,17 @@ def test_gru_sigmoid_exp_is_computed_once_per_statement() -> None:
     for line in text.splitlines()[1:-1]:
         rhs = line.split(" where ")[0]
         assert rhs.count("exp(-(GX(1, b, h) + GH(1, b, h)))") <= 1, line
+
+
+def test_a_comparison_operand_is_never_a_let() -> None:
+    """`max=`'s winner test compares the recomputed candidate with the forward result:
+    computed as in the forward def, never through a let (whose call the CPU may
+    vectorise with a variant that differs in the last bit, losing winners)."""
+    text = """
+def g(float(N, K) A, float(N) O, float(N) O_grad) -> (float(N, K) A_grad) {
+    A_grad(i, k) +=! O_grad(i) * (tanh(A(i, k)) == O(i) ? 1 : 0) * (1.0 - tanh(A(i, k)) * tanh(A(i, k))) where i in 0:N, k in 0:K
+}
+"""
+    out = print_def(simplify(parse(text).get()))
+    assert "(tanh(A(i, k)) == O(i) ? 1 : 0) * (1.0 - t0 * t0)" in out
+    assert "t0 = tanh(A(i, k))" in out
