@@ -270,20 +270,22 @@ def test_exactly_one_variant_runs_where_several_apply() -> None:
 
 
 def test_variant_kernels_are_built_when_first_selected() -> None:
-    """`define` builds the one-thread-an-output kernels; a thread-tile kernel is built by
-    the first call whose sizes select it (runtime.cuda._Kernels), and only once."""
+    """`define` builds the one-thread-an-output kernels (their 32-bit versions,
+    codegen.cuda_width); a thread-tile kernel is built by the first call whose sizes
+    select it (runtime.cuda._Kernels), and only once."""
     src = "def mm(double(M, K) A, double(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
     options = CudaOptions(block=64, thread_tile=(2, 2), tile_threads=4)
     kernel = define(src, target="cuda-emulated", options=options)
     built = kernel._native._emulation._modules
-    assert set(built) == {"mm_k0"}
+    assert set(built) == {"mm_k0_i32"}
     rng = np.random.default_rng(4)
     A, B = rng.standard_normal((3, 5)), rng.standard_normal((5, 3))
     np.testing.assert_allclose(kernel(A, B)[0], A @ B, rtol=1e-12, atol=1e-12)
-    assert set(built) == {"mm_k0"}  # 9 outputs: fewer than 2 * 2 * 4
+    assert set(built) == {"mm_k0_i32"}  # 9 outputs: fewer than 2 * 2 * 4
     A, B = rng.standard_normal((8, 5)), rng.standard_normal((5, 130))
     np.testing.assert_allclose(kernel(A, B)[0], A @ B, rtol=1e-12, atol=1e-12)
-    assert set(built) == {"mm_k0", "mm_k0t0", "mm_k0t1"}  # 2 strips of 64, 2 columns left
-    module = built["mm_k0t0"]
+    tiles = {"mm_k0t0_i32", "mm_k0t1_i32"}  # 2 strips of 64, 2 columns left
+    assert set(built) == {"mm_k0_i32"} | tiles
+    module = built["mm_k0t0_i32"]
     kernel(A, B)
-    assert built["mm_k0t0"] is module and built["mm_k0t1"] is module
+    assert built["mm_k0t0_i32"] is module and built["mm_k0t1_i32"] is module
