@@ -13,7 +13,10 @@ subscript is solved for a variable with coefficient +-1 (`2 * h + kh = y` gives
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,6 +28,8 @@ from compiler.pipeline import PassContext, run
 from compiler.poly.gather import GatherBudgetWarning, remaining_scatters, scatter_to_gather
 from compiler.poly.invert import unit_inner
 from tests.codegen.kit import EVERY_TARGET
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "strided_conv.tc"
 
 
 def _conv(stride: int, dilation: int = 1) -> str:
@@ -105,9 +110,7 @@ def test_printed_gradient_is_a_gather(name: str, stride: int, dilation: int, gol
 
 
 def test_example_prints_its_gradient_as_a_gather(golden) -> None:  # type: ignore[no-untyped-def]
-    from pathlib import Path
-
-    source = (Path(__file__).parents[2] / "examples" / "strided_conv.tc").read_text()
+    source = EXAMPLE.read_text()
     text = compiler.grad(source)
     golden.check("gather/strided_conv_example_grad.txt", text)
     assert "W1(m, c, y - 2 * h, x - 2 * w)" in text
@@ -115,6 +118,19 @@ def test_example_prints_its_gradient_as_a_gather(golden) -> None:  # type: ignor
     assert kernel.grad_source == text  # before and after the gradient is compiled
     kernel.grad  # noqa: B018
     assert kernel.grad_source == text
+
+
+def test_cli_prints_the_gather_and_the_raw_scatter(golden) -> None:  # type: ignore[no-untyped-def]
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "compiler", "compile", str(EXAMPLE), "--grad", *args],
+            capture_output=True, text=True, timeout=120, check=True,
+        )  # fmt: skip
+        assert done.stderr == ""
+        return done.stdout
+
+    golden.check("gather/strided_conv_example_grad.txt", cli())
+    assert "I_grad(n, c, 2 * h + kh, 2 * w + kw) +=!" in cli("--form", "scatter")
 
 
 @pytest.mark.parametrize(
