@@ -263,7 +263,8 @@ class Device:
     def _capture_stream(self) -> int:
         if self.capture_stream is None:
             driver, _ = _bindings()
-            self.capture_stream = int(_check(driver.cuStreamCreate(0), "cuStreamCreate"))
+            flags = int(driver.CUstream_flags.CU_STREAM_NON_BLOCKING)  # no implicit sync
+            self.capture_stream = int(_check(driver.cuStreamCreate(flags), "cuStreamCreate"))
         return self.capture_stream
 
 

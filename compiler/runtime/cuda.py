@@ -277,6 +277,7 @@ class CudaProgram:
         """Build the kernels these sizes launch and allocate their temporaries (what
         must not happen while a graph is captured)."""
         for kernel, _ in self._runs(module, env):
+            module.resolve(kernel.name)
             for t in kernel.temps:
                 self._temp(device, kernel, t, env, owner)
 
@@ -320,6 +321,13 @@ class _Kernels:
             if missing:
                 module = self._build(dataclasses.replace(self._gpu, kernels=missing))
                 self._modules.update((k.name, module) for k in missing)
+
+    def resolve(self, name: str) -> None:
+        """Look kernel `name` up in its module now (a driver module's `function`), so
+        that a graph capture's launches make no other driver calls."""
+        function = getattr(self._modules[name], "function", None)
+        if function is not None:
+            function(name)
 
     def launch(
         self,

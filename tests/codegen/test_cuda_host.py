@@ -207,6 +207,7 @@ class _Driver:
 
     CUevent_flags = SimpleNamespace(CU_EVENT_DISABLE_TIMING=2)
     CUstreamCaptureMode = SimpleNamespace(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL=1)
+    CUstream_flags = SimpleNamespace(CU_STREAM_NON_BLOCKING=1)
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
@@ -265,6 +266,7 @@ def test_capture_is_a_stream_capture_on_a_stream_of_tccs(driver: _Driver) -> Non
         "cuGraphInstantiate", "cuGraphDestroy", "cuGraphLaunch",
     ]  # fmt: skip
     assert seen == [77] and driver.calls[-1][1] == ("cuGraphInstantiate-handle", 5)
+    assert driver.calls[0][1] == (1,)  # a non-blocking stream: no implicit sync with 0
     device.capture(lambda dev, module, stream: None, "module")
     assert [n for n, _ in driver.calls].count("cuStreamCreate") == 1  # made once
 
