@@ -9,9 +9,13 @@ pointer, shape and dtype are read from the interface, validated as NumPy inputs 
 A 0-d input may be a Python number (copied to a small device buffer). Outputs are
 allocated on the device: torch tensors when some argument is a torch tensor
 (launched on torch's current stream), else `codegen.cuda_driver.DeviceArray`s (wrap
-them with `cupy.asarray(...)`, or `.get()` a NumPy copy). `out=` may give device
-arrays to write into. The call synchronises only when it must read the error record
-of a bounds check or free temporaries.
+them with `cupy.asarray(...)`, or `.get()` a NumPy copy); an output the kernels
+overwrite in full is not zero-filled. `out=` may give device arrays to write into.
+The call allocates nothing and does not synchronise in the steady state
+(`runtime.cuda_host`: the error record and temporaries are pooled per stream, a
+bounds error surfaces when the host can read it without waiting, or at
+`synchronize(kernel)`); only a 0-d input given as a number makes it synchronise (to
+free its buffer). `CudaOptions(graph=True)` replays a captured CUDA graph.
 
 The rule for mixing: once one argument is a device array, every array argument must
 be one (a NumPy array among them is a `ShapeError`: tcc never copies implicitly
