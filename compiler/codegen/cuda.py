@@ -5,7 +5,10 @@
 The source is self-contained (no #include: NVRTC has no system headers): a preamble of
 `__device__` helpers, then one `extern "C" __global__` function per kernel taking every
 buffer as a `__restrict__` pointer (`const` for inputs), then every size as `long long`.
-Index arithmetic is 64-bit; a buffer is indexed row-major from its shape expressions.
+Index arithmetic is 64-bit, except in the kernels named in `index32`: their sizes, loop
+variables and index lets are `int` (`codegen.cuda_width`, which also says when the host
+may run them). A buffer is indexed row-major from its shape expressions. A serial loop
+of a few constant steps gets `#pragma unroll`.
 The same text compiles with NVRTC (target "cuda"), nvcc, and g++ with the emulation
 header (`codegen.cuda_emulation`, target "cuda-emulated").
 

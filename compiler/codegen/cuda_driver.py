@@ -5,6 +5,10 @@
     module = device.load(image)        # cuModuleLoadData
     module.launch("k0", grid, block, pointers, sizes, stream=0)
 
+A module keeps each kernel's launch argument array and refills it at each launch. The
+device also has what `runtime.cuda_host` needs for a call that never waits: page-locked
+slots, events, and graph capture (`capture`, `launch_graph`) on a stream of its own.
+
 NVRTC runs without a GPU (it only needs the `nvidia-cuda-nvrtc` wheel): with an `sm_XX`
 architecture it returns a cubin, with `compute_XX` PTX. The driver needs a GPU:
 `current_device()` raises `CudaUnavailable` (a TCError) saying why when there is none.

@@ -8,7 +8,9 @@ The pipeline of a CUDA program: `poly.gpu_lower.lower_gpu` (gather form, the GPU
 schedule, parallel bands marked) -> `codegen.cuda_map.map_to_gpu` (grid/block mapping,
 atomics, one kernel per phase) -> `codegen.cuda.emit_cuda` (CUDA C) -> either
 `codegen.cuda_emulation` (g++, ctypes) or `codegen.cuda_driver` (NVRTC, cuLaunchKernel).
-Kernels run one after the other (a phase reads what the previous wrote). A failed
+Kernels run one after the other (a phase reads what the previous wrote); for each call
+signature `CudaProgram.plan` picks the kernels that run and, for each, its 32-bit
+version where `codegen.cuda_width` proves the indices fit in `int`. A failed
 bounds check of an indirect read lands in the error record, which becomes the same
 `ShapeError` as on the LLVM target.
 
