@@ -71,8 +71,9 @@ def _run(args: list[str]) -> str:
     return done.stdout + done.stderr
 
 
-def compile_program(path: Path, entry: str | None, grad: bool) -> Any:
-    """The `CudaProgram` of def `entry` of `path` (its gradient with `grad`)."""
+def compile_program(path: Path, entry: str | None, grad: bool) -> tuple[Any, Any]:
+    """The `CudaProgram` of def `entry` of `path` (its gradient with `grad`), and the
+    def's `RangedDef`."""
     from compiler.backward import grad as gradient
     from compiler.frontend.check import check_def
     from compiler.frontend.parser import parse
@@ -82,7 +83,8 @@ def compile_program(path: Path, entry: str | None, grad: bool) -> Any:
     text = path.read_text()
     if grad:
         text, entry = gradient(text, entry), None
-    return compile_cuda(infer_ranges(check_def(parse(text).get(entry))))
+    ranged = infer_ranges(check_def(parse(text).get(entry)))
+    return compile_cuda(ranged), ranged
 
 
 def sizes_of(program: Any, shapes: dict[str, list[int]]) -> dict[str, int]:
@@ -157,8 +159,9 @@ def report(program: Any, env: dict[str, int], gpu: str = "H200") -> list[dict[st
     return rows
 
 
-def render(rows: list[dict[str, Any]]) -> str:
-    """The rows as a text table, with the total estimate."""
+def render(rows: list[dict[str, Any]], def_flops: int | None = None) -> str:
+    """The rows as a text table, with the total estimate (and the def's exact FLOPs,
+    `poly.flops`, beside the kernels' loop-IR count)."""
     head = f"{'kernel':<26} {'blocks':>8} {'threads':>10} {'regs':>4} {'spill':>5} {'occ':>4} "
     head += f"{'ffma%':>5} {'ldg/ffma':>8} {'GFLOP':>8} {'MB':>8} {'est ms':>8}  bound"
     lines = [head]
@@ -175,6 +178,11 @@ def render(rows: list[dict[str, Any]]) -> str:
     total = sum(r["estimate_ms"] for r in rows)
     gpu = rows[0]["gpu"] if rows else "-"
     lines.append(f"total estimate on {gpu}: {total:.4f} ms (a roofline model, not a timing)")
+    if def_flops is not None:
+        counted = sum(r["flops"] for r in rows) / 1e9
+        lines.append(
+            f"FLOPs: {def_flops / 1e9:.3f} G exact for the def (isl), {counted:.3f} G in the kernels' loop IR"
+        )
     return "\n".join(lines)
 
 
@@ -200,12 +208,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="the rows as JSON")
     args = parser.parse_args(argv)
     try:
-        program = compile_program(args.file, args.entry, args.grad)
-        rows = report(program, sizes_of(program, dict(args.shape)), args.gpu)
+        program, ranged = compile_program(args.file, args.entry, args.grad)
+        env = sizes_of(program, dict(args.shape))
+        rows = report(program, env, args.gpu)
     except (ReportError, TCError) as err:
         print(f"gpu_report: {err}", file=sys.stderr)
         return 1
-    print(json.dumps(rows, indent=1) if args.json else render(rows))
+    from compiler.poly.flops import count_flops
+
+    exact = count_flops(ranged, env)
+    text = json.dumps({"kernels": rows, "def_flops": exact}, indent=1)
+    print(text if args.json else render(rows, exact))
     return 0
 
 

@@ -8,9 +8,10 @@ the hot loop's instruction mix, and a roofline estimate of its time (`tools.gpu_
     roofline(work, H200, float64=False)            # (seconds, "memory" | "compute")
 
 The counts come from the mapped loop IR (`cuda_map.GpuKernel.body`): a loop's trip count
-is evaluated at the sizes with the variables of the loops outside it at their lower
-bound (exact for rectangular nests, an estimate for triangular ones; a bound that reads
-a buffer counts one trip). FLOPs: the float `+ - * /`, min/max, selects and calls of
+and a condition are evaluated at the sizes with the variables of the loops outside at
+their lower bound (exact for rectangular nests, an estimate for triangular ones and for
+conditions on loop variables; a bound that reads a buffer counts one trip, a condition
+that reads one takes the larger branch). FLOPs: the float `+ - * /`, min/max, selects and calls of
 every assignment and store (outside subscripts) times its trips; a sum's product is one
 FMA, two FLOPs. Bytes: every buffer the kernel reads or writes, once (the compulsory
 traffic: a lower bound, exact only when every reuse hits in cache). Threads: the trips
@@ -127,15 +128,20 @@ def _lower(loop: L.For, env: dict[str, int]) -> dict[str, int]:
         return env
 
 
+def _bind(let: L.Let, env: dict[str, int]) -> dict[str, int]:
+    """`env` with the Let's variable: its value, or 0 where it cannot be evaluated (a
+    thread index's decomposition: the first thread's)."""
+    try:
+        return {**env, let.var: int(eval_expr(let.value, env))}
+    except Exception:  # noqa: BLE001 - CUDA-only nodes (PosDiv) or a load
+        return {**env, let.var: 0}
+
+
 def _threads(stmt: L.Stmt, env: dict[str, int]) -> int:
     """The trips of the grid and block loops at `stmt`'s root, through Lets and the
     serial band loops outside them."""
     if isinstance(stmt, L.Let):
-        try:
-            env = {**env, stmt.var: int(eval_expr(stmt.value, env))}
-        except Exception:  # noqa: BLE001 - a value of CUDA-only nodes (inside the thread)
-            return 1
-        return _threads(stmt.body, env)
+        return _threads(stmt.body, _bind(stmt, env))
     if isinstance(stmt, L.For) and stmt.kind is L.LoopKind.GPU_THREAD:
         return _trips(stmt, env)
     if isinstance(stmt, L.For) and stmt.kind is L.LoopKind.GPU_BLOCK:
@@ -153,14 +159,15 @@ def _flops(stmt: L.Stmt, env: dict[str, int], times: int, touched: set[str]) -> 
         return sum(_flops(s, env, times, touched) for s in stmt.stmts)
     if isinstance(stmt, L.If):
         other = 0 if stmt.otherwise is None else _flops(stmt.otherwise, env, times, touched)
-        return max(_flops(stmt.then, env, times, touched), other)
-    if isinstance(stmt, L.Let):
-        inner = env
+        then = _flops(stmt.then, env, times, touched)
         try:
-            inner = {**env, stmt.var: int(eval_expr(stmt.value, env))}
-        except Exception:  # noqa: BLE001 - a value of CUDA-only nodes or loads
-            pass
-        return _flops(stmt.body, inner, times, touched) + times * _ops(stmt.value, touched)
+            return then if eval_expr(stmt.cond, env) else other
+        except Exception:  # noqa: BLE001 - a condition reading a buffer: the larger branch
+            return max(then, other)
+    if isinstance(stmt, L.Let):
+        return _flops(stmt.body, _bind(stmt, env), times, touched) + times * _ops(
+            stmt.value, touched
+        )
     if isinstance(stmt, L.Local):
         return _flops(stmt.body, env, times, touched) + times * _ops(stmt.init, touched)
     if isinstance(stmt, (L.Alloc,)):
@@ -181,8 +188,6 @@ def _ops(e: L.Expr, touched: set[str]) -> int:
     own = 0
     if e.dtype.is_float and isinstance(e, (L.Bin, L.Unary, L.Call, L.Min, L.Max, L.Select)):
         own = 1
-    if isinstance(e, L.Call) and e.dtype.is_float and e.name.startswith("fma"):
-        own = 2
     return own + sum(_ops(c, touched) for c in _children(e))
 
 

@@ -88,8 +88,8 @@ def split_of(
     if op is None or start is None:
         return None
     loops = _chain(nest)
-    lanes = len(loops) > 1 and _lane_split(loops, sizes)
-    lanes = lanes and not (band and _coalesced(band[-1].var, loops[-1]))
+    along = _lane_split(loops, sizes) and not (band and _coalesced(band[-1].var, loops[-1]))
+    lanes = along and len(loops) > 1  # else the one loop's partials are neighbours (`along`)
     split = []
     for loop in loops[:-1] if lanes else loops:
         if var_names(loop.lo, loop.hi) - sizes:
@@ -106,11 +106,14 @@ def split_of(
     temp_name = fresh(f"{body.var}_parts", taken)
     temp = L.Buffer(temp_name, body.dtype, (L.Bin(L.BinOp.MUL, parts, outputs),), L.Role.TEMP)
     shares = list(zip(split, counts, strict=True))
-    first = _first_pass(band, body, nest, start, shares, lanes, outputs, temp, taken)
+    first = _first_pass(band, body, nest, start, shares, lanes, along, outputs, temp, taken)
     second = _second_pass(band, body, rest, op, parts, outputs, temp, taken)
     when: L.Expr = L.Bin(L.BinOp.SUB, outer, _c(MIN_PARTS - 1))
     if lanes and not band:  # many rows, or long rows: either split pays
         when = L.Max(when, L.Bin(L.BinOp.SUB, extent(loops[-1]), _c(MIN_LANES_USED - 1)))
+    elif along and band and not lanes and body.dtype.is_float:
+        # the warp form (32 coalesced lanes, one pass) does as well below 64 partials
+        when = L.Bin(L.BinOp.SUB, outer, _c(2 * LANES - 1))
     first_depth = len(split) + len(band) + (1 if lanes else 0)
     return SplitReduction(first, first_depth, second, max(len(band), 1), temp, when)
 
@@ -170,6 +173,7 @@ def _first_pass(
     start: L.Const,
     split: list[tuple[L.For, L.Expr]],
     lanes: bool,
+    along: bool,
     outputs: L.Expr,
     temp: L.Buffer,
     taken: set[str],
@@ -191,10 +195,12 @@ def _first_pass(
     stmt: L.Stmt = L.Local(part, body.dtype, start, L.Block((reduced, store)))
     if lane is not None:
         stmt = L.For(lane, _c(0), _c(LANES), 1, stmt, L.LoopKind.PARALLEL)
-    for loop in reversed(band):
+    partials = [L.For(name, _c(0), count, 1, L.Block(()), L.LoopKind.PARALLEL)
+                for name, count in shares.values()]  # fmt: skip
+    # the partials innermost where they are neighbouring elements of one loop (`along`)
+    order = band + partials if along and not lanes else partials + band
+    for loop in reversed(order):
         stmt = dataclasses.replace(loop, body=stmt)
-    for name, count in reversed(list(shares.values())):
-        stmt = L.For(name, _c(0), count, 1, stmt, L.LoopKind.PARALLEL)
     return stmt
 
 

@@ -19,6 +19,7 @@ SRC = """
 def total(float(N, K) A) -> (s) { s +=! A(i, k) }
 def colsum(float(N, K) A) -> (c) { c(k) +=! A(i, k) }
 def colmax(float(N, K) A) -> (c) { c(k) max=! A(i, k) }
+def rowsum(float(N, K) A) -> (r) { r(i) +=! A(i, k) }
 def vecmin(float(N) A) -> (m) { m min=! A(i) }
 def firstmatch(float(N) S, float v) -> (idx) { idx min=! (S(r) == v) ? r : N }
 """
@@ -37,7 +38,8 @@ def _ran(kernel, sizes: dict[str, int]) -> list[str]:  # noqa: ANN001
 def test_split_sums_and_extrema_match_numpy(n: int, k: int) -> None:
     a = np.random.default_rng(n * 7 + k).standard_normal((n, k)).astype(np.float32)
     wide = a.astype(np.float64)
-    for entry, want in [("total", wide.sum()), ("colsum", wide.sum(0)), ("colmax", wide.max(0))]:
+    cases = [("total", wide.sum()), ("colsum", wide.sum(0)), ("colmax", wide.max(0))]
+    for entry, want in [*cases, ("rowsum", wide.sum(1))]:
         kernel = define(SRC, entry, target="cuda-emulated")
         (got,) = kernel(a)
         np.testing.assert_allclose(
@@ -55,6 +57,9 @@ def test_split_kernels_run_where_the_reduction_is_long() -> None:
     assert _ran(total, {"N": 2, "K": 3}) == ["total_k0"]
     colsum = define(SRC, "colsum", target="cuda-emulated")
     assert _ran(colsum, {"N": 4099, "K": 3}) == ["colsum_k0s1", "colsum_k0s2"]
+    rowsum = define(SRC, "rowsum", target="cuda-emulated")  # few long rows: split
+    assert _ran(rowsum, {"N": 5, "K": 4099}) == ["rowsum_k0s1", "rowsum_k0s2"]
+    assert _ran(rowsum, {"N": 4099, "K": 37}) == ["rowsum_k0w"]  # many rows: a warp a row
 
 
 def test_split_sum_is_deterministic() -> None:
@@ -95,7 +100,7 @@ def test_split_kernels_compile_with_nvrtc() -> None:
     from compiler.codegen.cuda import emit_cuda
     from compiler.codegen.cuda_driver import compile_source
 
-    for entry in ("total", "colsum", "colmax", "vecmin", "firstmatch"):
+    for entry in ("total", "colsum", "colmax", "rowsum", "vecmin", "firstmatch"):
         program = define(SRC, entry, target="cuda-emulated")._native
         split = [k for k in program.gpu.kernels if k.variant in ("split", "warp")]
         assert split, entry
