@@ -285,6 +285,9 @@ def _with_variants(
     if warp is not None and _size_only(warp.when, sizes) is not None:
         parts = [(f"{name}w", warp.phase, warp.depth)]
         variants.append((warp.when, _kernels(parts, "warp", (), sizes, options, taken)))
+    grid = _grid_variant(name, band, sizes, options, taken)
+    if grid is not None:
+        variants.append(grid)
     if not variants:
         return [plain]
     one = Const(1, I64)
@@ -296,6 +299,23 @@ def _with_variants(
         fails = Bin(BinOp.SUB, one, when)
         otherwise = fails if otherwise is None else Min(otherwise, fails)
     return [dataclasses.replace(plain, when=otherwise), *kernels]
+
+
+def _grid_variant(
+    name: str, band: list[For], sizes: set[str], options: CudaOptions, taken: set[str]
+) -> tuple[Expr, list[GpuKernel]] | None:
+    """A band of 2 or 3 independent loops (which `plain` collapses into one index it
+    decomposes with `/` and `%`) mapped to a grid of as many dimensions: the innermost
+    loop to x, the others to blockIdx.y and z. It runs (`when`) where the innermost
+    extent fills a block; below that, most of a block's threads would idle."""
+    if not 2 <= len(band) <= 3 or not _independent(band):
+        return None
+    inner = _size_only(extent(band[-1]), sizes)
+    if inner is None:
+        return None
+    body, grid, dims = _map_band(band, sizes, options, taken, collapse=False)
+    kernel = GpuKernel(f"{name}g", body, "parallel", options.block, grid, dims, (), 0, None, "grid")
+    return Bin(BinOp.SUB, inner, Const(options.block - 1, I64)), [kernel]
 
 
 def _kernels(
@@ -348,11 +368,16 @@ def _chain(stmt: Stmt, take: Callable[[For], bool]) -> list[For]:
 
 
 def _map_band(
-    chain: list[For], sizes: set[str], options: CudaOptions, taken: set[str]
+    chain: list[For],
+    sizes: set[str],
+    options: CudaOptions,
+    taken: set[str],
+    collapse: bool = True,
 ) -> tuple[Stmt, tuple[Expr | None, Expr | None, Expr | None], tuple[tuple[str, str], ...]]:
-    """The mapped nest of the band `chain` and its grid (see the module doc)."""
+    """The mapped nest of the band `chain` and its grid (see the module doc); without
+    `collapse`, only the innermost loop maps to x."""
     j = len(chain) - 1
-    while j > 0 and _independent(chain[j - 1 :]):
+    while collapse and j > 0 and _independent(chain[j - 1 :]):
         j -= 1
     group, outer = chain[j:], chain[:j]
     inner_body = chain[-1].body
