@@ -138,3 +138,21 @@ def test_an_int32_cast_out_of_range_is_not_modelled() -> None:
     big = Cast("double", Cast("int32", Bin("*", Read("A", (V("i"),)), Num(2.0**30))))
     with pytest.raises(Invalid, match="out of range"):
         evaluate(_cast_program(big, 1), {"N": 1}, {"A": np.array([3.0])})
+
+
+def test_a_reduction_variable_of_one_branch_reduces_both() -> None:
+    # seed 12190's shape: k only in the else branch; the max runs over all of k for
+    # every element, so the then branch's value is the max of K equal candidates
+    c, d = np.array([1.0, -1.0, 2.0, -3.0]), np.array([5.0, 6.0, 7.0, 8.0])
+    a = np.array([-0.5, 2.5, 1.25])
+    pick = Cond(Bin(">", Read("C", (V("i"),)), Num(0.0)), Read("D", (V("i"),)),
+                Read("A", (V("k"),)))  # fmt: skip
+    stmt = Stmt("P", (V("i"),), "max=!", pick, (_r("i", S("N")), _r("k", S("K"))))
+    p = _prog([Tensor("A", "double", (S("K"),)), Tensor("C", "double", (S("N"),)),
+               Tensor("D", "double", (S("N"),))], ["P"], [stmt], {"N": 4, "K": 3})  # fmt: skip
+    want = np.where(c > 0, d, a.max())
+    np.testing.assert_array_equal(evaluate(p, dict(p.sizes), {"A": a, "C": c, "D": d}).values["P"],
+                                  want)  # fmt: skip
+    for target in ("interp", "llvm"):
+        (got,) = fuzz_run.compile_for(p, target, 0)[0](a, c, d)
+        np.testing.assert_array_equal(np.asarray(got), want)
