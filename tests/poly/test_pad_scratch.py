@@ -109,6 +109,28 @@ CASES = {
 }
 
 
+def test_the_correlation_cases_take_each_version() -> None:
+    # the CPU loops of WGRAD's gradient: the sizes of "correlation, padded" run the
+    # copy into WG_grad_pad and the padded gather (the Ifs on "padding pays", the
+    # copy's condition), those of "correlation, clamped" neither
+    from compiler.backward import gradient_ranged
+    from compiler.loops import versions as V
+
+    k = compiler.define(WGRAD)
+    f = pipeline.lower(gradient_ranged(k.ranged)).function
+    ifs = _find(f.body, L.If)
+    copy = next(s for s in ifs if any(t.buffer.name == "WG_grad_pad" for t in _find(s, L.Store)))
+    points = {id(p): n for n, p in enumerate(V.choice_points(f))}
+    pays = [(points[id(s)], True) for s in ifs if s.cond == copy.cond and id(s) in points]
+    assert len(pays) >= 2  # the copy, then the padded gather (in each loop order)
+    for case, padded in (("correlation, padded", True), ("correlation, clamped", False)):
+        (n, c, h, w), (_, m, ho, wo) = CASES[case][1]
+        sizes = {"N": n, "C": c, "H": h, "W": w, "M": m, "HO": ho, "WO": wo}
+        taken = V.branches(f, sizes)  # (of the points these sizes reach)
+        assert (pays[0] in taken) == padded, case  # the copy
+        assert any(b in taken for b in pays[1:]) == padded, case  # a padded gather
+
+
 @pytest.mark.parametrize(("target", "options"), EVERY_TARGET)
 @pytest.mark.parametrize("case", list(CASES))
 def test_gradcheck_on_every_target(case: str, target: str, options: object) -> None:
