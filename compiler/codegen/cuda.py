@@ -26,6 +26,7 @@ A node this emitter does not implement raises `InternalError`.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 
@@ -283,7 +284,11 @@ class _KernelEmitter:
 
     @staticmethod
     def _add(lo: str, offset: str) -> str:
-        return offset if lo in ("0LL", "0") else f"{lo} + {offset}"
+        """`lo + offset`, `lo` in parentheses unless a name or a number (a select's
+        `c ? a : b + offset` would add the offset to `b` only)."""
+        if lo in ("0LL", "0"):
+            return offset
+        return f"{lo} + {offset}" if re.fullmatch(r"[\w.]+", lo) else f"({lo}) + {offset}"
 
     @contextmanager
     def _binding(self, var: str, narrow: bool) -> Iterator[None]:
