@@ -133,3 +133,29 @@ def test_a_one_thread_kernel_says_why_in_its_launch_comment() -> None:
     ranged = infer_ranges(check_def(parse("def t(float(N) A) -> (s) { s +=! A(i) }").get(None)))
     source = compile_cuda(ranged).source
     assert "(one thread: a short reduction: too few iterations to split across blocks" in source
+
+
+def test_gradient_under_a_sizes_only_condition_runs_mapped_and_right() -> None:
+    """The stride-2 convolution's input gradient sits under `H >= KH && W >= KW` and its
+    band's lower bounds are selects: mapped (not one thread), each thread writes its own
+    element (a select bound once took the thread index into one branch only)."""
+    import numpy as np
+
+    from compiler.kernel import define
+
+    src = (ROOT / "examples" / "strided_conv.tc").read_text().replace("float(", "double(")
+    rng = np.random.default_rng(0)
+    i, w1 = rng.standard_normal((3, 2, 11, 7)), rng.standard_normal((5, 2, 3, 2))
+    ref = define(src)
+    (o,) = ref(i, w1)
+    seed = rng.standard_normal(o.shape)
+    got = define(src, target="cuda-emulated")
+    for want, have in zip(ref.vjp(i, w1, grad_outputs=[seed]),
+                          got.vjp(i, w1, grad_outputs=[seed]), strict=True):  # fmt: skip
+        np.testing.assert_allclose(have, want, rtol=1e-12, atol=1e-12)
+    program = got.grad._native
+    sizes = {"N": 3, "C": 2, "H": 11, "W": 7, "M": 5, "KH": 3, "KW": 2}
+    running = [k for k in program.gpu.kernels if program.grid(k, sizes)[0]]
+    assert all(k.mode == "parallel" for k in running)
+    assert any(k.when is not None and "I_grad" in {n.buffer.name for n in L.walk(k.body)
+               if isinstance(n, L.Store)} for k in running)  # fmt: skip
