@@ -25,10 +25,18 @@ The mapping (the model default; `CudaOptions` sets block and grid sizes):
   (`codegen.cuda_warp`), a warp an output, run when the band is small and its
   reduction long (each kernel's `when`, decided by the host from the sizes). All of a
   phase's kernels carry its index (`GpuKernel.phase`);
+- a band (possibly empty) over a reduction with few outputs also gets a *split
+  reduction* (`codegen.cuda_split`): partial results over many threads, then a second
+  pass that combines them in a fixed order (deterministic), run when the sizes give
+  enough partials;
+- a phase whose root is an `If` on the sizes only (a padded gather's size split) or a
+  `Block` of such pieces is mapped piece by piece: each branch's kernels run where the
+  host finds the condition true (their `when`);
 - a phase with no parallel band whose only writes are `T[i] = T[i] + v` (v not reading
   T; a data-dependent scatter) runs its whole root chain in parallel with
   `AtomicAdd(T, i, v)` when T is float32/float64 and `CudaOptions.atomics`; any other
-  phase runs on a single thread (`<<<1, 1>>>`).
+  phase runs on a single thread (`<<<1, 1>>>`), its launch comment saying why
+  (`GpuKernel.reason`: a recurrence, an argmin-like update, a reduction too short).
 
 Worked example, matmul `C(m, n) +=! A(m, k) * B(k, n)` (block 256):
 

@@ -8,37 +8,42 @@ possibly empty; step 1, bounds of the sizes only) over a register reduction, as
 
 with `op` one of `+`, `*`, `max`, `min` in every update (`cuda_warp.reduction_op`) and
 `acc` a float or an integer (not an integer product).
-Ensures:  `split_reduction(band, sizes, error, taken)` is None, or a `SplitReduction`:
+Ensures:  `split_of(band, body, sizes, error, taken)` is None, or a `SplitReduction`:
 two passes and the temporary between them, which compute the same outputs:
 
-- pass 1: `parts` partial results per output, each in a thread of its own. Partial `p`
-  takes the iterations `r1 = lo + p, lo + p + parts, ...` of the outermost reduction
-  loop (all of the inner ones), starting from the identity of `op`, and stores its
-  result in `P[p * outputs + o]` (`o`: the output's position in the band, so a warp's
-  stores are neighbouring). Where the band is empty and the innermost reduction loop
-  reads operands along their last subscript (a scalar sum of a matrix), a second
-  split gives that loop to 32 lanes, 32 apart (coalesced): then `parts = 32 * outer`;
+- pass 1: `parts` partial results per output, each in a thread of its own. The outer
+  reduction loops with bounds of the sizes only are shared out: loop `r_k` gets `c_k`
+  partials, partial `p_k` taking `r_k = lo + p_k, lo + p_k + c_k, ...` (all of the loops
+  inside). Where the innermost loop reads operands along their last subscript and the
+  band does not (a scalar sum of a matrix, a bias gradient over `n, h, w`), 32 lanes
+  take it, 32 apart (coalesced), and `parts = 32 * c_1 * .. * c_j`. A partial starts
+  from the identity of `op` and stores its result in `P[p * outputs + o]` (`o`: the
+  output's position in the band). The partial loops are outermost (the band's inner
+  loop coalesces), or innermost where the one reduction loop is contiguous in memory;
 - pass 2: the band again (one iteration when it is empty), computing
   `init op P[0 * outputs + o] op ... op P[(parts - 1) * outputs + o]` in the fixed
   order of `p`, then the statements after the loops. Its body is a reduction again,
   so a warp reduction (`cuda_warp`) combines it where it applies.
 
-`parts = max(1, min(ceil(TARGET_THREADS / outputs), ceil(extent(r1) / MIN_TERMS)))`
-(an expression of the sizes); the host runs the split when `parts >= MIN_PARTS`
-(`SplitReduction.when`), the one-pass kernel otherwise.
+The counts are expressions of the sizes (`_counts`): the outer loops take as many
+partials as `TARGET_THREADS` threads over the outputs (and the lanes) allow, up to
+their extent, the last at least `MIN_TERMS` iterations a partial. The host runs the
+split when `c_1 * .. * c_j >= MIN_PARTS` (`SplitReduction.when`; for a float band over
+one contiguous loop, at least 64: below that the warp form's 32 lanes do as well in one
+pass), the warp or one-pass kernel otherwise.
 
 Float sums are *deterministic*: the partials and their combination have a fixed order
 for given sizes (no atomics), so a call gives the same bits every time, though not the
 serial loop's (the sum is reassociated, within the usual float tolerance); max and min
 are exact.
 
-Worked example, `s +=! A(i, k)` (band empty):
+Worked example, `s +=! A(i, k)` (band empty; c = the count of i):
 
-    pass 1: for po in 0:parts / 32 { for lane in 0:32 {
-              local part = 0 { for q in 0:ceil((N - po) / (parts / 32)) { let i = po + q * (parts / 32)
+    pass 1: for p in 0:c { for lane in 0:32 {
+              local part = 0 { for q in 0:ceil((N - p) / c) { let i = p + q * c
                 for k in lane:K step 32 { part = part + A[i, k] } }
-                P[po * 32 + lane] = part } } }
-    pass 2: for one in 0:1 { local acc = 0 { for p in 0:parts { acc = acc + P[p] }  s[0] = acc } }
+                P[p * 32 + lane] = part } } }
+    pass 2: for one in 0:1 { local acc = 0 { for p in 0:32 c { acc = acc + P[p] }  s[0] = acc } }
 """
 
 from __future__ import annotations
