@@ -18,4 +18,3 @@ def test_every_options_field_is_drawn_with_several_values() -> None:
     for f in dataclasses.fields(Options):
         values = {repr(getattr(o, f.name)) for o in drawn}
         assert len(values) >= 2, f"Options.{f.name} is never varied by llvm-rand: {values}"
-
