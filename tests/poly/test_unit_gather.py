@@ -175,35 +175,8 @@ CONV_CASES = [
 ]
 
 
-# cuda-emulated computes I_grad wrong when the gather covers part of it (an `= 0`
-# statement first, then `+=`; the ranges are exact, interp and llvm agree with NumPy):
-# since commit 3ecc8a0 (a statement under a root sizes-only If keeps its parallel
-# band, each branch its own kernel); the gather form is the same as before it
-_CUDA_PARTIAL_COVER = pytest.mark.xfail(
-    strict=True, reason="cuda: gather after a partial-cover init is wrong since 3ecc8a0"
-)
-
-
-def _conv_params() -> list:  # type: ignore[type-arg]
-    """Every (target, options) of EVERY_TARGET with every case of CONV_CASES."""
-    params = []
-    for target in EVERY_TARGET:
-        values, marks = getattr(target, "values", target), list(getattr(target, "marks", ()))
-        for case in CONV_CASES:
-            stride, _, _, _, _, h, w, kh, kw = case
-            partial_cover = (h - kh) % stride or (w - kw) % stride
-            if values[0] == "cuda-emulated" and partial_cover:
-                marks_here = [*marks, _CUDA_PARTIAL_COVER]
-            else:
-                marks_here = marks
-            params.append(pytest.param(*values, *case, marks=marks_here))
-    return params
-
-
-@pytest.mark.parametrize(
-    ("target", "options", "stride", "dilation", "n", "c", "m", "h", "w", "kh", "kw"),
-    _conv_params(),
-)
+@pytest.mark.parametrize(("target", "options"), EVERY_TARGET)
+@pytest.mark.parametrize(("stride", "dilation", "n", "c", "m", "h", "w", "kh", "kw"), CONV_CASES)
 def test_conv_gradient_matches_numpy(
     target: str, options: Options | None, stride: int, dilation: int, n: int, c: int,
     m: int, h: int, w: int, kh: int, kw: int,
