@@ -59,6 +59,7 @@ from compiler.frontend.ast import (
     Call,
     Const,
     Expr,
+    Let,
     Param,
     RangeConstraint,
     ScalarType,
@@ -222,6 +223,8 @@ def _padding(facts: StmtFacts, ranged: RangedDef) -> _Padding | None:
     if len(candidates) != 1 or not any(f is candidates[0] for f in factors):
         return None
     read = candidates[0]
+    if not _finite_elsewhere(stmt, factors, read, set(clamped)):
+        return None
     others = [a for a in reads if a is not read and any(_mentions(a, r) for r in clamped)]
     checked = ranged.checked
     tensor = next((t for t in checked.tensors if t.name == read.name), None)
@@ -395,6 +398,30 @@ def _unclamped(e: Expr, fn: str, index_vars: set[str]) -> Expr | None:
         if len(free) == 1:
             return free[0]
     return None
+
+
+def _finite_elsewhere(stmt: Stmt, factors: list[Expr], read: Access, clamped: set[str]) -> bool:
+    """Whether every factor but `read` that depends on a clamped variable is a plain
+    tensor read (checked in bounds by the caller): over the unclamped ranges the padded
+    read is 0, which zeroes the term only if the other factors stay finite there (a
+    `let` or an expression of a clamped variable, `t0 = logb(A(k / 2))` or
+    `1.0 / float(k - 2)`, may be infinite or read out of bounds where the clamp kept
+    the statement from evaluating it)."""
+    lets = {c.name: c.value for c in stmt.where if isinstance(c, Let)}
+    dependent = set(clamped)
+    changed = True
+    while changed:  # lets that read a clamped variable, directly or through other lets
+        changed = False
+        for name, value in lets.items():
+            if name not in dependent and _mentions_any(value, dependent):
+                dependent.add(name)
+                changed = True
+    for f in factors:
+        if f is read or not _mentions_any(f, dependent):
+            continue
+        if not isinstance(f, Access) or any(_mentions_any(a, dependent - clamped) for a in f.args):
+            return False
+    return True
 
 
 def _factors(e: Expr) -> list[Expr] | None:
