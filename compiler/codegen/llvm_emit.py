@@ -27,6 +27,7 @@ from typing import Any
 from llvmlite import ir
 
 from compiler.codegen.llvm_dots import dot_plan, emit_dots
+from compiler.codegen.llvm_exact import exact_reads
 from compiler.codegen.llvm_lanes import Lanes, chain_of, emit_chain
 from compiler.codegen.llvm_math import MathEmitter, intrinsic
 from compiler.codegen.llvm_parallel import emit_parallel
@@ -392,7 +393,12 @@ class FunctionEmitter:
 
     def _stmt_Let(self, s: Let) -> None:
         self.let_reads[s.var] = self._reads(s.value)
-        with self._bound(s.var, self.expr(s.value)):
+        if s.value.dtype.is_float and s.var in exact_reads(s.body):
+            with self.math.scalar_math():  # a comparison operand or candidate (llvm_exact)
+                value = self.expr(s.value)
+        else:
+            value = self.expr(s.value)
+        with self._bound(s.var, value):
             self.stmt(s.body)
 
     def _reads(self, e: Expr) -> frozenset[str]:

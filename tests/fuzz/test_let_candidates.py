@@ -1,10 +1,10 @@
-"""A `where` let used as a `max=` candidate or as a float comparison's operand must round
+"""A `where` let used as a `max=` candidate or as a float comparison's operand rounds
 as the inline call does (docs/internals/numerics.md: such operands call the scalar libm
-functions, so a value computed twice has the same bits). llvm computes a let with
-libmvec's vector variant instead, which differs in the last bit: winners are lost and a
-recomputed value compares unequal. Found while triaging fuzz seed 2082 (whose gradient
-shares a repeated hypot as a let); strict xfails until the llvm emitter computes such
-lets under `scalar_math`."""
+functions, so a value computed twice has the same bits). The llvm emitter binds such a
+let under `scalar_math` (compiler/codegen/llvm_exact.py); before, it computed the let with
+libmvec's vector variant, which differs in the last bit: winners were lost and a
+recomputed value compared unequal. Found while triaging fuzz seed 2082 (whose gradient
+shares a repeated hypot as a let)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,8 @@ import numpy as np
 import pytest
 
 import compiler
-from compiler.codegen.llvm_math import vector_math_available
 
 RNG = np.random.default_rng(2)
-# where libmvec is absent every call is scalar and llvm is right
-LLVM_LET = pytest.mark.xfail(vector_math_available(), strict=True,
-                             reason="llvm: a let is computed by libmvec's vector variant, "
-                             "not the scalar call a candidate gets")  # fmt: skip
 
 
 def _kernel(src: str, target: str) -> object:
@@ -30,7 +25,7 @@ def _kernel(src: str, target: str) -> object:
     return compiler.define(src, "f", options=compiler.Options(threads=1), cache=None)
 
 
-@pytest.mark.parametrize("target", ["interp", pytest.param("llvm", marks=LLVM_LET)])
+@pytest.mark.parametrize("target", ["interp", "llvm"])
 def test_a_let_equals_the_same_call_inline(target: str) -> None:
     src = """def f(double(N) A, double(N) B) -> (O, R) {
         O(i) max=! hypot(A(i), B(i)) where k in 0:1
@@ -41,7 +36,7 @@ def test_a_let_equals_the_same_call_inline(target: str) -> None:
     np.testing.assert_array_equal(np.asarray(r), np.ones(64))  # the same value, bit for bit
 
 
-@pytest.mark.parametrize("target", ["interp", pytest.param("llvm", marks=LLVM_LET)])
+@pytest.mark.parametrize("target", ["interp", "llvm"])
 def test_the_gradient_of_a_let_candidate_finds_the_winners(target: str) -> None:
     src = "def f(double(N, K) A) -> (O) { O(i) max=! t where t = tanh(A(i, k)) }"
     a, c = RNG.standard_normal((64, 5)), RNG.standard_normal(64)
