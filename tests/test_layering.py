@@ -51,7 +51,7 @@ ROOT_ALLOWED: dict[str, set[str]] = {
     "__init__": {"backward", "gradcheck", "higher", "kernel", "progress", "shapes", "tune"},
     "__main__": {"cli"},
     "batch": {"frontend"},
-    "backward": {"frontend", "interp", "kernel", "pipeline", "runtime", "templates"},
+    "backward": {"frontend", "interp", "kernel", "pipeline", "poly", "runtime", "templates"},
     "gradcheck": {"frontend", "kernel"},
     "higher": {"autodiff", "backward", "frontend", "interp", "kernel", "pipeline", "templates"},
     "inputs": {"frontend", "interp", "shapes"},
