@@ -47,6 +47,7 @@ IsFloat = Callable[[Expr], bool]
 """Whether an expression of the statement being simplified has a float type."""
 
 _SUMS = (BinOp.ADD, BinOp.SUB)
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 # ------------------------------------------------------------ index arithmetic
@@ -61,6 +62,10 @@ def fold_index(e: Expr) -> Expr:
         return _map_children(e, fold_index) if children(e) else e
     coeffs: dict[Expr, int] = {}
     constant = _linear(e, 1, coeffs)
+    if not all(_INT64[0] <= k <= _INT64[1] for k in (constant, *coeffs.values())):
+        # a folded literal beyond int64 (`M * M` of a literal near 2^63) has no type:
+        # keep the expression as written, which range inference reports
+        return _map_children(e, fold_index) if children(e) else e
     folded = _rebuild(coeffs, constant)
     return folded if _size(folded) < _size(e) else _map_children(e, fold_index)
 

@@ -145,7 +145,7 @@ def test_softmax_gradient_per_row_loops_fuse() -> None:
         _V().visit(f)
         return len(found)
 
-    assert count(fused) < count(plain) - 4
+    assert 2 * count(fused) <= count(plain)  # at least half the row loops fused away
 
 
 def test_fused_sums_stay_blocked_and_compensated() -> None:
