@@ -103,19 +103,26 @@ def _linear(e: Expr, scale: int, coeffs: dict[Expr, int]) -> int:
 def _rebuild(coeffs: dict[Expr, int], constant: int) -> Expr:
     """The sum of `coeffs` (in insertion order) and `constant`, subtractions for
     negative multiples (`y - 2 * kh + 1`)."""
-    result: Expr | None = None
-    for atom, k in coeffs.items():
-        if k == 0:
-            continue
-        term = atom if abs(k) == 1 else Binary(BinOp.MUL, _int(abs(k)), atom)
-        if result is None:
-            result = term if k > 0 else Unary(UnaryOp.NEG, term)
-        else:
-            result = Binary(BinOp.ADD if k > 0 else BinOp.SUB, result, term)
+    result = _signed_sum(coeffs)
     if result is None:
         return _int(constant)
     if constant:
         result = Binary(BinOp.ADD if constant > 0 else BinOp.SUB, result, _int(abs(constant)))
+    return result
+
+
+def _signed_sum(multiples: dict[Expr, int]) -> Expr | None:
+    """`k1 * e1 + k2 * e2 ...` in insertion order, subtractions for negative multiples,
+    zero multiples left out; None when nothing is left."""
+    result: Expr | None = None
+    for term, k in multiples.items():
+        if k == 0:
+            continue
+        scaled = term if abs(k) == 1 else Binary(BinOp.MUL, _int(abs(k)), term)
+        if result is None:
+            result = scaled if k > 0 else Unary(UnaryOp.NEG, scaled)
+        else:
+            result = Binary(BinOp.ADD if k > 0 else BinOp.SUB, result, scaled)
     return result
 
 
@@ -203,15 +210,7 @@ def _collect(e: Expr) -> Expr:
         totals[term] = totals.get(term, 0) + k
     if len(totals) == len(terms) and all(k != 0 for k in totals.values()):
         return e
-    result: Expr | None = None
-    for term, k in totals.items():
-        if k == 0:
-            continue
-        scaled = term if abs(k) == 1 else Binary(BinOp.MUL, _int(abs(k)), term)
-        if result is None:
-            result = scaled if k > 0 else Unary(UnaryOp.NEG, scaled)
-        else:
-            result = Binary(BinOp.ADD if k > 0 else BinOp.SUB, result, scaled)
+    result = _signed_sum(totals)
     return result if result is not None else _int(0)
 
 
