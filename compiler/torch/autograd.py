@@ -123,11 +123,20 @@ def batched_call(
 ) -> tuple[torch.Tensor, ...]:
     """The outputs of `layer` mapped over the dimensions `in_dims` of `tensors` (None:
     not mapped), by one call of its batched layer (batch first in every output)."""
-    flags = tuple(d is not None for d in in_dims)
+    flags, args = batch_first(in_dims, tensors)
     if not any(flags):
         return tuple(layer(*tensors))
-    args = [t if d is None else t.movedim(d, 0) for t, d in zip(tensors, in_dims, strict=True)]
     return tuple(layer.batched_layer(flags)(*args))
+
+
+def batch_first(
+    in_dims: Sequence[int | None], tensors: Sequence[Any]
+) -> tuple[tuple[bool, ...], list[Any]]:
+    """Which inputs are mapped, and the tensors with each mapped dimension moved first
+    (what the batched def, `TCLayer.batched_layer`, takes)."""
+    flags = tuple(d is not None for d in in_dims)
+    args = [t if d is None else t.movedim(d, 0) for t, d in zip(tensors, in_dims, strict=True)]
+    return flags, args
 
 
 def differentiable_backward(

@@ -120,8 +120,9 @@ class LayerOps:
 
     def _vmap(self, info: Any, in_dims: tuple[Any, ...], *tensors: Any) -> tuple[Any, Any]:
         """`torch.func.vmap` of the operator: one call of the batched def's operator."""
-        flags = tuple(d is not None for d in in_dims)
-        args = [t if d is None else t.movedim(d, 0) for t, d in zip(tensors, in_dims, strict=True)]
+        from compiler.torch.autograd import batch_first
+
+        flags, args = batch_first(in_dims, tensors)
         result = self.layer.batched_layer(flags).ops.forward(*args)
         dims = 0 if isinstance(result, torch.Tensor) else (0,) * len(result)
         return result, dims
