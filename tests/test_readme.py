@@ -171,3 +171,22 @@ def test_block_runs(page: str, line: int, lang: str, code: str, shell_env: dict[
         what = f"{page}:{line} ({command[-1].splitlines()[0]})"
         assert result.returncode == 0, f"{what} failed:\n{result.stdout}\n{result.stderr}"
         assert "Traceback" not in result.stderr, f"{what}:\n{result.stderr}"
+
+
+OPTIONAL_IMPORTS = {"torch": "torch", "ray": "ray", "compiler.torch": "torch", "cuda": "cuda"}
+
+
+def test_optional_imports_are_declared() -> None:
+    """A block that imports an optional package says so with `# needs:`, so the suite's
+    first CI run (no torch, no Ray, no CUDA bindings) skips it instead of failing; checked
+    statically, so a machine with every extra installed catches the omission too."""
+    undeclared = []
+    for name, line, lang, code in CASES:
+        needs, not_run = markers(code)
+        if lang != "python" or not_run is not None:
+            continue
+        for module, package in OPTIONAL_IMPORTS.items():
+            pattern = rf"^\s*(import {re.escape(module)}\b|from {re.escape(module)}\b)"
+            if re.search(pattern, code, re.M) and package not in needs:
+                undeclared.append(f"{name}:{line} imports {module} without '# needs: {package}'")
+    assert not undeclared, "\n".join(undeclared)
