@@ -84,7 +84,7 @@ def define(
     """Compile def `name` (or the only def) of `source` for `target`.
 
     `cache` (native targets): True reuses code compiled before, in this process and on
-    disk under `compiler.codegen.cache.default_cache_dir()`; a directory caches there;
+    disk under `compiler.cpu.cache.default_cache_dir()`; a directory caches there;
     None caches in memory only; False compiles afresh. `options="tuned"`: per input
     size, the winner of `compiler.autotune` if cached, else the default (compiler.tune)."""
     if isinstance(options, str) and options == "tuned":
@@ -477,7 +477,7 @@ def _check_target(target: str, options: object, backward: object) -> None:
 
 def _target_options(target: str, options: object) -> Any:
     if target in CUDA_TARGETS:
-        from compiler.codegen.cuda_options import as_cuda_options
+        from compiler.cuda.cuda_options import as_cuda_options
 
         return as_cuda_options(options)
     return as_options(options)
@@ -498,7 +498,7 @@ def _compile_native(ranged: RangedDef, options: Options, cache: Any) -> Any:
 
 
 def _resolve_cache(value: object) -> Any:
-    from compiler.codegen.cache import resolve_cache
+    from compiler.cpu.cache import resolve_cache
 
     return resolve_cache(value)
 

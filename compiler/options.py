@@ -7,7 +7,7 @@
     Options(innermost="n", unroll=4, block=4)   what the model picks for matmul
 
 CPU schedule fields (the native targets read them; `poly.schedule` applies them, see
-`compiler/poly/cpu_model.py` for what "auto" means):
+`compiler/cpu/cpu_model.py` for what "auto" means):
 
 - `innermost`: `"auto"` (default) lets the model choose, per reduction statement, a
   left-hand-side variable to run innermost, *below* the reduction loops, accumulating
@@ -25,7 +25,7 @@ CPU schedule fields (the native targets read them; `poly.schedule` applies them,
   prints the untiled nest (the outer output loops, the reduction loops, the innermost
   loop); 1 or a missing entry leaves a loop untiled; only the first reduction loop
   may be tiled (a later one's entry is ignored: it would reorder each element's sum).
-  `()` tiles nothing; None lets the model choose (`compiler/poly/tiling.py`). The tile
+  `()` tiles nothing; None lets the model choose (`compiler/cpu/tiling.py`). The tile
   loops run above the point loops, the first output loop's outermost (parallel);
   sizes need not divide the extents (partial tiles get `min` bounds). A dot-product
   nest (a register sum per output: `Y(b, o) +=! X(b, i) * W(o, i)`) takes the entries
@@ -33,7 +33,7 @@ CPU schedule fields (the native targets read them; `poly.schedule` applies them,
 - `register_tile`: register tiling of a statement in memory form: the innermost loop
   moves above the reduction loops in steps of this many lanes, the tile of outputs
   (block x lanes) accumulates in registers for the whole reduction
-  (`compiler/poly/regtile.py`); 1: off; None lets the model choose. A tile holds at
+  (`compiler/cpu/regtile.py`); 1: off; None lets the model choose. A tile holds at
   most `MAX_TILE_ELEMENTS` (256) accumulators: with a larger block x lanes the
   model lowers the block (to 256 // lanes rows).
 - `vector_bits`: the width of the vector registers the CPU model sizes register tiles
@@ -58,8 +58,8 @@ CPU schedule fields (the native targets read them; `poly.schedule` applies them,
   scatter with plain variables (`compiler/poly/partial.py`).
 - `threads`: the number of threads each statement's outermost parallel loop runs on
   (the CPU runtime's native pool, when the loop has enough work:
-  `compiler.codegen.llvm_parallel`); None means one per core (`os.cpu_count()`, read
-  once by `compiler.codegen.runtime`).
+  `compiler.cpu.llvm_parallel`); None means one per core (`os.cpu_count()`, read
+  once by `compiler.cpu.runtime`).
 
 `Options` are the CPU ("llvm") target's options; another target declares its own
 options class (`compiler.codegen.target`).
@@ -86,7 +86,7 @@ GATHER_MODES = ("full", AUTO, "partial")
 class Options:
     """How to compile and run a def on a native target (frozen; validated when made).
 
-    Every default leaves the choice to the CPU model (`compiler/poly/cpu_model.py`); the
+    Every default leaves the choice to the CPU model (`compiler/cpu/cpu_model.py`); the
     module doc and the documentation's "Schedule options" page say what each field does.
 
     Attributes:
@@ -123,7 +123,7 @@ class Options:
     unroll: int | None = None
     block: int | None = None
     tile: tuple[int, ...] | None = None
-    register_tile: int | None = None  # lanes of the register tile (poly/regtile.py)
+    register_tile: int | None = None  # lanes of the register tile (cpu/regtile.py)
     fuse: bool = True  # fuse sibling loops with equal bounds (compiler/loops/fuse.py)
     gather: str = AUTO  # "auto" | "full" | "partial": scatters (poly/partial.py)
     vector_bits: int | None = None  # vector register width the CPU model assumes

@@ -32,7 +32,7 @@ Ordering:
   `gather.remaining_scatters`.
 - `schedule` after `gather`: it marks a statement's outer loops parallel only where
   its left-hand side is injective, so the fewer scatters remain, the more runs parallel;
-  and it pads the gathers that pass leaves clamped (`poly.pad`: scratch copies of the
+  and it pads the gathers that pass leaves clamped (`cpu.pad`: scratch copies of the
   loops, so the def that `--grad` prints and autodiff differentiates has no pads).
 - `lower` after `schedule`: isl builds the loops from the schedule's bands and marks.
 """
@@ -150,7 +150,7 @@ def _gather(ranged: Any, ctx: PassContext) -> Any:
 
 
 def _schedule(ranged: Any, ctx: PassContext) -> Any:
-    """The CPU schedule: clamped gathers read zero-padded scratch copies (`poly.pad`),
+    """The CPU schedule: clamped gathers read zero-padded scratch copies (`cpu.pad`),
     a decision on the loop level that the def (and `--grad`) never shows."""
     from compiler.poly.schedule import schedule
 
@@ -330,7 +330,7 @@ def _dump_schedule(sched: Any) -> str:
             f"nest {nest.kind.name.lower()} S{nest.index}: outer ({', '.join(nest.outer)}) "
             f"inner ({', '.join(nest.inner)}){' ' + ' '.join(marks) if marks else ''}"
         )
-    if sched.scratch:  # the nests are then those of the padded def (poly.pad)
+    if sched.scratch:  # the nests are then those of the padded def (cpu.pad)
         lines.append(f"scratch: {', '.join(sched.scratch)}")
     return "\n".join(lines) + "\n"
 

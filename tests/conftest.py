@@ -48,7 +48,7 @@ def _vector_width_256(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
     goldens and schedule assertions do not depend on the machine. Tests of other widths
     pass `Options(vector_bits=...)`; `@pytest.mark.host_vectors` keeps the real host."""
     if request.node.get_closest_marker("host_vectors") is None:
-        from compiler.poly import cpu_registers
+        from compiler.cpu import cpu_registers
 
         monkeypatch.setattr(cpu_registers, "host_vector_bits", lambda: 256)
 

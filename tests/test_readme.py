@@ -83,7 +83,7 @@ def shell_commands(code: str) -> list[str]:
 def _gpu() -> bool:
     if importlib.util.find_spec("cuda") is None:
         return False
-    from compiler.codegen.cuda_driver import CudaUnavailable, current_device
+    from compiler.cuda.cuda_driver import CudaUnavailable, current_device
 
     try:
         current_device()

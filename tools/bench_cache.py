@@ -42,7 +42,7 @@ _CHILD = """
 import json, sys, time
 import numpy as np
 import compiler, compiler.runtime.native, compiler.backward, compiler.autodiff
-from compiler.codegen.llvm import target_machine
+from compiler.cpu.llvm import target_machine
 target_machine()
 compiler.define("def f(float(N) A) -> (B) { B(i) = A(i) }")  # imports of the front end
 case, directory, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])

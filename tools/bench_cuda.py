@@ -115,7 +115,7 @@ SWEEP = [
 def sweep(torch: Any, repeat: int) -> list[dict]:
     """Every case's tcc median under each `SWEEP` variant of CudaOptions (the first:
     the defaults), after torch's median once."""
-    from compiler.codegen.cuda_options import CudaOptions
+    from compiler.cuda.cuda_options import CudaOptions
 
     rows: list[dict] = []
     for k, variant in enumerate(SWEEP):

@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from compiler.codegen.cuda_options import CudaOptions
+from compiler.cuda.cuda_options import CudaOptions
 from compiler.diagnostics import InternalError
 from tools.corpus_grad import NotApplicable
 from tools.corpus_interp import SKIPPED_CATEGORIES
 
 TARGET = "cuda-emulated"
-# every contraction of the corpus through the thread tiles (codegen.cuda_tile), whose
+# every contraction of the corpus through the thread tiles (cuda.cuda_tile), whose
 # default threshold its sizes rarely reach: 3 x 2 outputs a thread, rests included
 TILES_FORCED = CudaOptions(block=64, thread_tile=(3, 2), tile_threads=1)
 

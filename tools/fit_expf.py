@@ -1,4 +1,4 @@
-"""Refit the polynomial of `compiler/codegen/llvm_exp.py` (offline; prints `COEFFS`).
+"""Refit the polynomial of `compiler/cpu/llvm_exp.py` (offline; prints `COEFFS`).
 
     python -m tools.fit_expf [--degree 5]
 

@@ -8,7 +8,7 @@ its blocks and threads (the launch expressions at the sizes; threads: the band's
 iterations), registers, spills, static shared memory and occupancy (ptxas -v on
 NVRTC's PTX for sm_90), the hot loop's SASS instruction mix (cuobjdump -sass on NVRTC's
 cubin: the innermost loop with the most FFMAs, its FFMA share and global loads per
-FFMA), FLOPs and compulsory bytes (`codegen.cuda_report`), and a roofline estimate of
+FFMA), FLOPs and compulsory bytes (`cuda.cuda_report`), and a roofline estimate of
 its time on the named GPU with what bounds it. The figures are a model's estimate,
 not a measurement. Needs the `cuda-dev` extra (NVRTC, ptxas, cuobjdump; no GPU).
 
@@ -29,7 +29,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from compiler.codegen.cuda_report import (
+from compiler.cuda.cuda_report import (
     PEAKS,
     Mix,
     Resources,
@@ -111,8 +111,8 @@ def sizes_of(program: Any, shapes: dict[str, list[int]]) -> dict[str, int]:
 
 def device_facts(program: Any, kernels: list[Any]) -> tuple[dict[str, Resources], dict[str, Mix]]:
     """ptxas's resources and the SASS hot loops of `kernels`, compiled by NVRTC."""
-    from compiler.codegen.cuda import emit_cuda
-    from compiler.codegen.cuda_driver import compile_source
+    from compiler.cuda.cuda import emit_cuda
+    from compiler.cuda.cuda_driver import compile_source
 
     sub = type(program.gpu)(program.gpu.name, program.gpu.buffers, program.gpu.size_params,
                             tuple(kernels))  # fmt: skip

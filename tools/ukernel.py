@@ -2,12 +2,12 @@
 
     python -m tools.ukernel [--shapes 8x2 6x4 8x3 ...] [--rounds 30] [--lda 512]
 
-Each shape `RxV` is the inner loop of a packed matmul tile (`poly.pack`): R rows of A
+Each shape `RxV` is the inner loop of a packed matmul tile (`cpu.pack`): R rows of A
 broadcast one element at a time, V vectors of a B panel (256 steps, contiguous), R * V
 vector accumulators kept in registers across the steps, over 128 rows of A (`lda`
 floats apart) against one panel, the panel and the A tile resident in cache. The LLVM
 IR is written here (fused multiply-adds on the host's widest float vectors) and goes
-through the same O3 pipeline as tcc's parts (`codegen.llvm.pass_builder`). The first
+through the same O3 pipeline as tcc's parts (`cpu.llvm.pass_builder`). The first
 line is the host's FMA peak (independent FMA chains, no loads). The shapes run in
 turn, round after round, and the report gives each one's median GFLOP/s and its median
 ratio to the first shape, round by round: on a shared machine the speed of a core
@@ -145,7 +145,7 @@ _ENGINES: list[object] = []  # keep the code alive
 def _jit(text: str, symbol: str, signature: object) -> Callable[..., object]:
     import llvmlite.binding as llvm
 
-    from compiler.codegen.llvm import _new_target_machine, pass_builder, target_machine
+    from compiler.cpu.llvm import _new_target_machine, pass_builder, target_machine
 
     module = llvm.parse_assembly(text)
     module.triple = target_machine().triple
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--lda", type=int, default=512, help="floats between rows of A")
     args = parser.parse_args(argv)
-    from compiler.poly.cpu_registers import host_vector_bits
+    from compiler.cpu.cpu_registers import host_vector_bits
 
     lanes = host_vector_bits() // 32
     shapes = []

@@ -514,7 +514,7 @@ def _add_cache_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_cache(args: argparse.Namespace) -> int:
-    from compiler.codegen.cache import CompileCache, default_cache_dir
+    from compiler.cpu.cache import CompileCache, default_cache_dir
 
     cache = CompileCache(default_cache_dir(os.environ))
     if args.action == "clear":

@@ -1,19 +1,6 @@
-"""Code generation from the loop IR: the target seam (`target`: protocol and registry),
-the CPU target (`cpu`: its loop pass `cpu_parallel`, LLVM through llvmlite in `llvm`,
-`llvm_emit`, `llvm_parallel`) and the CPU runtime that calls compiled code on NumPy
-arrays (`runtime`). Imports only `compiler.loops`."""
-
-from __future__ import annotations
-
-from compiler.codegen.llvm import build_module, emit_llvm, jit, target_machine
-from compiler.codegen.runtime import CompiledFunction, compile_function, run_chunks
-
-__all__ = [
-    "CompiledFunction",
-    "build_module",
-    "compile_function",
-    "emit_llvm",
-    "jit",
-    "run_chunks",
-    "target_machine",
-]
+"""The target seam, shared by every back end: the `Target` protocol and registry
+(`target`), the loop IR's JSON form for cached artefacts (`loop_json`) and atomic,
+owner-checked cache files (`cache_files`). The targets themselves are packages of their
+own: `compiler.cpu` (the CPU schedule's decisions, LLVM through llvmlite, the CPU
+runtime and compile cache) and `compiler.cuda` (the GPU mapping, CUDA C, NVRTC, the
+driver and the emulation). Imports only `compiler.loops`."""

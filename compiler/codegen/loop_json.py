@@ -1,4 +1,4 @@
-"""The loop IR as JSON data, for the compile cache's entries (`codegen.cache`).
+"""The loop IR as JSON data, for the compile cache's entries (`cpu.cache`).
 
 Requires: a `loops.ir.Function` (frozen dataclasses of `loops.ir`).
 Ensures:  `function_to_json(f)` is JSON data (tuples stand for arrays),

@@ -16,10 +16,10 @@ A target declares
   generator itself raises on one too, never ignoring it silently;
 - `passes(options)`: the target-only passes on the loop IR, each a pure
   `Function -> Function`, run in order by `prepare` (the CPU target's decides which
-  parallel loops run on threads: `compiler.codegen.cpu_parallel`);
+  parallel loops run on threads: `compiler.cpu.cpu_parallel`);
 - `compile(function, options) -> Artefact` and `load(artefact) -> callable`.
 
-Registering a new target is a few lines in its own module, e.g. codegen/cuda.py:
+Registering a new target is a few lines in its own module, e.g. cuda/cuda.py:
 
     @dataclass(frozen=True)
     class CudaTarget:
@@ -80,7 +80,7 @@ class Target(Protocol):
 
 
 # name -> the module whose import registers it (imported on first use)
-_BUILTIN: dict[str, str] = {"llvm": "compiler.codegen.cpu"}
+_BUILTIN: dict[str, str] = {"llvm": "compiler.cpu.cpu"}
 _TARGETS: dict[str, Target] = {}
 _LOCK = threading.RLock()
 

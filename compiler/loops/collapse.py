@@ -7,7 +7,7 @@ outer loop's body) replaced by one loop `for hw in 0:H * W { body' }` when every
 `h` and `w` in `body` is an access `X[..., h, w]` (those two as the last two subscripts,
 nowhere else) of a buffer whose last two dimensions are `H` and `W`; `body'` accesses
 `X[..., 0, hw]`, the same element: a buffer is row-major, so the flat offset of
-`[..., 0, h * W + w]` is that of `[..., h, w]` (`codegen.llvm_emit._address`). Applied
+`[..., 0, h * W + w]` is that of `[..., h, w]` (`cpu.llvm_emit._address`). Applied
 from the innermost pair outwards, so three such loops become one.
 
 Why: a reduction over whole planes (global average pooling `O(n, c) +=! I(n, c, h, w)`,

@@ -6,7 +6,7 @@ faithful to the semantics stated in `compiler.loops.ir`: integers wrap (computed
 Python ints and wrapped to the dtype), integer division by zero is 0, `Select` evaluates
 only the chosen side, floats compute in their own dtype (NumPy scalars), math builtins
 are rounded float64 reference values. An access addresses its buffer's element at the
-row-major flat offset of its subscripts (as `codegen.llvm_emit` does), so a subscript
+row-major flat offset of its subscripts (as `cpu.llvm_emit` does), so a subscript
 may run past its dimension into the next ones (`loops.collapse` writes `X[..., 0,
 h * W + w]`); a negative subscript, or a read or write outside the buffer, raises
 InternalError, so lowered programs can be tested for staying in bounds.

@@ -53,7 +53,7 @@ import numpy as np
 
 from compiler.diagnostics import InternalError
 
-# A register tile nests one Local per accumulator (up to 256: `poly.cpu_model.
+# A register tile nests one Local per accumulator (up to 256: `cpu.cpu_model.
 # MAX_TILE_ELEMENTS`) and the IR's visitors recurse, about six frames a level: a
 # 32 x 8 tile needs some 1,600 frames, more than Python's default limit of 1,000.
 RECURSION_LIMIT = 4000

@@ -2,7 +2,7 @@
 
 Requires: a loop nest of one statement whose instances for distinct values of the
 jammed variable either write distinct elements, or add to the same element in the
-variable's order with nothing else reading that element (what `poly.cpu_model`
+variable's order with nothing else reading that element (what `cpu.cpu_model`
 checks before it asks for a jam: an injective left-hand side, no reads of the output).
 Ensures:  `unroll_and_jam(stmt, var, factor)` runs the same instances: every loop over
 `var` becomes a main loop with step `factor * step`, whose body holds `factor` copies

@@ -21,7 +21,7 @@ statement (`E` has the same value in both loops). Softmax's
 `s(n) +=! exp(X(n, d) - mx(n))` then `Y(n, d) = exp(X(n, d) - mx(n)) / s(n)` computes
 each `exp` once, as PyTorch does (its output holds the exponentials until the sum is
 known). The sum's loop keeps its blocked, compensated form (`Y[idx] = E` is another
-statement of the loop body; `codegen.llvm_emit` redirects only the update).
+statement of the loop body; `cpu.llvm_emit` redirects only the update).
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ the Function holding only some of them.
 A choice point is a statement whose condition reads size parameters and constants
 alone, so that one call evaluates it the same way wherever it runs, inside loops too:
 - an `If` (the lowering's versions of a statement whose best form depends on the
-  sizes -- padded or clamped gathers, L1-aliasing loop orders: `poly.pad`,
-  `poly.aliasing` -- and a register tile's fallback for rows narrower than its
-  lanes: `poly.regtile`);
+  sizes -- padded or clamped gathers, L1-aliasing loop orders: `cpu.pad`,
+  `cpu.aliasing` -- and a register tile's fallback for rows narrower than its
+  lanes: `cpu.regtile`);
 - a `For` whose bounds may leave it empty (a tile's remainder, `c in 8 (C / 8):C`):
   every For of size-only bounds but those from 0 (or less) to a size, or between
   constants that it runs at least once (empty at most for a zero size, such loops

@@ -16,7 +16,7 @@ bound for each variable. isl builds for it the loops in band order with those
 bounds, and the statement called with the loop variables, when no loop is a single
 iteration (isl writes its value instead; such a domain is left to isl). The domain's
 constraints on the sizes alone that the context does not imply (a version of a
-statement chosen by the sizes, `poly.pad`) become one `If` around the loops, its
+statement chosen by the sizes, `cpu.pad`) become one `If` around the loops, its
 condition isl's expression of them; a loop that may not run needs no guard, its
 bounds keep it from running. The bound expressions are isl's own (its AST expression
 builder), so a box's loops are the ones isl's AST gives (tests compare them on
@@ -324,7 +324,7 @@ def _box_bounds(
         return None  # a single iteration
     guard = None
     if sizes_only:  # conditions on the sizes alone: the nest runs under those that the
-        # context does not imply (a version chosen by the sizes: `poly.pad`)
+        # context does not imply (a version chosen by the sizes: `cpu.pad`)
         conditions = isl.BasicSet.universe(pieces[0].get_space())
         for c in sizes_only:
             conditions = conditions.add_constraint(c)

@@ -13,7 +13,7 @@ strided loops), never from loop iterators. The outermost loop of a parallel band
 `LoopKind.PARALLEL`; a runtime may split it across threads.
 
 Buffers: the inputs (role in), then the outputs (role out), shaped by expressions of
-the sizes; the schedule's scratch tensors (a padded gather's copy, `poly.pad`) are no
+the sizes; the schedule's scratch tensors (a padded gather's copy, `cpu.pad`) are no
 parameters: each is an `Alloc` (zero-filled) around the nests that write and read it,
 and its `+=!` gets no fill nest of its own. When some read cannot be proven in bounds,
 a last `int64[2]` buffer named `ERROR_BUFFER` (role out, zeroed by the caller)
@@ -49,10 +49,10 @@ from compiler.loops.jam import unroll_and_jam
 from compiler.names import NameSupply
 from compiler.options import Options
 from compiler.poly import ast_tree as tree
-from compiler.poly.aliasing import ALIAS_BYTES
-from compiler.poly.colsum import block_column_sums
+from compiler.cpu.aliasing import ALIAS_BYTES
+from compiler.cpu.colsum import block_column_sums
 from compiler.poly.companions import companion_versions
-from compiler.poly.cpu_model import PANEL_LANES
+from compiler.cpu.cpu_model import PANEL_LANES
 from compiler.poly.failures import isl_failures
 from compiler.poly.lower_expr import (
     I64,
@@ -64,11 +64,11 @@ from compiler.poly.lower_expr import (
     copy_nest,
     dtype_of,
 )
-from compiler.poly.pack import pack_tiles
-from compiler.poly.regtile import register_tile
+from compiler.cpu.pack import pack_tiles
+from compiler.cpu.regtile import register_tile
 from compiler.poly.schedule import STREAMED, Nest, NestKind, Schedule, schedule
-from compiler.poly.tiling import TileBand, tile_band
-from compiler.poly.transpose import transpose_reads
+from compiler.cpu.tiling import TileBand, tile_band
+from compiler.cpu.transpose import transpose_reads
 
 ERROR_BUFFER = "tcc.error"
 
@@ -279,7 +279,7 @@ def tile_band_of(nest: Nest) -> TileBand | None:
         for k in range(nest.domain.dim(isl.dim_type.param))
     }
     # a dot tile (a register sum, no innermost band): its column tiles outermost, the
-    # rows that stream through each block the parallel loop (poly.tiling)
+    # rows that stream through each block the parallel loop (cpu.tiling)
     dot = nest.accumulate and not nest.innermost
     return tile_band(
         nest.domain, nest.bands, nest.tiles, taken, hoist=bool(nest.outer), tiles_first=dot
@@ -356,7 +356,7 @@ class _NestLowering:
             if self.nest.lanes > 1 and self.nest.innermost:
                 zero = self.target.name if self.facts.stmt.op is AssignOp.PLUS_INIT else None
                 panels = None
-                if len(self.nest.inner) == 1:  # packed (poly.pack): transposed panels
+                if len(self.nest.inner) == 1:  # packed (cpu.pack): transposed panels
                     panels = self.state.sizes | {self.nest.inner[0]}
                 body = transpose_reads(body, self.nest.innermost[0], zero, panels)
             for var, factor in self.nest.jams:
@@ -394,7 +394,7 @@ class _NestLowering:
         return size if size > 1 else None
 
     def _blocked_columns(self) -> bool:
-        """A float `+=` column reduction in strips and row blocks (`poly.colsum`)."""
+        """A float `+=` column reduction in strips and row blocks (`cpu.colsum`)."""
         return (
             not self.nest.outer
             and self.band is not None

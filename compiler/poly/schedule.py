@@ -24,12 +24,12 @@ per loop nest, in execution order, each with its isl domain and two bands:
   a snapshot taken before it starts (`snapshot`), as TC's semantics require; such a
   statement runs serially (the copy is made inside its nest);
 - a statement in memory form (an innermost band) may be cache-tiled: `Nest.tiles`
-  (`compiler/poly/tiling.py` chooses them and builds the tile band);
+  (`compiler/cpu/tiling.py` chooses them and builds the tile band);
 - a register-tiled statement whose reduction runs its long variable innermost carries
   its literal-order twin as `Nest.alternative`, lowered too and run instead when the
-  run-time test `Nest.alias` holds (`compiler/poly/aliasing.py`);
+  run-time test `Nest.alias` holds (`compiler/cpu/aliasing.py`);
 - with `pad=True` (the CPU target), a clamped gather reads a zero-padded copy of
-  its input first (`poly.pad`): the schedule then holds the def that pass made, with
+  its input first (`cpu.pad`): the schedule then holds the def that pass made, with
   the pads as `Schedule.scratch` (temporaries of the loops, never outputs of the def
   the caller sees) and, where the sizes decide whether padding pays, both versions;
 - with `Options.fuse`, a pointwise statement that a later memory-form reduction over
@@ -62,17 +62,17 @@ from compiler.frontend.printer import print_stmt
 from compiler.frontend.scopes import children
 from compiler.frontend.visit import walk
 from compiler.options import Options
-from compiler.poly.aliasing import AliasCheck, alias_check
+from compiler.cpu.aliasing import AliasCheck, alias_check
 from compiler.poly.build import PolyStmt, build_statements, tensor_extents
-from compiler.poly.cpu_model import LoopOrder, choose_order, literal_order
-from compiler.poly.cpu_registers import panel_rows
+from compiler.cpu.cpu_model import LoopOrder, choose_order, literal_order
+from compiler.cpu.cpu_registers import panel_rows
 from compiler.poly.failures import isl_failures
 from compiler.poly.gather import WriteKind, write_kind
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff, params_space
 from compiler.poly.lower_expr import bound_to_loops
-from compiler.poly.pad import pad_gathers
+from compiler.cpu.pad import pad_gathers
 from compiler.poly.partial import partial_order, plain_vars
-from compiler.poly.tiling import choose_tiles
+from compiler.cpu.tiling import choose_tiles
 
 
 class NestKind(enum.Enum):
@@ -135,10 +135,10 @@ class Nest:
     write_checks: tuple[int, ...] = ()  # dims of the left-hand side to check at run time
     innermost: tuple[str, ...] = ()  # a band below `inner` (memory accumulation)
     jams: tuple[tuple[str, int], ...] = ()  # unroll-and-jam (loop variable, factor)
-    tiles: tuple[int, ...] = ()  # one tile size per loop of `bands` (poly.tiling), or ()
-    lanes: int = 1  # register tile width along `innermost` (poly.regtile), 1: none
+    tiles: tuple[int, ...] = ()  # one tile size per loop of `bands` (cpu.tiling), or ()
+    lanes: int = 1  # register tile width along `innermost` (cpu.regtile), 1: none
     # the same statement in its literal reduction order, run instead when `alias` holds
-    # at run time (poly.aliasing)
+    # at run time (cpu.aliasing)
     alternative: Nest | None = None
     alias: AliasCheck | None = None
     # or, for a dot tile, its two jammed output loops swapped (`LoopOrder.swap`), run
@@ -167,7 +167,7 @@ class Nest:
 
 @dataclass(frozen=True)
 class Schedule:
-    """The nests of `ranged` (with `pad`, the def `poly.pad` made: it may hold more
+    """The nests of `ranged` (with `pad`, the def `cpu.pad` made: it may hold more
     statements and, as outputs, the `scratch` tensors the loops allocate themselves)."""
 
     ranged: RangedDef
@@ -188,7 +188,7 @@ class Schedule:
 
 def schedule(ranged: RangedDef, options: Options | None = None, *, pad: bool = False) -> Schedule:
     """The nests of `ranged`, in execution order (see the module doc). `pad` (the CPU
-    target): clamped gathers read zero-padded scratch copies first (`poly.pad`)."""
+    target): clamped gathers read zero-padded scratch copies first (`cpu.pad`)."""
     options = options or Options()
     scratch: tuple[str, ...] = ()
     origins = None

@@ -4,13 +4,13 @@
     program.source                                            # the CUDA C
     program.run(inputs, sizes, outputs)                       # NumPy arrays, in place
 
-The pipeline of a CUDA program: `poly.gpu_lower.lower_gpu` (gather form, the GPU
-schedule, parallel bands marked) -> `codegen.cuda_map.map_to_gpu` (grid/block mapping,
-atomics, one kernel per phase) -> `codegen.cuda.emit_cuda` (CUDA C) -> either
-`codegen.cuda_emulation` (g++, ctypes) or `codegen.cuda_driver` (NVRTC, cuLaunchKernel).
+The pipeline of a CUDA program: `cuda.gpu_lower.lower_gpu` (gather form, the GPU
+schedule, parallel bands marked) -> `cuda.cuda_map.map_to_gpu` (grid/block mapping,
+atomics, one kernel per phase) -> `cuda.cuda.emit_cuda` (CUDA C) -> either
+`cuda.cuda_emulation` (g++, ctypes) or `cuda.cuda_driver` (NVRTC, cuLaunchKernel).
 Kernels run one after the other (a phase reads what the previous wrote); for each call
 signature `CudaProgram.plan` picks the kernels that run and, for each, its 32-bit
-version where `codegen.cuda_width` proves the indices fit in `int`. A failed
+version where `cuda.cuda_width` proves the indices fit in `int`. A failed
 bounds check of an indirect read lands in the error record, which becomes the same
 `ShapeError` as on the LLVM target.
 
@@ -30,21 +30,21 @@ from typing import Any
 
 import numpy as np
 
-from compiler.codegen.cuda import emit_cuda
-from compiler.codegen.cuda_map import GpuKernel, GpuProgram, map_to_gpu
-from compiler.codegen.cuda_options import (
+from compiler.cuda.cuda import emit_cuda
+from compiler.cuda.cuda_map import GpuKernel, GpuProgram, map_to_gpu
+from compiler.cuda.cuda_options import (
     DEFAULT_BLOCKS,
     MAX_GRID_X,
     MAX_GRID_YZ,
     CudaOptions,
     as_cuda_options,
 )
-from compiler.codegen.cuda_width import fits_int32, narrow_kernel
+from compiler.cuda.cuda_width import fits_int32, narrow_kernel
 from compiler.diagnostics import OptionsError
 from compiler.frontend.checked import RangedDef
 from compiler.loops import Buffer, check_arguments, eval_expr, eval_size_expr
 from compiler.poly.astgen import ERROR_BUFFER, Lowered
-from compiler.poly.gpu_lower import lower_gpu
+from compiler.cuda.gpu_lower import lower_gpu
 from compiler.runtime.cuda_host import HostState
 from compiler.runtime.native import check_failure
 
@@ -81,13 +81,13 @@ class CudaProgram:
 
     @cached_property
     def _emulation(self) -> _Kernels:
-        from compiler.codegen.cuda_emulation import EmulatedModule, build_emulated
+        from compiler.cuda.cuda_emulation import EmulatedModule, build_emulated
 
         return _Kernels(self.gpu, lambda sub: EmulatedModule(build_emulated(self._emit(sub), sub)))
 
     @cached_property
     def _module(self) -> tuple[Any, _Kernels]:
-        from compiler.codegen.cuda_driver import current_device
+        from compiler.cuda.cuda_driver import current_device
 
         device = current_device()
         arch, fast = self.options.arch or device.arch, self.options.fast_math
@@ -118,7 +118,7 @@ class CudaProgram:
         launched), or, in emulation, `cuda_emulation.EMULATED_DEVICE` (host memory) and
         the kernels built by g++."""
         if self.emulated:
-            from compiler.codegen.cuda_emulation import EMULATED_DEVICE
+            from compiler.cuda.cuda_emulation import EMULATED_DEVICE
 
             return EMULATED_DEVICE, self._emulation
         device, module = self._module
@@ -353,7 +353,7 @@ _IMAGES_LOCK = threading.Lock()
 
 def _image(source: str, arch: str, fast_math: bool) -> bytes:
     """NVRTC's image of `source`, compiled once per process (in memory)."""
-    from compiler.codegen.cuda_driver import compile_source
+    from compiler.cuda.cuda_driver import compile_source
 
     key = (source, arch, fast_math)
     with _IMAGES_LOCK:

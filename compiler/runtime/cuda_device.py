@@ -8,7 +8,7 @@ pointer, shape and dtype are read from the interface, validated as NumPy inputs 
 (rank, dtype, C-contiguous), and passed to the kernels as they are, with no copy.
 A 0-d input may be a Python number (copied to a small device buffer). Outputs are
 allocated on the device: torch tensors when some argument is a torch tensor
-(launched on torch's current stream), else `codegen.cuda_driver.DeviceArray`s (wrap
+(launched on torch's current stream), else `cuda.cuda_driver.DeviceArray`s (wrap
 them with `cupy.asarray(...)`, or `.get()` a NumPy copy); an output the kernels
 overwrite in full is not zero-filled. `out=` may give device arrays to write into.
 The call allocates nothing and does not synchronise in the steady state
@@ -22,7 +22,7 @@ be one (a NumPy array among them is a `ShapeError`: tcc never copies implicitly
 between host and device). All arguments on the host take the NumPy path instead.
 
 Target "cuda-emulated" runs the same code (`CudaProgram.device_module`: host memory
-behind the driver's methods, `codegen.cuda_emulation.EmulatedDevice`): there a device
+behind the driver's methods, `cuda.cuda_emulation.EmulatedDevice`): there a device
 array is any object whose `__cuda_array_interface__` points at host memory, and a
 torch tensor on the CPU (the emulated device's memory is the host's). A torch CUDA
 tensor or a CuPy array there is a `TCError` (its memory is on a real GPU).
@@ -352,7 +352,7 @@ def device_array(
     """A device array as `device_zeros` makes, zero-filled only where `zero`."""
     if like is not None and is_torch(like):
         return _torch_array(shape, dtype, like, zero)
-    from compiler.codegen.cuda_driver import DeviceArray
+    from compiler.cuda.cuda_driver import DeviceArray
 
     return DeviceArray(shape, dtype, device, zero=zero)
 

@@ -4,9 +4,9 @@
     program.run(inputs, sizes, outputs)           # outputs: fresh arrays, written in place
 
 The lowered Function goes through the CPU target's passes (`compiler.codegen.target`,
-`codegen.cpu_parallel`) and becomes one native entry that runs every statement in
+`cpu.cpu_parallel`) and becomes one native entry that runs every statement in
 order; each statement's outermost parallel loop runs on the native thread pool of
-`compiler.codegen.runtime` (libgomp, or the Python fallback) when it has enough work.
+`compiler.cpu.runtime` (libgomp, or the Python fallback) when it has enough work.
 `run` makes one ctypes call.
 
 Code the sizes decide. Where the sizes alone decide what runs (the lowering's
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from compiler import pipeline
-from compiler.codegen.cache import (
+from compiler.cpu.cache import (
     CacheFormatError,
     CompileCache,
     StoredEntry,
@@ -49,7 +49,7 @@ from compiler.codegen.cache import (
     function_to_json,
     load_object,
 )
-from compiler.codegen.runtime import (
+from compiler.cpu.runtime import (
     CompiledFunction,
     compile_function,
     default_pool,
@@ -213,7 +213,7 @@ class NativeProgram:
     def info(self) -> dict[str, Any]:
         """How this program runs: target, thread pool, threads, parallel regions, and
         its code: `choice_points` (statements the sizes decide), `compiles` so far."""
-        from compiler.codegen.cpu_parallel import parallel_loops
+        from compiler.cpu.cpu_parallel import parallel_loops
 
         return {
             "target": TARGET,
@@ -255,7 +255,7 @@ def compile_native(
     ranged: RangedDef, options: Options | None = None, *, cache: CompileCache | None = None
 ) -> NativeProgram:
     """Lower `ranged` and JIT-compile it (see the module doc: a def with versions
-    compiles at its first call); with a `cache` (`compiler.codegen.cache`), reuse the
+    compiles at its first call); with a `cache` (`compiler.cpu.cache`), reuse the
     code compiled for an equal def."""
     options = options or Options()
     if cache is not None:
@@ -300,7 +300,7 @@ class _Cached:
 
 
 def program_key(ranged: RangedDef, options: Options) -> dict[str, str]:
-    """Everything that decides the code of `ranged` (see `compiler.codegen.cache`)."""
+    """Everything that decides the code of `ranged` (see `compiler.cpu.cache`)."""
     from compiler import __version__
 
     checked = ranged.checked

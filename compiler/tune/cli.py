@@ -47,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from compiler.codegen.cache import default_cache_dir
+    from compiler.cpu.cache import default_cache_dir
     from compiler.tune.store import FILENAME, OptionsStore
 
     store = OptionsStore(default_cache_dir(os.environ) / FILENAME)

@@ -7,7 +7,7 @@
     store.get(key, Options)                     # the Options, or None
     store.entries()                             # every entry, for `tcc tune --show`
 
-The file sits next to the compile cache's entries (`compiler.codegen.cache`), so
+The file sits next to the compile cache's entries (`compiler.cpu.cache`), so
 `tcc cache clear` leaves it (it removes only compiled code). Its form:
 
     {"schema": 1, "entries": {"<key>": {"components": {...}, "options": {...},
@@ -101,7 +101,7 @@ class OptionsStore:
         if cache is False or cache is None:
             return OptionsStore(None)
         if cache is True:
-            from compiler.codegen.cache import default_cache_dir
+            from compiler.cpu.cache import default_cache_dir
 
             try:
                 return OptionsStore(default_cache_dir() / FILENAME)

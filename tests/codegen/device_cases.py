@@ -77,7 +77,7 @@ class HostArray:
 
 def device_array_place(device: Any) -> Place:
     """`DeviceArray`s on `device` (the GPU's, or `EMULATED_DEVICE`) in and out."""
-    from compiler.codegen.cuda_driver import DeviceArray
+    from compiler.cuda.cuda_driver import DeviceArray
 
     def upload(host: np.ndarray) -> DeviceArray:
         host = np.ascontiguousarray(host)

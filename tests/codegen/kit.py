@@ -10,7 +10,7 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
-from compiler.codegen import compile_function
+from compiler.cpu import compile_function
 from compiler.loops import (
     Bin,
     BinOp,

@@ -19,7 +19,7 @@ import pytest
 import compiler
 import compiler.runtime.native as native
 from compiler import pipeline
-from compiler.codegen import cache as C
+from compiler.cpu import cache as C
 from compiler.diagnostics import OptionsError, ShapeError
 from compiler.loops import DType
 from compiler.options import Options
@@ -312,7 +312,7 @@ def test_equal_constants_of_different_python_types_stay_apart() -> None:
 _WRITER = """
 import sys
 from pathlib import Path
-from compiler.codegen.cache import StoredEntry, _write_atomically, encode_entry
+from compiler.cpu.cache import StoredEntry, _write_atomically, encode_entry
 path, fill = Path(sys.argv[1]), sys.argv[2]
 for n in range(40):
     entry = StoredEntry({"n": n, "fill": fill}, fill.encode() * 300_000, fill * 1000)

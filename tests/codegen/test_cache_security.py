@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import compiler
-from compiler.codegen import cache as C
+from compiler.cpu import cache as C
 from compiler.codegen import cache_files
 
 MATMUL = "def matmul(float(M, K) A, float(K, N) B) -> (C) {\n    C(m, n) +=! A(m, k) * B(k, n)\n}\n"

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import compiler
-from compiler.codegen import runtime
-from compiler.codegen.cache import compile_to_object
+from compiler.cpu import runtime
+from compiler.cpu.cache import compile_to_object
 from compiler.options import Options
 from compiler.runtime.native import ProgramCode
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.codegen import build_module, compile_function
+from compiler.cpu import build_module, compile_function
 from compiler.loops import Assign, Block, Local
 from tests.codegen.kit import F64, add, buf, c, func, load, loop, mul, out, pfor, store, v
 

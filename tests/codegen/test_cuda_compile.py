@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from compiler.backward import grad
-from compiler.codegen.cuda_options import CudaOptions
+from compiler.cuda.cuda_options import CudaOptions
 from compiler.frontend.check import check_def
 from compiler.frontend.parser import parse
 from compiler.kernel import define
@@ -31,7 +31,7 @@ HAS_BINDINGS = importlib.util.find_spec("cuda") is not None and (
 def _gpu_present() -> bool:
     if not HAS_BINDINGS:
         return False
-    from compiler.codegen.cuda_driver import CudaUnavailable, current_device
+    from compiler.cuda.cuda_driver import CudaUnavailable, current_device
 
     try:
         current_device()
@@ -59,7 +59,7 @@ SOURCES = _sources()
 @pytest.mark.skipif(not HAS_BINDINGS, reason="needs cuda-bindings (the [cuda] extra)")
 @pytest.mark.parametrize(("name", "text"), SOURCES, ids=[s[0] for s in SOURCES])
 def test_nvrtc_compiles_every_example_and_gradient(name: str, text: str) -> None:
-    from compiler.codegen.cuda_driver import compile_source
+    from compiler.cuda.cuda_driver import compile_source
 
     program = _program(text)
     ptx = compile_source(program.source, arch="compute_80").decode()
@@ -118,7 +118,7 @@ def test_matmul_maps_n_to_threads_and_accumulates_in_a_register() -> None:
     # n, the innermost band loop (unit stride in C), varies fastest with the thread index
     assert re.search(r"const long long n = tcc_t % tcc_e1;", text)
     assert "long long tcc_t = ((long long)blockIdx.x * blockDim.x + threadIdx.x)" in text
-    # thread tiles (codegen.cuda_tile): tiled, x rest, y rest, for large bands only
+    # thread tiles (cuda.cuda_tile): tiled, x rest, y rest, for large bands only
     assert [k.name for k in tiled] == ["matmul_k0t0", "matmul_k0t1", "matmul_k0t2"]
     assert all(k.phase == 0 and k.when is not None for k in program.gpu.kernels)
 
@@ -126,7 +126,7 @@ def test_matmul_maps_n_to_threads_and_accumulates_in_a_register() -> None:
         return [k.name for k in program.gpu.kernels if program.grid(k, sizes)[0] > 0]
 
     assert ran({"M": 4096, "K": 4096, "N": 4096}) == ["matmul_k0t0"]
-    # few outputs of a long reduction: split into partials over k (codegen.cuda_split)
+    # few outputs of a long reduction: split into partials over k (cuda.cuda_split)
     assert ran({"M": 64, "K": 4096, "N": 64}) == ["matmul_k0s1", "matmul_k0s2"]
     assert ran({"M": 64, "K": 24, "N": 64}) == ["matmul_k0"]  # 3 partials: too few
     # 8 x 4 outputs a thread: one load of A a row and of B a column per k, 32 FMAs
@@ -144,7 +144,7 @@ def test_band_with_dependent_bounds_uses_block_y() -> None:
 
 
 def test_literals_have_the_right_type() -> None:
-    from compiler.codegen.cuda import literal
+    from compiler.cuda.cuda import literal
     from compiler.loops import DType
 
     assert literal(1.0, DType.FLOAT32) == "1.0f"
@@ -164,7 +164,7 @@ def test_tcc_compile_emits_cuda_with_launch_comments() -> None:
     fwd = tcc("--emit", "cuda")
     assert fwd.returncode == 0, fwd.stderr
     # the convolution: one thread an output, 3 thread-tile kernels, a split reduction's
-    # two passes (few outputs, codegen.cuda_split) and a warp reduction (for kernels of
+    # two passes (few outputs, cuda.cuda_split) and a warp reduction (for kernels of
     # 16 columns or more); the bias: one thread an output
     assert fwd.stdout.count('extern "C" __global__') == 8
     assert "// launch: conv2d_k0<<<dim3(" in fwd.stdout
@@ -176,7 +176,7 @@ def test_tcc_compile_emits_cuda_with_launch_comments() -> None:
 def test_zero_fills_that_the_next_kernel_overwrites_are_dropped() -> None:
     """conv2d's gradient zeroes B_grad, I_grad and W1_grad before kernels that write every
     element of them without reading them: those fills launch no kernel (I_grad's is the
-    clamped gather: the GPU schedule reads no padded copy, `poly.pad`). maxpool's I_grad
+    clamped gather: the GPU schedule reads no padded copy, `cpu.pad`). maxpool's I_grad
     fill stays: its gradient adds into it."""
     conv = _program(grad((ROOT / "examples" / "conv2d.tc").read_text()))
     assert "_pad" not in conv.source

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import compiler
-from compiler.codegen import cuda_driver
+from compiler.cuda import cuda_driver
 from compiler.frontend.check import check_def
 from compiler.frontend.parser import parse
 from compiler.poly.ranges import infer_ranges

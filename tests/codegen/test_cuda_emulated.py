@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compiler.codegen.cuda_options import CudaOptions
+from compiler.cuda.cuda_options import CudaOptions
 from compiler.diagnostics import OptionsError, ShapeError
 from compiler.kernel import define
 from tests.codegen.test_llvm_e2e import CASES
@@ -23,11 +23,11 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.tc"))
 ODD = {"N": 3, "M": 5, "K": 7, "C": 2, "H": 11, "W": 7, "KH": 3, "KW": 2, "D": 13, "V": 7}
 ONES = dict.fromkeys(ODD, 1) | {"H": 3, "W": 2, "KH": 3, "KW": 2, "D": 1, "V": 1}
-# reductions of 16 terms or more (warp reductions, codegen.cuda_warp: softmax's rows,
+# reductions of 16 terms or more (warp reductions, cuda.cuda_warp: softmax's rows,
 # the convolution's weight gradient)
 LONG = ODD | {"D": 37, "H": 18, "W": 19, "K": 33}
 SMALL = CudaOptions(block=32, grid=3)  # grid-stride loops: each thread does several elements
-# thread tiles at any band size (codegen.cuda_tile): 3 x 2 outputs a thread, with rests
+# thread tiles at any band size (cuda.cuda_tile): 3 x 2 outputs a thread, with rests
 TILED = CudaOptions(block=64, thread_tile=(3, 2), tile_threads=1)
 
 
@@ -176,7 +176,7 @@ def test_fast_math_uses_intrinsics_and_stays_close() -> None:
 
 
 def test_emulation_rejects_shared_memory_and_syncthreads() -> None:
-    from compiler.codegen.cuda_emulation import build_emulated
+    from compiler.cuda.cuda_emulation import build_emulated
 
     k = define("def f(float(N) A) -> (B) { B(i) = A(i) }", target="cuda-emulated")
     program = k._native
@@ -211,7 +211,7 @@ WARP_OPS = {
 @pytest.mark.parametrize("op", list(WARP_OPS))
 @pytest.mark.parametrize("dtype", ["float", "double"])
 def test_warp_reductions_match_numpy(op: str, dtype: str) -> None:
-    """Small bands of long reductions run a warp an output (codegen.cuda_warp): the
+    """Small bands of long reductions run a warp an output (cuda.cuda_warp): the
     lanes' partial results combined in the GPU's shuffle order, then `init op total`;
     lengths around 32 (lanes without a term, lanes with one more), NaN for max/min."""
     stmt, want = WARP_OPS[op]
@@ -240,7 +240,7 @@ def test_warp_reductions_only_for_long_coalesced_reductions() -> None:
     cols = "def c(float(N, D) I) -> (O) { O(d) +=! I(n, d) }"
     small = CudaOptions(block=64, warp_outputs=8)
     program = define(rows, target="cuda-emulated", options=small)._native
-    # r_k0s1, r_k0s2: the split form (codegen.cuda_split), for 64 partials an output or more
+    # r_k0s1, r_k0s2: the split form (cuda.cuda_split), for 64 partials an output or more
     assert [k.name for k in program.gpu.kernels] == ["r_k0", "r_k0s1", "r_k0s2", "r_k0w"]
     for sizes, want in [({"N": 8, "D": 16}, [0, 0, 0, 1]), ({"N": 8, "D": 15}, [1, 0, 0, 0]),
                         ({"N": 9, "D": 64}, [1, 0, 0, 0])]:  # fmt: skip
@@ -275,7 +275,7 @@ def test_exactly_one_variant_runs_where_several_apply() -> None:
 
 def test_variant_kernels_are_built_when_first_selected() -> None:
     """`define` builds the one-thread-an-output kernels (their 32-bit versions,
-    codegen.cuda_width); a thread-tile kernel is built by the first call whose sizes
+    cuda.cuda_width); a thread-tile kernel is built by the first call whose sizes
     select it (runtime.cuda._Kernels), and only once."""
     src = "def mm(double(M, K) A, double(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
     options = CudaOptions(block=64, thread_tile=(2, 2), tile_threads=4)

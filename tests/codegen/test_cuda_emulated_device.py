@@ -1,6 +1,6 @@
 """The device path on target "cuda-emulated": device arrays whose memory is host memory.
 
-In emulation the device's memory is the host's (`codegen.cuda_emulation.EmulatedDevice`),
+In emulation the device's memory is the host's (`cuda.cuda_emulation.EmulatedDevice`),
 so the code that runs on a GPU -- pointers from `__cuda_array_interface__`, outputs
 allocated as `DeviceArray`s, `Kernel.vjp` keeping forward outputs, zeros and
 gradients on the device -- runs here, on `HostArray`s (a NumPy array behind the
@@ -16,8 +16,8 @@ import shutil
 import numpy as np
 import pytest
 
-from compiler.codegen.cuda_driver import DeviceArray
-from compiler.codegen.cuda_emulation import EMULATED_DEVICE
+from compiler.cuda.cuda_driver import DeviceArray
+from compiler.cuda.cuda_emulation import EMULATED_DEVICE
 from compiler.diagnostics import ShapeError, TCError
 from compiler.kernel import define
 from tests.codegen.device_cases import (

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compiler.codegen.cuda_options import CudaOptions
+from compiler.cuda.cuda_options import CudaOptions
 from compiler.diagnostics import ShapeError
 from compiler.kernel import define
 from tests.codegen.device_cases import (
@@ -32,7 +32,7 @@ from tests.codegen.test_cuda_emulated import LONG, ODD, ONES, SMALL, TILED, _inp
 def _gpu() -> bool:
     if importlib.util.find_spec("cuda") is None:
         return False
-    from compiler.codegen.cuda_driver import CudaUnavailable, current_device
+    from compiler.cuda.cuda_driver import CudaUnavailable, current_device
 
     try:
         current_device()
@@ -92,7 +92,7 @@ def test_torch_cuda_tensors_stay_on_the_device() -> None:
 
 
 def test_device_array_outputs_without_torch_inputs() -> None:
-    from compiler.codegen.cuda_driver import DeviceArray, current_device
+    from compiler.cuda.cuda_driver import DeviceArray, current_device
 
     device = current_device()
     k = define("def f(float(N) A) -> (B) { B(i) = A(i) * 2.0 }", target="cuda")
@@ -142,7 +142,7 @@ def test_kernels_and_vjp_on_torch_cuda_tensors_stay_on_the_device() -> None:
 
 
 def test_kernels_and_vjp_on_device_arrays_stay_on_the_device() -> None:
-    from compiler.codegen.cuda_driver import current_device
+    from compiler.cuda.cuda_driver import current_device
 
     check_kernels("cuda", device_array_place(current_device()))
 
@@ -196,7 +196,7 @@ def test_cupy_arrays_in_device_arrays_out_and_vjp() -> None:
     """The `__cuda_array_interface__` path a pycuda or Numba user takes: CuPy arrays in,
     DeviceArrays out (wrapped by cupy.asarray without a copy), vjp on the device."""
     cupy = pytest.importorskip("cupy")
-    from compiler.codegen.cuda_driver import DeviceArray
+    from compiler.cuda.cuda_driver import DeviceArray
 
     src = (Path(__file__).resolve().parents[2] / "examples" / "matmul.tc").read_text()
     rng = np.random.default_rng(3)
@@ -215,7 +215,7 @@ def test_cupy_arrays_in_device_arrays_out_and_vjp() -> None:
 
 @pytest.mark.parametrize("op", ["sum", "prod", "max", "min"])
 def test_warp_reductions_on_the_gpu(op: str) -> None:
-    """Warp reductions (codegen.cuda_warp) with real shuffles: the same cases as in
+    """Warp reductions (cuda.cuda_warp) with real shuffles: the same cases as in
     emulation (tests/codegen/test_cuda_emulated.py), in float64."""
     from tests.codegen.test_cuda_emulated import WARP_OPS
 

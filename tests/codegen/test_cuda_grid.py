@@ -1,4 +1,4 @@
-"""The grid variant of a band of 2-3 independent loops (`codegen.cuda_map._grid_variant`):
+"""The grid variant of a band of 2-3 independent loops (`cuda.cuda_map._grid_variant`):
 the innermost loop on x, the others on blockIdx.y/z, no `/` and `%` to decompose a
 collapsed index; run where the innermost extent fills a block, checked against NumPy
 on target "cuda-emulated" in both index widths and with a y grid smaller than the
@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compiler.codegen import cuda_width
-from compiler.codegen.cuda_options import CudaOptions
+from compiler.cuda import cuda_width
+from compiler.cuda.cuda_options import CudaOptions
 from compiler.kernel import define
 from compiler.runtime import cuda as runtime_cuda
 

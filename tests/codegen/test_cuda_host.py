@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from compiler.codegen import cuda_driver
-from compiler.codegen.cuda_emulation import EMULATED_DEVICE, EmulatedDevice
-from compiler.codegen.cuda_options import CudaOptions
+from compiler.cuda import cuda_driver
+from compiler.cuda.cuda_emulation import EMULATED_DEVICE, EmulatedDevice
+from compiler.cuda.cuda_options import CudaOptions
 from compiler.diagnostics import OptionsError, ShapeError
 from compiler.kernel import define
 from compiler.runtime.cuda_device import synchronize

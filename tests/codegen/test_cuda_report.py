@@ -1,4 +1,4 @@
-"""codegen.cuda_report and tools.gpu_report: the loop-IR counts against isl's exact FLOPs
+"""cuda.cuda_report and tools.gpu_report: the loop-IR counts against isl's exact FLOPs
 and the tensors' sizes, the parsers of ptxas -v and cuobjdump -sass on fixed texts,
 occupancy and the roofline; the whole report on matmul where NVRTC, ptxas and cuobjdump
 are installed (the cuda-dev extra)."""
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler.codegen.cuda_report import (
+from compiler.cuda.cuda_report import (
     H100,
     H200,
     Resources,

@@ -1,4 +1,4 @@
-"""Split reductions (codegen.cuda_split) and sizes-only conditions (cuda_map's pieces)
+"""Split reductions (cuda.cuda_split) and sizes-only conditions (cuda_map's pieces)
 on cuda-emulated against NumPy at odd sizes (1, primes, a partial count that does not
 divide the rows), the split kernels selected where expected, and NVRTC compiling them."""
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from compiler import loops as L
-from compiler.codegen.cuda_map import map_to_gpu
-from compiler.codegen.cuda_options import CudaOptions
+from compiler.cuda.cuda_map import map_to_gpu
+from compiler.cuda.cuda_options import CudaOptions
 from compiler.kernel import define
 
 SRC = """
@@ -97,8 +97,8 @@ def test_statement_under_a_sizes_only_if_keeps_its_band() -> None:
 
 @pytest.mark.skipif(not HAS_NVRTC, reason="needs cuda-bindings (the [cuda] extra)")
 def test_split_kernels_compile_with_nvrtc() -> None:
-    from compiler.codegen.cuda import emit_cuda
-    from compiler.codegen.cuda_driver import compile_source
+    from compiler.cuda.cuda import emit_cuda
+    from compiler.cuda.cuda_driver import compile_source
 
     for entry in ("total", "colsum", "colmax", "rowsum", "vecmin", "firstmatch"):
         program = define(SRC, entry, target="cuda-emulated")._native

@@ -1,4 +1,4 @@
-"""32-bit index versions of CUDA kernels (`codegen.cuda_width`): the PTX of the 32-bit
+"""32-bit index versions of CUDA kernels (`cuda.cuda_width`): the PTX of the 32-bit
 softmax, matmul and conv2d kernels has no 64-bit division and fewer instructions; the
 host proves from the sizes when every index fits in `int`; both versions agree with
 NumPy on target "cuda-emulated" at odd sizes (the 64-bit one selected by lowering
@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from compiler.codegen import cuda_width
-from compiler.codegen.cuda import emit_cuda
-from compiler.codegen.cuda_width import fits_int32, narrow_program
+from compiler.cuda import cuda_width
+from compiler.cuda.cuda import emit_cuda
+from compiler.cuda.cuda_width import fits_int32, narrow_program
 from compiler.frontend.check import check_def
 from compiler.frontend.parser import parse
 from compiler.kernel import define
@@ -55,7 +55,7 @@ def _ptx_by_kernel(ptx: str) -> dict[str, list[str]]:
 
 
 def _ptx(program, narrow: bool) -> dict[str, list[str]]:  # noqa: ANN001
-    from compiler.codegen.cuda_driver import compile_source
+    from compiler.cuda.cuda_driver import compile_source
 
     gpu = narrow_program(program.gpu) if narrow else program.gpu
     index32 = {k.name for k in gpu.kernels} if narrow else set()

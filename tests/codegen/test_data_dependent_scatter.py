@@ -16,7 +16,7 @@ import pytest
 
 import compiler
 from compiler import cli, pipeline
-from compiler.codegen import cache as C
+from compiler.cpu import cache as C
 from compiler.diagnostics import ShapeError
 from compiler.frontend.check import check_def
 from compiler.frontend.checked import RangedDef

@@ -1,4 +1,4 @@
-"""Dot-product tiles vectorised by the emitter (`compiler/codegen/llvm_dots.py`): the
+"""Dot-product tiles vectorised by the emitter (`compiler/cpu/llvm_dots.py`): the
 loop's terms as vector partial sums, reduced by one transposed tree. Checked against
 NumPy in float64 over sizes 0, 1, primes and sizes around the vector width, with every
 number of sums the tree can get (padding lanes included), and against the same kernels
@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 import compiler
 from compiler import pipeline
-from compiler.codegen import cpu_parallel, llvm_dots, runtime
-from compiler.codegen import llvm as backend
+from compiler.cpu import cpu_parallel, llvm_dots, runtime
+from compiler.cpu import llvm as backend
 from compiler.codegen.target import get_target, prepare
 from compiler.options import Options
 

@@ -1,4 +1,4 @@
-"""float32 `exp` as inline LLVM IR (compiler/codegen/llvm_exp.py): its error in ulps over
+"""float32 `exp` as inline LLVM IR (compiler/cpu/llvm_exp.py): its error in ulps over
 the whole float range, its special values, that it stays inline (no call, so the
 vectoriser widens it), and kernels using it against the NumPy reference evaluator."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import compiler
-from compiler.codegen.llvm_exp import HI, LO, ULP
-from compiler.codegen.llvm_math import vector_math
+from compiler.cpu.llvm_exp import HI, LO, ULP
+from compiler.cpu.llvm_math import vector_math
 from compiler.options import Options
 from tests.codegen.test_vector_math import _ir, float32_inputs, ulps
 

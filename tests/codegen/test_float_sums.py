@@ -1,6 +1,6 @@
 """Accurate float32 sums on the LLVM target: a long reduction loop is summed in blocks
 of `SUM_BLOCK` (lanes of partial sums inside a block), the blocks added with Kahan's
-compensation (`codegen.llvm_sums.blocked_sum`). Checked against `math.fsum` with the
+compensation (`cpu.llvm_sums.blocked_sum`). Checked against `math.fsum` with the
 documented bound (SUM_BLOCK / lanes + log2(lanes) + 2) * eps * sum(|x|), lanes = 32
 (AVX2: 4 interleaved vectors of 8 floats; AVX-512 has more, a smaller bound)."""
 
@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import compiler
-from compiler.codegen.llvm_emit import SUM_BLOCK
+from compiler.cpu.llvm_emit import SUM_BLOCK
 from compiler.options import Options
 
 EPS32 = float(np.finfo(np.float32).eps) / 2  # unit roundoff

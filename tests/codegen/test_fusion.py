@@ -124,7 +124,7 @@ def test_row_statements_fuse_into_one_parallel_loop() -> None:
 
 def test_dependences_across_iterations_keep_loops_apart() -> None:
     assert _parallel_loops(REVERSE, True) == 2
-    # the column sum (its init and strips, poly.tiling) stays apart from Y's rows
+    # the column sum (its init and strips, cpu.tiling) stays apart from Y's rows
     assert _parallel_loops(COLUMNS, True) == _parallel_loops(COLUMNS, False) == 3
 
 

@@ -1,4 +1,4 @@
-"""Register tiles emitted as vectors (`compiler/codegen/llvm_lanes.py`): the code is
+"""Register tiles emitted as vectors (`compiler/cpu/llvm_lanes.py`): the code is
 the scalar emission's, lane by lane, so results are bit for bit the same with and
 without it (sizes 0, 1, primes, not multiples of the lanes; float32 and float64;
 `+=!`, `+=`, `max=!`, gradients, the blocked Kahan sums of long reductions), and the
@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 import compiler
 from compiler import pipeline
-from compiler.codegen import compile_function, cpu_parallel, llvm_lanes, runtime
-from compiler.codegen import llvm as backend
-from compiler.codegen.llvm_emit import SUM_BLOCK
+from compiler.cpu import compile_function, cpu_parallel, llvm_lanes, runtime
+from compiler.cpu import llvm as backend
+from compiler.cpu.llvm_emit import SUM_BLOCK
 from compiler.codegen.target import get_target, prepare
 from compiler.loops import (
     Assign,
@@ -127,7 +127,7 @@ def test_convolution_and_its_gradient_are_bitwise_the_scalar_emission(
 
 def test_long_reductions_keep_their_blocked_sums(monkeypatch: pytest.MonkeyPatch) -> None:
     """A chain of 8 float Locals summed over a loop longer than `SUM_BLOCK` runs in
-    blocks with Kahan's compensation (`codegen.llvm_sums`): as one group, on a vector
+    blocks with Kahan's compensation (`cpu.llvm_sums`): as one group, on a vector
     partial, as accurately as on 8 scalar ones. (Not the same bits: a group's lane sums
     its block in order, where LLVM's vectoriser splits a scalar partial across lanes.)"""
     lanes = 8

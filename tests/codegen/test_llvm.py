@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from compiler.codegen import build_module, compile_function, emit_llvm
+from compiler.cpu import build_module, compile_function, emit_llvm
 from compiler.loops import (
     Alloc,
     Assign,

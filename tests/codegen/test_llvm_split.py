@@ -1,4 +1,4 @@
-"""A module compiled in parts on threads (`codegen.llvm_split`): one object file per
+"""A module compiled in parts on threads (`cpu.llvm_split`): one object file per
 outlined loop body plus one for the rest, linked by one engine into the same program;
 the same bytes on any number of threads; parts stored in and loaded from the cache."""
 
@@ -12,11 +12,11 @@ from llvmlite import ir
 
 import compiler
 from compiler import pipeline
-from compiler.codegen import cache as C
-from compiler.codegen import llvm as backend
-from compiler.codegen import llvm_split
-from compiler.codegen.llvm_math import vector_math_available
-from compiler.codegen.runtime import compile_function
+from compiler.cpu import cache as C
+from compiler.cpu import llvm as backend
+from compiler.cpu import llvm_split
+from compiler.cpu.llvm_math import vector_math_available
+from compiler.cpu.runtime import compile_function
 from compiler.diagnostics import InternalError
 from compiler.options import Options
 from compiler.runtime.native import TARGET, get_target, prepare
@@ -212,7 +212,7 @@ def mv(float(N, M) A, int32(M) J) -> (T, P, D, S, Q, R) {
 def test_loops_that_only_move_data_get_the_light_pipeline(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from compiler.codegen.llvm_parallel import moves_only
+    from compiler.cpu.llvm_parallel import moves_only
 
     f = _function(MOVES)
     L = compiler.loops

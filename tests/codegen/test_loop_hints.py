@@ -1,4 +1,4 @@
-"""Loop metadata the LLVM backend attaches (`codegen.llvm_emit`, module doc: Unrolling):
+"""Loop metadata the LLVM backend attaches (`cpu.llvm_emit`, module doc: Unrolling):
 an outer loop is never unrolled by LLVM, an innermost loop keeps LLVM's unrolling."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from compiler.codegen import build_module, compile_function
-from compiler.codegen import llvm as backend
+from compiler.cpu import build_module, compile_function
+from compiler.cpu import llvm as backend
 from compiler.loops import DType
 from tests.codegen.kit import add, buf, c, func, load, loop, mul, out, store
 

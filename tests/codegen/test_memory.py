@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import compiler
-from compiler.codegen import runtime
+from compiler.cpu import runtime
 
 SCALE = "def scale(float(N) A) -> (B) {{\n    B(i) = A(i) * {s}\n}}\n"
 

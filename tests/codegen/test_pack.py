@@ -1,4 +1,4 @@
-"""Packed register tiles (`compiler/poly/pack.py`) against the reference evaluator:
+"""Packed register tiles (`compiler/cpu/pack.py`) against the reference evaluator:
 one-loop contractions (matmul, transposed and batched operands, offset reads,
 accumulating `+=`) at odd sizes (1, primes, extents below, at and between multiples of
 the lanes, the row block and the cache tiles), float32 and float64, forced and
@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 
 import compiler
 from compiler import loops as L
-from compiler.codegen import compile_function, llvm_parallel, runtime
-from compiler.codegen.cache import CompileCache
+from compiler.cpu import compile_function, llvm_parallel, runtime
+from compiler.cpu.cache import CompileCache
 from compiler.frontend.check import check_def
 from compiler.frontend.parser import parse
 from compiler.loops.printer import print_function
 from compiler.options import Options
-from compiler.poly import cpu_registers
+from compiler.cpu import cpu_registers
 from compiler.poly.astgen import lower
 from compiler.poly.ranges import infer_ranges
 from tests.codegen.kit import find, reference_and_llvm
@@ -123,7 +123,8 @@ def test_transposed_panels_match_the_reference(
 ) -> None:  # fmt: skip
     # `panels`: the run-time test takes the panels for any rows (else the model's:
     # the dot tile below panel_rows() rows or PANEL_LANES columns, as at these sizes)
-    from compiler.poly import astgen, cpu_registers
+    from compiler.poly import astgen
+    from compiler.cpu import cpu_registers
 
     rng = np.random.default_rng(seed)
     text = (
@@ -207,7 +208,7 @@ def test_the_model_packs_a_matmul_panel() -> None:
     lets = [s.var for s in find(rows, L.Let)][:2]
     assert lets == ["m_t", "n"]
     # the full tiles' lanes read the panel, never B: B is read by the copy and the
-    # remainder (narrower tiles, `poly.regtile.MIN_LANES`, then memory form)
+    # remainder (narrower tiles, `cpu.regtile.MIN_LANES`, then memory form)
     reads = {
         frozenset(x.buffer.name for x in find(lanes, L.Load))
         for lanes in find(f.body, L.For)
@@ -297,9 +298,9 @@ def test_matmul_gradient_matches_finite_differences() -> None:
 
 
 def test_a_panel_under_another_alloc_is_still_one_per_thread() -> None:
-    # a transposed copy (poly.transpose) allocated around the parallel row tiles: the
+    # a transposed copy (cpu.transpose) allocated around the parallel row tiles: the
     # panel that each iteration fills goes inside the parallel loop, not around it
-    from compiler.poly.pack import _hoist
+    from compiler.cpu.pack import _hoist
     from tests.codegen.kit import F32, buf, load, pfor, store
 
     src, panel, t = buf("B", F32, "N"), buf("B.pack1", F32, 16), buf("B.t0", F32, "N")
@@ -341,7 +342,8 @@ def test_batched_products_take_transposed_panels_per_batch() -> None:
 def test_batched_transposed_panels_match_the_reference(
     b: int, t: int, e: int, panels: bool, seed: int
 ) -> None:
-    from compiler.poly import astgen, cpu_registers
+    from compiler.poly import astgen
+    from compiler.cpu import cpu_registers
 
     rng = np.random.default_rng(seed)
     arrays = [rng.standard_normal((b, t, e)).astype(np.float32) for _ in range(2)]

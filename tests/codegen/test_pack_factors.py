@@ -1,4 +1,4 @@
-"""A packable contraction (`poly.pack`'s panels of `W(k, j)`) with another factor: a 0-d
+"""A packable contraction (`cpu.pack`'s panels of `W(k, j)`) with another factor: a 0-d
 read (`* B`, once an IndexError in `cpu_model._packable`), a 1-d broadcast along either
 output dimension or along the reduction, a constant subscript; on every target, against
 NumPy. The sizes give whole panels and tiles and remainders of both."""

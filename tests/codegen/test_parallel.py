@@ -14,8 +14,8 @@ import pytest
 
 import compiler
 from compiler import loops as L
-from compiler.codegen import compile_function, cpu_parallel, llvm_parallel, runtime
-from compiler.codegen.llvm import emit_llvm
+from compiler.cpu import compile_function, cpu_parallel, llvm_parallel, runtime
+from compiler.cpu.llvm import emit_llvm
 from compiler.loops import Function, LoopKind, run_function
 from compiler.options import Options
 from tests.codegen.kit import F32, add, buf, c, func, load, loop, mul, out, pfor, store

@@ -1,4 +1,4 @@
-"""Register-tiled contractions (`compiler/poly/regtile.py`) against the reference
+"""Register-tiled contractions (`compiler/cpu/regtile.py`) against the reference
 evaluator: convolutions with strides and dilations, odd sizes (1, primes, extents
 below and between multiples of the lane count), `+=!` and accumulating `+=`, forced
 and model-chosen lane counts; and the shape of the generated loops."""
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import compiler
 from compiler import loops as L
-from compiler.codegen.llvm_emit import SUM_BLOCK
+from compiler.cpu.llvm_emit import SUM_BLOCK
 from compiler.frontend.check import check_def
 from compiler.frontend.parser import parse
 from compiler.options import Options
@@ -104,7 +104,7 @@ def test_the_full_tile_keeps_outputs_in_locals_without_guards() -> None:
     tiles = [lp for lp in _find(f.body, L.For) if lp.var == "w" and lp.step == 8]
     # one tile loop for the blocked output channels (2 x 8 accumulators), one for the
     # channel left over when M is odd (1 x 8); each in both reduction orders
-    # (`poly.aliasing`: the run-time alias test picks one)
+    # (`cpu.aliasing`: the run-time alias test picks one)
     assert sorted(len(_find(t.body, L.Local)) for t in tiles) == [8, 8, 16, 16]
     for tile in tiles:
         assert not _find(tile.body, L.If)  # full tiles: no guard inside
@@ -118,8 +118,8 @@ def test_the_model_register_tiles_convolutions_and_packed_matmul_only() -> None:
     mm = _lowered(
         "def mm(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }", Options()
     )
-    # a one-loop contraction is register-tiled only with its panel packed (poly.pack)
-    # (the full tiles' `n` is bound per (row tile, column) pair, `poly.pack._spread`;
+    # a one-loop contraction is register-tiled only with its panel packed (cpu.pack)
+    # (the full tiles' `n` is bound per (row tile, column) pair, `cpu.pack._spread`;
     # the remainder columns keep their loop)
     (pack,) = _find(mm.body, L.Alloc)
     assert pack.buffer.name == "B.pack1" and pack.buffer.shape[-1] == L.Const(16, L.DType.INT64)
@@ -192,7 +192,7 @@ def test_cache_tiled_dot_tiles_match_the_reference(
 
 def test_a_dot_tile_streams_rows_through_blocks_of_columns() -> None:
     from compiler.loops.printer import print_expr
-    from compiler.poly.tiling import DOT_COLUMNS
+    from compiler.cpu.tiling import DOT_COLUMNS
 
     f = _lowered(LINEAR, Options())
     # the dot tile: transposed panels' run-time alternative for few rows
@@ -234,7 +234,7 @@ def test_long_dot_products_are_summed_in_blocks() -> None:
 
 
 def test_lane_loops_are_left_to_slp() -> None:
-    from compiler.codegen import build_module
+    from compiler.cpu import build_module
 
     f = _lowered(conv_source(2, 1), Options(register_tile=16))
     text = str(build_module(f))
@@ -254,7 +254,7 @@ def test_the_channel_loop_runs_innermost_with_the_literal_order_as_alternative()
     from compiler.loops.printer import print_expr
 
     f = _lowered(conv_source(1, 1), Options())
-    # the run-time test on the planes (`poly.aliasing`): a test on the sizes that picks
+    # the run-time test on the planes (`cpu.aliasing`): a test on the sizes that picks
     # one of two tiled nests
     (version,) = [
         s
@@ -350,11 +350,11 @@ def test_remainder_columns_in_narrower_tiles_match_the_reference(
 
 
 def test_the_remainder_columns_of_a_row_block_run_in_narrower_tiles() -> None:
-    from compiler.poly import regtile
+    from compiler.cpu import regtile
 
     f = _lowered(MATMUL_ACC, Options(register_tile=16, block=3, tile=(4, 2)))
     steps = {lp.step for lp in _find(f.body, L.For) if lp.var == "n"}
-    # (the full tiles of 16 are a packed nest's (row tile, column) pairs: `poly.pack`)
+    # (the full tiles of 16 are a packed nest's (row tile, column) pairs: `cpu.pack`)
     assert {1, *(w for w in (8, 4) if w >= regtile.MIN_LANES)} <= steps
     # the narrower tiles hold the 3 rows' accumulators in registers
     narrow = [lp for lp in _find(f.body, L.For) if lp.var == "n" and lp.step == 8]

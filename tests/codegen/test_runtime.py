@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from compiler.codegen import compile_function, run_chunks
+from compiler.cpu import compile_function, run_chunks
 from compiler.diagnostics import OptionsError, ShapeError, TCError
 from tests.codegen.kit import F32, add, buf, c, func, load, mul, out, pfor, store
 
@@ -101,7 +101,7 @@ def test_read_only_output_and_bad_thread_counts_are_rejected() -> None:
 
 
 def test_compiled_function_outlives_its_cache_entry_and_many_threads() -> None:
-    from compiler.codegen import runtime
+    from compiler.cpu import runtime
 
     cf = compile_function(axpb())
     runtime._CACHE.clear()  # only `cf` now holds the JIT engine

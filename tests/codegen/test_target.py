@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from compiler.codegen import compile_function
+from compiler.cpu import compile_function
 from compiler.codegen.target import (
     Artefact,
     Target,

@@ -1,4 +1,4 @@
-"""Cache tiling (`Options.tile`, `compiler/poly/tiling.py`): every tiling computes
+"""Cache tiling (`Options.tile`, `compiler/cpu/tiling.py`): every tiling computes
 what target="interp" computes — matmul, batched matmul, conv2d, a convolution's input
 gradient in gather form — with sizes that are not multiples of the tiles and sizes
 smaller than a tile, in float32 and float64, on 1 and 2 threads. Also: the options are
@@ -22,7 +22,7 @@ from compiler.kernel import define
 from compiler.options import Options
 from compiler.poly.astgen import lower
 from compiler.poly.ranges import infer_ranges
-from compiler.poly.tiling import COLUMNS, OUTER, REDUCTION, ROWS
+from compiler.cpu.tiling import COLUMNS, OUTER, REDUCTION, ROWS
 from tests.codegen.kit import find as _find
 
 PROGRAMS = {
@@ -149,7 +149,7 @@ def test_literal_order_ignores_tiles() -> None:
 def test_a_column_reduction_runs_in_parallel_strips_with_blocked_sums() -> None:
     main = _main_nest("column_sum", Options(unroll=1))
     # strips of COLUMNS (the parallel loop), blocks of ROWS rows summed in a local
-    # strip buffer, then added to the output (poly.colsum)
+    # strip buffer, then added to the output (cpu.colsum)
     assert [lp.var for lp in _loops(main)] == ["n_t", "m_t", "m", "n", "n"]
     assert isinstance(main, L.For) and main.kind is L.LoopKind.PARALLEL
     (alloc,) = [s for s in _find(main, L.Alloc)]
@@ -206,7 +206,7 @@ def test_other_column_reductions_equal_interp(stmt: str) -> None:
 
 
 def test_default_column_sums_stay_accurate_over_many_rows() -> None:
-    # the strips' blocks of ROWS rows (poly.colsum) keep the sum as accurate as the
+    # the strips' blocks of ROWS rows (cpu.colsum) keep the sum as accurate as the
     # literal order's blocked, compensated register sum (1.4e-5 and 1.6e-5 here)
     a = np.full((1 << 20, 4), 0.1, np.float32)
     (got,) = define("def f(float(M, N) A) -> (S) { S(n) +=! A(m, n) }")(a)

@@ -4,7 +4,7 @@ An element's flat offset is the sum of its subscripts times the strides; a const
 subscript over a unit stride (every dimension above a trailing run of extent-1 ones) is
 an LLVM constant, and it was once taken for the empty sum: `B(2, 0)` of a `float(3, 1)`
 read `B(0, 0)`, `O(3, 0)` of a `[4, 1]` output stored at `O(0, 0)`
-(`codegen.llvm_emit._address`).
+(`cpu.llvm_emit._address`).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import compiler
-from compiler.codegen.llvm_math import MVEC, ULP_BOUND, vector_math, vector_math_available
+from compiler.cpu.llvm_math import MVEC, ULP_BOUND, vector_math, vector_math_available
 from compiler.options import Options
 
 ONE_THREAD = Options(threads=1)
@@ -135,7 +135,7 @@ def test_scalar_fallback_error_in_ulps(fn: str, dtype: type) -> None:
 
 
 def _ir(text: str) -> str:
-    from compiler.codegen import emit_llvm
+    from compiler.cpu import emit_llvm
     from compiler.poly.astgen import lower
 
     kernel = compiler.define(text, target="interp")

@@ -1,5 +1,5 @@
 """Register tiles sized for 512-bit and 128-bit vector registers (`Options.vector_bits`,
-`poly.cpu_registers.tile_rows`) against the reference evaluator: 8-row convolution tiles,
+`cpu.cpu_registers.tile_rows`) against the reference evaluator: 8-row convolution tiles,
 32-lane packed matmul tiles and 4x4 dot-product tiles at odd sizes (1, primes, extents
 below and between multiples of the lanes and rows), float32 and float64, strided reads,
 and a convolution's gradient. The rest of the suite sees a 256-bit host

@@ -3,7 +3,7 @@
 
 The conv2d gradient's loops have three versions of its `I_grad` gather: padded in the
 default loop order, padded in the L1-aliasing order (both inside the Alloc of the scratch
-copy they read), and clamped (`poly.pad`, `poly.aliasing`).
+copy they read), and clamped (`cpu.pad`, `cpu.aliasing`).
 Each case below picks one by its sizes; every result is compared with the reference
 evaluator, and the compiles are counted.
 """
@@ -19,7 +19,7 @@ import pytest
 
 import compiler
 from compiler import pipeline
-from compiler.codegen.cache import CompileCache
+from compiler.cpu.cache import CompileCache
 from compiler.codegen.target import get_target, prepare
 from compiler.loops import Alloc, Block, If
 from compiler.loops import versions as V

@@ -1,7 +1,7 @@
 """A `where` let used as a `max=` candidate or as a float comparison's operand rounds
 as the inline call does (docs/internals/numerics.md: such operands call the scalar libm
 functions, so a value computed twice has the same bits). The llvm emitter binds such a
-let under `scalar_math` (compiler/codegen/llvm_exact.py); before, it computed the let with
+let under `scalar_math` (compiler/cpu/llvm_exact.py); before, it computed the let with
 libmvec's vector variant, which differs in the last bit: winners were lost and a
 recomputed value compared unequal. Found while triaging fuzz seed 2082 (whose gradient
 shares a repeated hypot as a let)."""

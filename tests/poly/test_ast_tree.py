@@ -11,7 +11,7 @@ import pytest
 from compiler import pipeline
 from compiler.poly import ast_tree, astgen
 from compiler.poly.ast_tree import For, Mark, User, box_tree
-from compiler.poly.gpu_lower import lower_gpu
+from compiler.cuda.gpu_lower import lower_gpu
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.tc"))

@@ -1,4 +1,4 @@
-"""The padding of clamped gathers (`compiler/poly/pad.py`): which gradients the CPU
+"""The padding of clamped gathers (`compiler/cpu/pad.py`): which gradients the CPU
 schedule pads (the def it lowers; the gradient def itself never has a pad), that the
 transposed convolution is then register-tiled, and that the gradients equal torch's (an
 oracle independent of tcc's gradient defs) in float64."""
@@ -14,7 +14,7 @@ from compiler.frontend.printer import print_def
 from compiler.options import Options
 from compiler.pipeline import gradient
 from compiler.poly.astgen import lower
-from compiler.poly.pad import pad_gathers
+from compiler.cpu.pad import pad_gathers
 from tests.codegen.kit import find as _find
 
 CONV = (
@@ -29,7 +29,7 @@ def _grad_text(src: str) -> str:
 
 
 def _padded_text(src: str) -> str:
-    """The gradient def as the CPU schedule lowers it (`poly.pad`'s def)."""
+    """The gradient def as the CPU schedule lowers it (`cpu.pad`'s def)."""
     k = compiler.define(src, target="interp")
     return print_def(pad_gathers(gradient(k.ranged)).ranged.checked.definition)
 

@@ -1,5 +1,5 @@
 """The CPU schedule pads a clamped gather's read only when the statement's other
-factors stay finite and in bounds over the unclamped ranges (poly.pad
+factors stay finite and in bounds over the unclamped ranges (cpu.pad
 `_finite_elsewhere`): a `let` of a clamped variable is evaluated where the clamp kept
 the statement from evaluating it (tools.fuzz seed 37580: llvm read A(-1) in a let)."""
 

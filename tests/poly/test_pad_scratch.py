@@ -1,4 +1,4 @@
-"""Padding is the CPU schedule's, not the gradient's (`compiler/poly/pad.py`): the
+"""Padding is the CPU schedule's, not the gradient's (`compiler/cpu/pad.py`): the
 gradient def that `--grad`, `compiler.grad`, `Kernel.grad_source` show and that higher
 orders differentiate has no pads and no size splits; the loops hold the pad as a
 zero-filled scratch `Alloc` (no parameter, no output) and the size-chosen versions; and

@@ -16,7 +16,7 @@ from compiler.autodiff.clamps import split_clamps
 from compiler.diagnostics import RangeError
 from compiler.frontend.checked import Bound
 from compiler.frontend.parser import parse_expr
-from compiler.poly.pad import pad_gathers
+from compiler.cpu.pad import pad_gathers
 
 GRU_BODY = (
     "    O(n, j) = r * tanh(gates(n, 3 * H + j)) + (1 - r) * h(n, j) where j in 0:H,\n"

@@ -81,7 +81,7 @@ def test_model_puts_the_unit_stride_output_variable_below_the_reduction() -> Non
     assert (nest.outer, nest.inner, nest.innermost) == (("m",), ("k",), ("n",))
     assert nest.parallel and not nest.accumulate
     # rows of m blocked by 6 (12 of AVX2's 16 vector registers), n in register tiles
-    # of 16 lanes whose panel of B is packed (poly.pack): the lanes replace k's unroll
+    # of 16 lanes whose panel of B is packed (cpu.pack): the lanes replace k's unroll
     assert nest.jams == (("m", 6),) and nest.lanes == 16
     assert nest.tiles == (48, 384, 1)  # cpu_registers.packed_cache_tile with AVX2 (conftest)
 
@@ -106,14 +106,14 @@ def test_register_tiles_follow_the_vector_width(bits, conv, matmul, dot) -> None
     _, m = _schedule(MATMUL, opts).nests
     assert m.jams == matmul and m.lanes == (64 if bits == 512 else 16)
     dot_src = "def f(float(I, E) A, float(J, E) B) -> (S) { S(i, j) +=! A(i, e) * B(j, e) }"
-    # (the model's own order is transposed panels: poly.pack copies B(j, e) per panel;
+    # (the model's own order is transposed panels: cpu.pack copies B(j, e) per panel;
     # the dot tile is its run-time alternative for few rows)
     _, panels = _schedule(dot_src, opts).nests
     assert panels.jams == (("i", matmul[0][1]),) and panels.lanes == m.lanes
     assert panels.rows is not None
     d = panels.alternative
     assert d is not None and d.jams == dot and d.lanes == 1
-    # a weight gradient: lanes along m (poly.transpose), as many rows of c as a conv
+    # a weight gradient: lanes along m (cpu.transpose), as many rows of c as a conv
     wgrad = (
         "def f(float(N, C, H, W) I, float(N, M, HO, WO) G) -> (WG) "
         "{ WG(m, c, kh, kw) +=! G(n, m, h, w) * I(n, c, h + kh, w + kw) "
@@ -149,7 +149,7 @@ def test_a_forced_register_tile_keeps_at_most_256_accumulators() -> None:
 
 @pytest.mark.host_vectors
 def test_the_host_vector_width_is_read_once() -> None:
-    from compiler.poly.cpu_registers import host_vector_bits, vector_bits
+    from compiler.cpu.cpu_registers import host_vector_bits, vector_bits
 
     assert host_vector_bits() in (128, 256, 512)
     assert vector_bits(Options()) == host_vector_bits()
@@ -160,7 +160,7 @@ def test_model_blocks_the_output_channel_of_a_convolution() -> None:
     _, nest = _schedule(CONV).nests
     assert (nest.outer, nest.inner, nest.innermost) == (("n", "h", "m"), ("kh", "kw", "c"), ("w",))
     assert nest.jams == (("m", 4),) and nest.lanes == 16  # c: the lanes replace its unroll
-    # the literal reduction order, for when the planes of I alias in L1 (poly.aliasing)
+    # the literal reduction order, for when the planes of I alias in L1 (cpu.aliasing)
     assert nest.alternative is not None and nest.alternative.inner == ("c", "kh", "kw")
     assert nest.alias is not None and nest.alias.tensor == "I"
 
@@ -175,7 +175,7 @@ def test_model_keeps_a_long_unit_stride_reduction_in_a_register() -> None:
     nest = _schedule(rows).nests[-1]
     assert nest.accumulate and nest.innermost == () and nest.jams == ()
     # a weight gradient reduces over n, h, w: lanes along m from a transposed copy of G
-    # (poly.transpose), not dot products reduced every row of w
+    # (cpu.transpose), not dot products reduced every row of w
     nest = _schedule(weight_grad).nests[-1]
     assert not nest.accumulate and nest.innermost == ("m",)
     plain = _schedule(weight_grad, Options(register_tile=1)).nests[-1]
@@ -185,7 +185,7 @@ def test_model_keeps_a_long_unit_stride_reduction_in_a_register() -> None:
 def test_a_strided_convolution_takes_its_lanes_along_the_output_channels() -> None:
     strided = CONV.replace("h + kh,w + kw", "2 * h + kh,2 * w + kw")
     _, nest = _schedule(strided).nests
-    # W1(m, c, kh, kw) is read transposed (poly.transpose); rows of w, parallel over n
+    # W1(m, c, kh, kw) is read transposed (cpu.transpose); rows of w, parallel over n
     assert (nest.innermost, nest.lanes, nest.outer[0]) == (("m",), 16, "n")
     assert nest.jams == (("w", 4),)
     _, plain = _schedule(CONV).nests

@@ -1,4 +1,4 @@
-"""Transposed register-tile lanes (`poly.cpu_model.transposed_lanes`, `poly.transpose`):
+"""Transposed register-tile lanes (`cpu.cpu_model.transposed_lanes`, `cpu.transpose`):
 a weight gradient `WG(m, c, kh, kw) +=! G(n, m, h, w) * I(n, c, h + kh, w + kw)` tiles
 its lanes along `m` and rows along `c`, reading and writing transposed copies; checked
 against the reference evaluator at odd sizes (1, primes, extents below and between

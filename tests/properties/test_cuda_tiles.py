@@ -1,4 +1,4 @@
-"""Property test of GPU thread tiles (compiler/codegen/cuda_tile.py) in emulation.
+"""Property test of GPU thread tiles (compiler/cuda/cuda_tile.py) in emulation.
 
 Random tile shapes (1..5 x 1..3 outputs a thread) and random sizes around the tile and
 strip edges (a strip is 32 * tx columns): the tiled kernel, its x rest and its y rest
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compiler.codegen.cuda_options import CudaOptions
+from compiler.cuda.cuda_options import CudaOptions
 from compiler.kernel import define
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compiler.codegen.llvm_exp import COEFFS
+from compiler.cpu.llvm_exp import COEFFS
 from tools.fit_expf import fit
 
 

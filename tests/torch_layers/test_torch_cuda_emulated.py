@@ -91,7 +91,7 @@ def test_mixed_cpu_and_cuda_tensors_on_target_cuda_are_refused() -> None:
 
 
 def test_layer_options_are_cuda_options() -> None:
-    from compiler.codegen.cuda_options import CudaOptions
+    from compiler.cuda.cuda_options import CudaOptions
 
     layer = tct.define(CONV, "conv", training=True, target="cuda-emulated",
                        options=CudaOptions(block=32, grid=3))  # fmt: skip

@@ -5,10 +5,10 @@ computes: each program under every single non-default value of each searched fie
 `Options(unroll=1)` once blocked the column sums of a triangular nest
 (`O(i) +=! C(i) where k in 0:i + 1`) and of a strided scatter (`O(2 * i + k) +=! ...`)
 in a strip buffer whose offsets were the row loop's bounds (`max(1024 * i_t, k)`),
-then read `k` after its loop: "loop IR: k is read but not bound" (`poly.colsum`).
+then read `k` after its loop: "loop IR: k is read but not bound" (`cpu.colsum`).
 
 Candidates whose loops (and thread count) come out equal run once: the code is a
-function of the loops alone (`codegen.cpu`, `runtime.native.program_key`)."""
+function of the loops alone (`cpu.cpu`, `runtime.native.program_key`)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,170 @@
+"""Options of the CUDA targets: one frozen dataclass, validated when it is made.
+
+    CudaOptions()                        the model default: 256 threads a block, as many
+                                         blocks as cover the band (grid-stride beyond)
+    CudaOptions(block=128, grid=1024)    128 threads a block, at most 1024 blocks in x
+    CudaOptions(fast_math=True)          `__expf` & co. and NVRTC's --use_fast_math
+    CudaOptions(atomics=False)           data-dependent scatters run on one thread
+    CudaOptions(thread_tile=(1, 1))      one thread per output of every contraction
+    CudaOptions(warp_outputs=0)          no warp reductions
+    CudaOptions(graph=True)              device calls replay a captured CUDA graph
+
+- `block`: threads per block (1..1024), all along x; the band's collapsed inner loops
+  map to `blockIdx.x * blockDim.x + threadIdx.x`. A multiple of 32 (a warp) is best.
+- `grid`: the most blocks along x, or None: enough to cover the extent when the host
+  can compute it from the sizes (else 1024). Loops are grid-stride, so any value is
+  correct; it only changes how much work a thread does.
+- `fast_math`: float32 math through CUDA's fast intrinsics (`__expf`, `__logf`, ...),
+  less accurate; off by default.
+- `atomics`: a serial nest whose only writes are `T[i] += v` (a data-dependent scatter)
+  runs in parallel with `atomicAdd` (float32, float64); False runs it on one thread.
+- `thread_tile`: `(ty, tx)`, the outputs of a contraction one thread computes
+  (`cuda.cuda_tile`): `ty` along the band variable whose copies share the most
+  loads, `tx` along the innermost one, 32 apart (coalesced). `(1, 1)`: one output a
+  thread. At most 64 outputs a thread. The default (8, 4) with 256 threads a block
+  was the fastest of 19 variants for matmul 4096^3 on an H200 (7.5 ms; 42.9 ms with
+  one output a thread, 10.8 with 4 x 4; cuBLAS 2.7).
+- `tile_threads`: the tiled kernels run when they have at least this many threads
+  (the band at least `ty * tx * tile_threads` iterations); smaller bands run one
+  thread per output (more threads to hide latency with). The host decides per call
+  from the sizes. 32768 (about 8 warps an SM of an H100) is a model guess, not a
+  measured optimum: a convolution gradient's small bands got slower when tiled.
+- `warp_outputs`: a band of at most this many outputs over a long reduction (an
+  innermost reduction loop of at least 16 steps) runs a warp an output
+  (`cuda.cuda_warp`): the 32 lanes split the reduction and combine their partial
+  results with warp shuffles. 0 turns this off; it needs `block` a multiple of 32.
+  On an H200 the warp form took sum_j exp(A(i, j)) * b(j) at 4096^2 from 0.75 to
+  0.095 ms, and at 65536 x 256 from 0.145 to 0.09 ms; 65536 itself is a model guess
+  (no measured case had more outputs).
+- `graph`: a device call (`runtime.cuda_device`) captures its launches as a CUDA
+  graph, once per stream, sizes and buffer pointers, and replays it with one
+  `cuGraphLaunch` (`runtime.cuda_host.GraphCache`); it pays when a call repeats
+  with the same arrays (`out=` given, inputs reused). Off by default.
+- `arch`: NVRTC's `--gpu-architecture` (e.g. "sm_90"), or None: the device's.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from compiler.diagnostics import OptionsError
+
+MAX_BLOCK = 1024
+MAX_GRID_X = 2**31 - 1
+MAX_GRID_YZ = 65535
+MAX_TILE = 64  # outputs (register accumulators) a thread
+DEFAULT_BLOCKS = 1024  # blocks along a dimension whose extent the host cannot compute
+
+
+@dataclass(frozen=True, slots=True)
+class CudaOptions:
+    """How to map and compile a def for the CUDA targets (frozen; validated when made).
+
+    Attributes:
+        block (int): threads per block, 1..1024.
+        grid (int | None): the most blocks along x; None: enough to cover the band
+            (kernels are grid-stride loops, so any grid covers any extent).
+        fast_math (bool): CUDA's fast intrinsics (`__expf`) instead of `expf`.
+        atomics (bool): run data-dependent scatters in parallel with `atomicAdd`
+            (False: one thread).
+        arch (str | None): NVRTC's `sm_XX`; None: the device's.
+        graph (bool): device calls capture and replay CUDA graphs.
+        thread_tile (tuple[int, int]): outputs a thread computes in a band over a
+            reduction: rows of the variable whose copies share the most loads, times
+            columns of the innermost one.
+        tile_threads (int): thread tiles run for bands of at least `32 * tile_threads`
+            iterations.
+        warp_outputs (int): a band of at most this many outputs over a long reduction
+            runs a warp an output.
+
+    Raises:
+        OptionsError: a value out of range or of the wrong type, with a hint.
+
+    Example:
+        ```python
+        k = compiler.define(src, target="cuda", options=CudaOptions(block=128, fast_math=True))
+        ```
+    """
+
+    block: int = 256
+    grid: int | None = None
+    fast_math: bool = False
+    atomics: bool = True
+    arch: str | None = None
+    thread_tile: tuple[int, int] = (8, 4)
+    tile_threads: int = 32768
+    warp_outputs: int = 65536
+    graph: bool = False
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.block) or not 1 <= self.block <= MAX_BLOCK:
+            raise OptionsError(
+                f"CudaOptions.block must be an int in 1..{MAX_BLOCK}, got {self.block!r}",
+                hint="CudaOptions(block=256): a multiple of 32 threads",
+            )
+        if self.grid is not None and (not _is_int(self.grid) or not 1 <= self.grid <= MAX_GRID_X):
+            raise OptionsError(
+                f"CudaOptions.grid must be None or an int in 1..{MAX_GRID_X}, got {self.grid!r}",
+                hint="CudaOptions(grid=None) covers the extent",
+            )
+        for name in ("fast_math", "atomics", "graph"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptionsError(
+                    f"CudaOptions.{name} must be True or False, got {getattr(self, name)!r}"
+                )
+        tile = self.thread_tile
+        if not (
+            isinstance(tile, tuple)
+            and len(tile) == 2
+            and all(_is_int(t) and t >= 1 for t in tile)
+            and tile[0] * tile[1] <= MAX_TILE
+        ):
+            raise OptionsError(
+                f"CudaOptions.thread_tile must be two ints >= 1 with a product of at most "
+                f"{MAX_TILE}, got {tile!r}",
+                hint="CudaOptions(thread_tile=(8, 4)); (1, 1) turns thread tiles off",
+            )
+        if not _is_int(self.tile_threads) or self.tile_threads < 1:
+            raise OptionsError(
+                f"CudaOptions.tile_threads must be an int >= 1, got {self.tile_threads!r}"
+            )
+        if not _is_int(self.warp_outputs) or self.warp_outputs < 0:
+            raise OptionsError(
+                f"CudaOptions.warp_outputs must be an int >= 0, got {self.warp_outputs!r}",
+                hint="CudaOptions(warp_outputs=0) turns warp reductions off",
+            )
+        if self.arch is not None and (
+            not isinstance(self.arch, str) or not re.fullmatch(r"(sm|compute)_\d+[af]?", self.arch)
+        ):
+            raise OptionsError(
+                f"CudaOptions.arch must be None or like 'sm_90', got {self.arch!r}",
+                hint="None compiles for the device at hand",
+            )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def as_cuda_options(value: object) -> CudaOptions:
+    """`value` as CudaOptions: None gives the defaults; anything else is an OptionsError."""
+    if value is None:
+        return CudaOptions()
+    if isinstance(value, CudaOptions):
+        return value
+    raise OptionsError(
+        f"options= for a CUDA target must be a CudaOptions, got {type(value).__name__}",
+        hint="from compiler.cuda.cuda_options import CudaOptions; options=CudaOptions(block=128)",
+    )
+
+
+__all__ = [
+    "DEFAULT_BLOCKS",
+    "MAX_BLOCK",
+    "MAX_GRID_X",
+    "MAX_GRID_YZ",
+    "MAX_TILE",
+    "CudaOptions",
+    "as_cuda_options",
+]
