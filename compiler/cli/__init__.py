@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
@@ -33,22 +32,39 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from compiler.cli import execute as cli_run
+from compiler.cli.common import (
+    PROG,
+    STDIN_NAME,
+    InputFileError,
+    UsageError,
+    load_module,
+    print_diagnostics,
+    read_source,
+    render_diagnostic,
+    write_atomically,
+)
+from compiler.cli.compile import add_compile_args, run_compile
 from compiler.diagnostics import Diagnostic, TCError
 
+__all__ = [
+    "COMMANDS",
+    "PROG",
+    "STDIN_NAME",
+    "Command",
+    "InputFileError",
+    "UsageError",
+    "build_parser",
+    "load_module",
+    "main",
+    "print_diagnostics",
+    "read_source",
+    "render_diagnostic",
+    "write_atomically",
+]
+
 if TYPE_CHECKING:
-    from compiler.frontend.ast import Expr, Module
+    from compiler.frontend.ast import Expr
     from compiler.frontend.checked import CheckedDef
-
-PROG = "tcc"
-STDIN_NAME = "-"
-
-
-class InputFileError(TCError):
-    """A file named on the command line cannot be read as TC source text."""
-
-
-class UsageError(TCError):
-    """A bad command line: unknown flag, missing argument, conflicting options."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,74 +82,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see '{self.prog} --help')")
-
-
-# ------------------------------------------------------------------ shared helpers
-
-
-def read_source(path: str) -> tuple[str, str]:
-    """The text of `path` (`-` reads stdin) and the name diagnostics should show."""
-    if path == STDIN_NAME:
-        data = sys.stdin.buffer.read()
-        name = "<stdin>"
-    else:
-        try:
-            data = Path(path).read_bytes()
-        except FileNotFoundError:
-            raise InputFileError(f"cannot read '{path}': no such file") from None
-        except IsADirectoryError:
-            raise InputFileError(
-                f"cannot read '{path}': it is a directory, not a .tc file"
-            ) from None
-        except OSError as err:
-            raise InputFileError(f"cannot read '{path}': {err.strerror or err}") from None
-        name = path
-    try:
-        return data.decode("utf-8"), name
-    except UnicodeDecodeError as err:
-        raise InputFileError(
-            f"cannot read '{name}': not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
-            f"{err.start}); save the file as UTF-8"
-        ) from None
-
-
-def load_module(path: str) -> tuple[Module, str]:
-    """Read and parse `path`; return the module and the text it was parsed from."""
-    from compiler.frontend.parser import parse
-
-    text, name = read_source(path)
-    return parse(text, name), text
-
-
-def print_diagnostics(diagnostics: Sequence[Diagnostic]) -> None:
-    for diag in diagnostics:
-        print(render_diagnostic(diag), file=sys.stderr)
-
-
-def render_diagnostic(diag: Diagnostic) -> str:
-    """A diagnostic with a span as `file:line:col: ...` and a caret; one without as
-    `tcc: error: ...` (the form for command-line and file-system problems)."""
-    if diag.span.source is not None:
-        return diag.render()
-    line = f"{PROG}: {diag.severity.value}: {diag.message}"
-    return f"{line}\nhint: {diag.hint}" if diag.hint else line
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace `path` by `text`: write a temporary file next to it, then `os.replace`,
-    so readers see the old or the new file, never a half-written one."""
-    path = Path(os.path.realpath(path))  # rewrite a symlink's target, keep the link
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tcc-tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _collect_warnings(checked: object) -> list[Diagnostic]:
@@ -343,165 +291,6 @@ def _concrete(lo: Expr, hi: Expr, sizes: dict[str, int] | None) -> str:
         return ""
 
 
-# ---------------------------------------------------------------- tcc compile
-
-
-def _add_compile_args(parser: argparse.ArgumentParser) -> None:
-    from compiler.pipeline import PASS_NAMES
-
-    parser.add_argument("file", metavar="FILE", help="TC source file ('-': stdin)")
-    parser.add_argument("--entry", metavar="NAME", help="the def (default: the only one)")
-    parser.add_argument(
-        "--grad", action="store_true", help="print the gradient def (reverse-mode AD) as TC"
-    )
-    parser.add_argument(
-        "--jvp",
-        action="store_true",
-        help="print the tangent def (forward-mode AD) as TC (of the gradient, with --grad)",
-    )
-    parser.add_argument(
-        "--loss",
-        action="append",
-        metavar="OUT",
-        help="with --grad: only OUT carries a cotangent (the loss): the gradient takes no "
-        "`<out>_grad` for the other outputs; repeatable or comma-separated "
-        "(default: every output)",
-    )
-    parser.add_argument(
-        "--order",
-        type=int,
-        default=1,
-        metavar="N",
-        help="with --grad: differentiate N times (2: the gradient of the gradient)",
-    )
-    parser.add_argument(
-        "--form",
-        choices=("gather", "scatter"),
-        default="gather",
-        help="with --grad: the gradient after scatter -> gather (default) or as AD emits it",
-    )
-    parser.add_argument(
-        "--emit",
-        choices=("loops", "llvm", "cuda"),
-        help="print the loop nests, the optimised LLVM IR or the CUDA C with its launch "
-        "configuration (of the gradient, with --grad)",
-    )
-    parser.add_argument(
-        "--dump-after",
-        choices=(*PASS_NAMES, "all"),
-        action="append",
-        default=[],
-        metavar="PASS",
-        help=f"print the IR after PASS ({', '.join(PASS_NAMES)}) or after every pass "
-        "('all'); repeatable",
-    )
-    parser.add_argument(
-        "--vector-bits",
-        type=int,
-        choices=(128, 256, 512),
-        help="the vector register width the CPU model sizes register tiles for "
-        "(default: the host's; Options.vector_bits)",
-    )
-    parser.add_argument(
-        "--time-passes", action="store_true", help="print each pass's time to stderr"
-    )
-
-
-def _run_compile(args: argparse.Namespace) -> int:
-    """One pipeline run: up to `gather`/`grad` for --grad, `lower` for --emit loops,
-    `codegen` for --emit llvm, or the last pass that --dump-after names."""
-    from compiler import pipeline
-    from compiler.diagnostics import OptionsError
-    from compiler.options import Options
-
-    dumps = set(args.dump_after)
-    if args.order < 1 or (args.order != 1 and not args.grad):
-        raise OptionsError(
-            f"tcc compile: --order {args.order}: expected a positive order with --grad",
-            hint="e.g. tcc compile FILE --grad --order 2",
-        )
-    derive = args.grad or args.jvp
-    if not derive and args.emit is None and not dumps:
-        raise OptionsError(
-            "tcc compile: say what to print",
-            hint="pass --emit loops|llvm|cuda, --grad or --dump-after",
-        )
-    text, filename = read_source(args.file)
-    zeros = _loss_zeros(args, text, filename)
-    # --emit cuda: the CUDA target lowers a RangedDef itself (compiler.runtime.cuda)
-    goal = {"loops": "lower", "llvm": "codegen"}.get(args.emit or "", "")
-    if not goal:
-        goal = ("gather" if args.form == "gather" else "grad") if derive else "ranges"
-    if "all" in dumps and args.emit is None and not derive:
-        goal = pipeline.PASS_NAMES[-1]
-    named = [pipeline.PASS_NAMES.index(d) for d in dumps if d != "all"]
-    upto = pipeline.PASS_NAMES[max([pipeline.PASS_NAMES.index(goal), *named])]
-    ctx = pipeline.PassContext(
-        options=Options(vector_bits=args.vector_bits),
-        filename=filename,
-        entry=args.entry,
-        grad=args.grad,
-        zeros=zeros,
-        order=args.order,
-        jvp=args.jvp,
-    )
-    times: list[tuple[str, float]] = []
-    results: dict[str, object] = {}
-
-    def observe(name: str, result: object, seconds: float) -> None:
-        times.append((name, seconds))
-        results[name] = result
-        if "all" in dumps or name in dumps:
-            print(f"// ----- after {name} -----")
-            print(pipeline.dump(result), end="")
-
-    pipeline.run(text, ctx=ctx, upto=upto, observe=observe)
-    if args.emit is not None or dumps:
-        diagnostics = list(ctx.diagnostics)
-        if args.grad and "grad" in results and "ranges" in results:
-            user_sizes = frozenset(results["ranges"].checked.size_params)  # type: ignore[attr-defined]
-            diagnostics = cli_run.actionable(diagnostics, results["grad"], user_sizes)
-        print_diagnostics(diagnostics)
-    if args.emit == "cuda":
-        from compiler.runtime.cuda import cuda_source
-
-        print(cuda_source(results[goal]), end="")
-    elif args.emit is None and goal == "gather":  # strided scatters as their gathers
-        from compiler.poly.gather import printed_form
-
-        print(pipeline.dump(printed_form(results[goal], ctx.options.gather)), end="")
-    elif args.emit is not None or derive:
-        print(pipeline.dump(results[goal]), end="")
-    if args.time_passes:
-        _print_times(times)
-    return 0
-
-
-def _loss_zeros(args: argparse.Namespace, text: str, filename: str) -> tuple[str, ...]:
-    """The outputs with a zero cotangent under `--loss` (none without it); an
-    OptionsError for --loss without --grad."""
-    from compiler.backward import cotangent_zeros
-    from compiler.diagnostics import OptionsError
-    from compiler.frontend.parser import parse
-
-    if args.loss is None:
-        return ()
-    if not args.grad:
-        raise OptionsError(
-            "tcc compile: --loss names the outputs a gradient's cotangents come from",
-            hint="pass --grad with it, e.g. tcc compile FILE --grad --loss Y",
-        )
-    return cotangent_zeros(parse(text, filename).get(args.entry), args.loss)
-
-
-def _print_times(times: list[tuple[str, float]]) -> None:
-    total = sum(seconds for _, seconds in times) or 1e-12
-    print("pass          time (ms)      %", file=sys.stderr)
-    for name, seconds in times:
-        print(f"{name:<12} {seconds * 1e3:10.2f} {100 * seconds / total:6.1f}", file=sys.stderr)
-    print(f"{'total':<12} {total * 1e3:10.2f}  100.0", file=sys.stderr)
-
-
 # ------------------------------------------------------------------ the table
 
 
@@ -549,8 +338,8 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         "compile",
         "print a def's loop nests or LLVM IR (--emit), or its gradient TC (--grad)",
-        _add_compile_args,
-        _run_compile,
+        add_compile_args,
+        run_compile,
     ),
     Command(
         "gradcheck",

@@ -73,7 +73,6 @@ from typing import Any
 import llvmlite
 import llvmlite.binding as llvm
 
-from compiler.cpu import llvm as backend
 from compiler.codegen.cache_files import (
     CacheFormatError,
     Untrusted,
@@ -83,8 +82,9 @@ from compiler.codegen.cache_files import (
     read_own_file,
     write_atomically,
 )
-from compiler.cpu.llvm_emit import symbol
 from compiler.codegen.loop_json import function_from_json, function_to_json
+from compiler.cpu import llvm as backend
+from compiler.cpu.llvm_emit import symbol
 from compiler.cpu.runtime import CompiledFunction
 from compiler.diagnostics import InternalError, OptionsError
 from compiler.loops import ir as L

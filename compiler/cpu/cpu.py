@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from compiler.codegen.target import Artefact, LoopPass, register_target
 from compiler.cpu import llvm as backend
 from compiler.cpu.cache import load_object
 from compiler.cpu.runtime import CompiledFunction
-from compiler.codegen.target import Artefact, LoopPass, register_target
 from compiler.loops import Function, LoopKind
 from compiler.options import Options
 

@@ -40,11 +40,11 @@ from compiler.cuda.cuda_options import (
     as_cuda_options,
 )
 from compiler.cuda.cuda_width import fits_int32, narrow_kernel
+from compiler.cuda.gpu_lower import lower_gpu
 from compiler.diagnostics import OptionsError
 from compiler.frontend.checked import RangedDef
 from compiler.loops import Buffer, check_arguments, eval_expr, eval_size_expr
 from compiler.poly.astgen import ERROR_BUFFER, Lowered
-from compiler.cuda.gpu_lower import lower_gpu
 from compiler.runtime.cuda_host import HostState
 from compiler.runtime.native import check_failure
 

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from compiler import pipeline
+from compiler.codegen.target import get_target, prepare
 from compiler.cpu.cache import (
     CacheFormatError,
     CompileCache,
@@ -56,7 +57,6 @@ from compiler.cpu.runtime import (
     keep,
     thread_count,
 )
-from compiler.codegen.target import get_target, prepare
 from compiler.diagnostics import InternalError, ShapeError
 from compiler.frontend.ast import Access
 from compiler.frontend.checked import RangedDef

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import compiler
-from compiler.cpu import cache as C
 from compiler.codegen import cache_files
+from compiler.cpu import cache as C
 
 MATMUL = "def matmul(float(M, K) A, float(K, N) B) -> (C) {\n    C(m, n) +=! A(m, k) * B(k, n)\n}\n"
 ADD = "def matmul(float(M, K) A, float(K, N) B) -> (C) {\n    C(m, n) +=! A(m, k) + B(k, n)\n}\n"

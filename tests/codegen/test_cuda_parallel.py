@@ -17,10 +17,10 @@ import pytest
 
 from compiler import loops as L
 from compiler.backward import grad
+from compiler.cuda.gpu_lower import lower_gpu
 from compiler.frontend.check import check_def
 from compiler.frontend.parser import parse
 from compiler.loops import eval_expr
-from compiler.cuda.gpu_lower import lower_gpu
 from compiler.poly.ranges import infer_ranges
 from compiler.runtime.cuda import compile_cuda
 

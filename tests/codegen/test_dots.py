@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 import compiler
 from compiler import pipeline
+from compiler.codegen.target import get_target, prepare
 from compiler.cpu import cpu_parallel, llvm_dots, runtime
 from compiler.cpu import llvm as backend
-from compiler.codegen.target import get_target, prepare
 from compiler.options import Options
 
 MATMUL_T = "def mmt(float(M,K) A, float(N,K) B) -> (C) { C(m, n) +=! A(m, k) * B(n, k) }"

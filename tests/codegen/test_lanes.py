@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 import compiler
 from compiler import pipeline
+from compiler.codegen.target import get_target, prepare
 from compiler.cpu import compile_function, cpu_parallel, llvm_lanes, runtime
 from compiler.cpu import llvm as backend
 from compiler.cpu.llvm_emit import SUM_BLOCK
-from compiler.codegen.target import get_target, prepare
 from compiler.loops import (
     Assign,
     Bin,

@@ -13,13 +13,12 @@ from hypothesis import strategies as st
 
 import compiler
 from compiler import loops as L
-from compiler.cpu import compile_function, llvm_parallel, runtime
+from compiler.cpu import compile_function, cpu_registers, llvm_parallel, runtime
 from compiler.cpu.cache import CompileCache
 from compiler.frontend.check import check_def
 from compiler.frontend.parser import parse
 from compiler.loops.printer import print_function
 from compiler.options import Options
-from compiler.cpu import cpu_registers
 from compiler.poly.astgen import lower
 from compiler.poly.ranges import infer_ranges
 from tests.codegen.kit import find, reference_and_llvm
@@ -123,8 +122,8 @@ def test_transposed_panels_match_the_reference(
 ) -> None:  # fmt: skip
     # `panels`: the run-time test takes the panels for any rows (else the model's:
     # the dot tile below panel_rows() rows or PANEL_LANES columns, as at these sizes)
-    from compiler.poly import astgen
     from compiler.cpu import cpu_registers
+    from compiler.poly import astgen
 
     rng = np.random.default_rng(seed)
     text = (
@@ -342,8 +341,8 @@ def test_batched_products_take_transposed_panels_per_batch() -> None:
 def test_batched_transposed_panels_match_the_reference(
     b: int, t: int, e: int, panels: bool, seed: int
 ) -> None:
-    from compiler.poly import astgen
     from compiler.cpu import cpu_registers
+    from compiler.poly import astgen
 
     rng = np.random.default_rng(seed)
     arrays = [rng.standard_normal((b, t, e)).astype(np.float32) for _ in range(2)]

@@ -191,8 +191,8 @@ def test_cache_tiled_dot_tiles_match_the_reference(
 
 
 def test_a_dot_tile_streams_rows_through_blocks_of_columns() -> None:
-    from compiler.loops.printer import print_expr
     from compiler.cpu.tiling import DOT_COLUMNS
+    from compiler.loops.printer import print_expr
 
     f = _lowered(LINEAR, Options())
     # the dot tile: transposed panels' run-time alternative for few rows

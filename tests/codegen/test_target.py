@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from compiler.cpu import compile_function
 from compiler.codegen.target import (
     Artefact,
     Target,
@@ -19,6 +18,7 @@ from compiler.codegen.target import (
     register_target,
     target_names,
 )
+from compiler.cpu import compile_function
 from compiler.diagnostics import InternalError, OptionsError
 from compiler.loops import Function, LoopKind
 from compiler.options import Options

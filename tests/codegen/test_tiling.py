@@ -15,6 +15,7 @@ import pytest
 
 from compiler import loops as L
 from compiler import pipeline
+from compiler.cpu.tiling import COLUMNS, OUTER, REDUCTION, ROWS
 from compiler.diagnostics import OptionsError
 from compiler.frontend.check import check_def
 from compiler.frontend.parser import parse
@@ -22,7 +23,6 @@ from compiler.kernel import define
 from compiler.options import Options
 from compiler.poly.astgen import lower
 from compiler.poly.ranges import infer_ranges
-from compiler.cpu.tiling import COLUMNS, OUTER, REDUCTION, ROWS
 from tests.codegen.kit import find as _find
 
 PROGRAMS = {

@@ -19,8 +19,8 @@ import pytest
 
 import compiler
 from compiler import pipeline
-from compiler.cpu.cache import CompileCache
 from compiler.codegen.target import get_target, prepare
+from compiler.cpu.cache import CompileCache
 from compiler.loops import Alloc, Block, If
 from compiler.loops import versions as V
 from compiler.loops.ir import (

@@ -9,9 +9,9 @@ import islpy as isl
 import pytest
 
 from compiler import pipeline
+from compiler.cuda.gpu_lower import lower_gpu
 from compiler.poly import ast_tree, astgen
 from compiler.poly.ast_tree import For, Mark, User, box_tree
-from compiler.cuda.gpu_lower import lower_gpu
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.tc"))

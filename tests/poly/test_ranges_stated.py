@@ -13,10 +13,10 @@ import pytest
 
 from compiler import pipeline
 from compiler.autodiff.clamps import split_clamps
+from compiler.cpu.pad import pad_gathers
 from compiler.diagnostics import RangeError
 from compiler.frontend.checked import Bound
 from compiler.frontend.parser import parse_expr
-from compiler.cpu.pad import pad_gathers
 
 GRU_BODY = (
     "    O(n, j) = r * tanh(gates(n, 3 * H + j)) + (1 - r) * h(n, j) where j in 0:H,\n"
