@@ -34,7 +34,6 @@ def of the same source that replaces the AD-derived gradient (`k.vjp`, `k.grad`)
 from __future__ import annotations
 
 import functools
-import numbers
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
@@ -43,9 +42,10 @@ from typing import Any
 import numpy as np
 
 from compiler import pipeline
+from compiler.arguments import as_input, scalar_input
 from compiler.diagnostics import OptionsError, ShapeError, did_you_mean
-from compiler.frontend.ast import AssignOp, ScalarType
-from compiler.frontend.checked import RangedDef, StmtFacts, TensorInfo
+from compiler.frontend.ast import AssignOp
+from compiler.frontend.checked import RangedDef, StmtFacts
 from compiler.frontend.parser import parse
 from compiler.frontend.printer import print_def
 from compiler.interp import evaluate
@@ -323,7 +323,7 @@ class Kernel:
         if self.target in CUDA_TARGETS and self._on_device(arrays):
             from compiler.runtime.cuda_device import device_output_shapes
 
-            return device_output_shapes(self, arrays, _scalar_input)
+            return device_output_shapes(self, arrays, scalar_input)
         _, sizes = self._bind(arrays)
         return output_shapes(self.ranged, sizes)
 
@@ -354,7 +354,7 @@ class Kernel:
         if self.target in CUDA_TARGETS and self._on_device(arrays, out):
             from compiler.runtime.cuda_device import device_call
 
-            return device_call(self, arrays, out, _scalar_input)  # stays on the device
+            return device_call(self, arrays, out, scalar_input)  # stays on the device
         key = signature(arrays) if self.target == "llvm" else None
         if key is not None:
             plan = self._plans.get(key)
@@ -447,7 +447,7 @@ class Kernel:
                 self.ranged.checked.definition.span,
                 hint="pass one array per input, in parameter order; outputs go in out=",
             )
-        inputs = {t.name: _as_input(t, a) for t, a in zip(self._inputs, arrays, strict=True)}
+        inputs = {t.name: as_input(t, a) for t, a in zip(self._inputs, arrays, strict=True)}
         sizes = _bind_sizes(self.ranged, {k: v.shape for k, v in inputs.items()})
         return inputs, sizes
 
@@ -535,88 +535,6 @@ def _accumulating_outputs(stmts: Sequence[StmtFacts]) -> tuple[str, ...]:
         if (op.is_reduction and not op.init) or (op is AssignOp.ASSIGN and reads_itself):
             result.append(name)
     return tuple(result)
-
-
-# ------------------------------------------------------------------- call time
-
-
-def _declaration(info: TensorInfo) -> str:
-    return info.span.text or info.name
-
-
-def _as_input(info: TensorInfo, value: Any) -> np.ndarray:
-    """`value` as a C-contiguous array of the declared dtype; a ShapeError otherwise."""
-    expected = np.dtype(NP_DTYPE[info.dtype])
-    if info.rank == 0 and isinstance(value, (numbers.Number, np.generic)):
-        return _scalar_input(info, value, expected)
-    if not isinstance(value, np.ndarray):
-        raise ShapeError(
-            f"input '{info.name}' must be a NumPy array, got {type(value).__name__}",
-            info.span,
-            hint="convert with np.asarray(..., dtype=np." + expected.name + ")",
-        )
-    if value.ndim != info.rank:
-        raise ShapeError(
-            f"input '{info.name}' is declared with rank {info.rank} "
-            f"(`{_declaration(info)}`), got an array of rank {value.ndim} with shape "
-            f"{tuple(value.shape)}",
-            info.span,
-        )
-    if value.dtype != expected:
-        raise ShapeError(
-            f"input '{info.name}' is declared {info.dtype.value}, got an array of "
-            f"dtype {value.dtype}",
-            info.span,
-            hint=f"convert it with {info.name}.astype(np.{expected.name})",
-        )
-    if value.flags.c_contiguous:
-        return value
-    if 0 in value.strides and value.nbytes > BROADCAST_COPY_LIMIT:
-        raise ShapeError(
-            f"input '{info.name}' is a broadcast view (strides {value.strides}) of "
-            f"{value.nbytes} bytes: the kernel needs a contiguous copy, larger than "
-            f"BROADCAST_COPY_LIMIT ({BROADCAST_COPY_LIMIT} bytes)",
-            info.span,
-            hint="pass the smaller array and broadcast in TC (index it by fewer variables), "
-            "or pass np.ascontiguousarray(...) yourself if you mean the copy",
-        )
-    # np.ascontiguousarray would turn a 0-d array into shape (1,).
-    return value.copy(order="C")
-
-
-BROADCAST_COPY_LIMIT = 2**30
-"""Bytes: the largest contiguous copy made of a zero-stride (broadcast) input view."""
-
-
-def _scalar_input(info: TensorInfo, value: Any, expected: np.dtype) -> np.ndarray:
-    if isinstance(value, np.generic) and value.dtype != expected:  # typed: the array rule
-        raise ShapeError(
-            f"input '{info.name}' is declared {info.dtype.value}, got a NumPy scalar of "
-            f"dtype {value.dtype}",
-            info.span,
-            hint=f"pass np.{expected.name}(...) or a Python number",
-        )
-    is_integral = isinstance(value, (numbers.Integral, np.integer, np.bool_))
-    if info.dtype.is_float or (is_integral and not isinstance(value, (bool, np.bool_))):
-        if not info.dtype.is_float and not _fits(int(value), expected):
-            raise ShapeError(
-                f"input '{info.name}' is declared {info.dtype.value}; "
-                f"{value!r} is out of its range",
-                info.span,
-            )
-        return np.asarray(value, dtype=expected)
-    if info.dtype is ScalarType.BOOL and isinstance(value, (bool, np.bool_)):
-        return np.asarray(value, dtype=expected)
-    raise ShapeError(
-        f"input '{info.name}' is declared {info.dtype.value}, got {type(value).__name__} {value!r}",
-        info.span,
-        hint=f"pass an integer or np.{expected.name}(...)",
-    )
-
-
-def _fits(value: int, dtype: np.dtype) -> bool:
-    info = np.iinfo(dtype)
-    return info.min <= value <= info.max
 
 
 def _bind_sizes(ranged: RangedDef, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import compiler
-import compiler.kernel as kernel_module
+import compiler.arguments as arguments_module
 from compiler.diagnostics import ShapeError
 
 SCALE = "def f(float(N, M) A) -> (B) { B(i, j) = A(i, j) * 2.0 }"
@@ -33,7 +33,7 @@ def test_a_small_broadcast_view_is_computed(target: str, monkeypatch: pytest.Mon
     k = compiler.define(SCALE, target=target, cache=False)
     view = np.broadcast_to(np.arange(5, dtype=np.float32), (3, 5))
     np.testing.assert_array_equal(k(view)[0], 2 * np.asarray(view))
-    monkeypatch.setattr(kernel_module, "BROADCAST_COPY_LIMIT", view.nbytes - 1)
+    monkeypatch.setattr(arguments_module, "BROADCAST_COPY_LIMIT", view.nbytes - 1)
     with pytest.raises(ShapeError, match="broadcast view"):
         k(view)
     np.testing.assert_array_equal(k(np.ascontiguousarray(view))[0], 2 * np.asarray(view))

@@ -56,6 +56,7 @@ ALLOWED = {  # package -> the packages and root modules of ours it may import (b
 ROOT_ALLOWED: dict[str, set[str]] = {
     "__init__": {"backward", "gradcheck", "higher", "kernel", "progress", "shapes", "tune"},
     "__main__": {"cli"},
+    "arguments": {"frontend", "interp"},
     "batch": {"frontend"},
     "backward": {"frontend", "interp", "kernel", "pipeline", "poly", "runtime", "templates"},
     "gradcheck": {"frontend", "kernel"},
@@ -63,7 +64,7 @@ ROOT_ALLOWED: dict[str, set[str]] = {
     "inputs": {"frontend", "interp", "shapes"},
     "outputs": {"frontend", "interp"},
     "kernel": {
-        "backward", "codegen", "cpu", "cuda", "frontend", "higher", "interp", "outputs", "pipeline", "runtime",
+        "arguments", "backward", "codegen", "cpu", "cuda", "frontend", "higher", "interp", "outputs", "pipeline", "runtime",
         "shapes", "templates", "tune",
     },
     "names": set(),
