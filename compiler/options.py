@@ -56,6 +56,13 @@ CPU schedule fields (the native targets read them; `poly.schedule` applies them,
   seconds of isl time), which then runs in parallel over the plain variables and
   sequentially inside, accumulating in memory; `"partial"` keeps every reduction
   scatter with plain variables (`compiler/poly/partial.py`).
+- `per_statement`: overrides of the per-statement fields (`PER_STATEMENT`: innermost,
+  unroll, block, tile, register_tile, vector_bits) for single statements, as
+  `((index, Options(...)), ...)`; `index` counts the statements of the def the schedule
+  receives (the def's own, in textual order, unless the gather pass split a scatter),
+  from 0; an override's other fields must stay at their defaults (they apply to the
+  whole def). `Options(tile=(), per_statement=((1, Options(innermost=None)),))`: no
+  tiling anywhere, statement 1 in the literal order. `()` (default): none.
 - `threads`: the number of threads each statement's outermost parallel loop runs on
   (the CPU runtime's native pool, when the loop has enough work:
   `compiler.cpu.llvm_parallel`); None means one per core (`os.cpu_count()`, read
@@ -70,7 +77,7 @@ travel as a value; environment variables are read only by the CLI (STYLE.md rule
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 from compiler.diagnostics import OptionsError
 
@@ -80,6 +87,9 @@ MAX_LANES = 64
 MAX_TILE = 1 << 20
 VECTOR_BITS = (128, 256, 512)
 GATHER_MODES = ("full", AUTO, "partial")
+# the fields `Options.per_statement` may set for one statement (the schedule reads them
+# per statement; the others apply to the whole def)
+PER_STATEMENT = ("innermost", "unroll", "block", "tile", "register_tile", "vector_bits")
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +118,8 @@ class Options:
             with an affine scatter of a gradient.
         vector_bits (int | None): 128, 256 or 512, the vector width the model sizes
             tiles for; None: the host's.
+        per_statement (tuple[tuple[int, Options], ...]): per-statement overrides of
+            the `PER_STATEMENT` fields, by statement index (see the module doc).
 
     Raises:
         OptionsError: a value out of range or of the wrong type, with a hint.
@@ -127,6 +139,7 @@ class Options:
     fuse: bool = True  # fuse sibling loops with equal bounds (compiler/loops/fuse.py)
     gather: str = AUTO  # "auto" | "full" | "partial": scatters (poly/partial.py)
     vector_bits: int | None = None  # vector register width the CPU model assumes
+    per_statement: tuple[tuple[int, Options], ...] = ()  # (statement, overrides)
 
     def __post_init__(self) -> None:
         t = self.threads
@@ -165,6 +178,57 @@ class Options:
                 f"{', '.join(map(str, VECTOR_BITS))}, got {v!r}",
                 hint="Options(vector_bits=None) reads the host's vector width",
             )
+        if self.per_statement != ():
+            _check_per_statement(self.per_statement)
+
+    def for_statement(self, index: int) -> Options:
+        """The options statement `index` is scheduled with: these, with the
+        `PER_STATEMENT` fields of its `per_statement` entry (if any), and no entries."""
+        if not self.per_statement:
+            return self
+        found = dict(self.per_statement).get(index)
+        base = replace(self, per_statement=())
+        if found is None:
+            return base
+        return replace(base, **{f: getattr(found, f) for f in PER_STATEMENT})
+
+
+def _check_per_statement(value: object) -> None:
+    hint = "Options(per_statement=((1, Options(innermost=None)),)) reorders statement 1 only"
+    if not isinstance(value, tuple) or not all(
+        isinstance(e, tuple)
+        and len(e) == 2
+        and type(e[0]) is int
+        and e[0] >= 0
+        and isinstance(e[1], Options)
+        for e in value
+    ):
+        raise OptionsError(
+            f"Options.per_statement must be a tuple of (statement index, Options) pairs, "
+            f"got {value!r}",
+            hint=hint,
+        )
+    indices = [k for k, _ in value]
+    if len(set(indices)) != len(indices):
+        raise OptionsError(f"Options.per_statement names a statement twice: {indices}", hint=hint)
+    for k, o in value:
+        if o.per_statement:
+            raise OptionsError(
+                f"Options.per_statement: the entry of statement {k} has entries of its own",
+                hint=hint,
+            )
+        whole = [
+            f.name
+            for f in fields(Options)
+            if f.name not in PER_STATEMENT and getattr(o, f.name) != f.default
+        ]
+        if whole:
+            raise OptionsError(
+                f"Options.per_statement: the entry of statement {k} sets "
+                f"{', '.join(whole)}, which apply to the whole def",
+                hint=f"set {whole[0]} on the outer Options; entries take only "
+                f"{', '.join(PER_STATEMENT)}",
+            )
 
 
 def _check_factor(field: str, value: object, limit: int = MAX_FACTOR) -> None:
@@ -202,4 +266,12 @@ def as_options(value: object) -> Options:
     )
 
 
-__all__ = ["AUTO", "GATHER_MODES", "MAX_FACTOR", "MAX_TILE", "Options", "as_options"]
+__all__ = [
+    "AUTO",
+    "GATHER_MODES",
+    "MAX_FACTOR",
+    "MAX_TILE",
+    "PER_STATEMENT",
+    "Options",
+    "as_options",
+]

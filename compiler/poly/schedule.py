@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from compiler.diagnostics import InternalError
+from compiler.diagnostics import InternalError, OptionsError
 from compiler.frontend.ast import Access, Binary, BinOp, Const, Expr, Let, RangeConstraint, Var
 from compiler.frontend.checked import RangedDef, StmtFacts
 from compiler.frontend.printer import print_stmt
@@ -190,6 +190,7 @@ def schedule(ranged: RangedDef, options: Options | None = None, *, pad: bool = F
     """The nests of `ranged`, in execution order (see the module doc). `pad` (the CPU
     target): clamped gathers read zero-padded scratch copies first (`cpu.pad`)."""
     options = options or Options()
+    _check_statements(options, len(ranged.checked.stmts))
     scratch: tuple[str, ...] = ()
     origins = None
     if pad:
@@ -199,9 +200,11 @@ def schedule(ranged: RangedDef, options: Options | None = None, *, pad: bool = F
     extents = tensor_extents(ranged)
     context = size_context(ranged)
     nests: list[Nest] = []
-    for poly, facts in zip(build_statements(ranged), _ranged_facts(ranged), strict=True):
+    stmts = zip(build_statements(ranged), _ranged_facts(ranged), strict=True)
+    for k, (poly, facts) in enumerate(stmts):
+        own = options.for_statement(k if origins is None else origins[k])  # per_statement
         with isl_failures(facts.stmt):
-            made = _nests_of(poly, facts, extents, params, context, options)
+            made = _nests_of(poly, facts, extents, params, context, own)
         # a nest that runs at no size a call may have gets no loops (isl builds no AST
         # for an empty domain): a gradient's piece for sizes its inputs' shapes exclude
         nests.extend(n for n in made if not n.domain.intersect_params(context).is_empty())
@@ -210,6 +213,16 @@ def schedule(ranged: RangedDef, options: Options | None = None, *, pad: bool = F
 
         nests = with_companions(nests, context)
     return Schedule(ranged, tuple(nests), context, tuple(extents.items()), scratch, origins)
+
+
+def _check_statements(options: Options, count: int) -> None:
+    """`Options.per_statement` names statements of this def only."""
+    beyond = [k for k, _ in options.per_statement if k >= count]
+    if beyond:
+        raise OptionsError(
+            f"Options.per_statement names statement {beyond[0]}, but the def has {count}",
+            hint="statements count from 0, in textual order",
+        )
 
 
 def _ranged_facts(ranged: RangedDef) -> Iterator[StmtFacts]:
