@@ -180,22 +180,6 @@ def _np_conv_transpose(i: Any, w: Any, stride: int = 2) -> Any:
     return out
 
 
-def _scatter_cases() -> tuple[Case, ...]:
-    """Extra cases whose forward def is a scatter (the gather pass restates it)."""
-
-    def conv_t_in(rng: Any, s: dict[str, int]) -> tuple[Any, ...]:
-        return _f32(rng, s["N"], s["C"], s["H"], s["H"]), _f32(rng, s["C"], s["M"], 3, 3)
-
-    def conv_t_torch(i: Any, w: Any) -> Any:
-        return _torch_f().conv_transpose2d(i, w, stride=2)
-
-    return (
-        Case("conv_transpose2d stride 2 N8 C32 16^2 M16 3x3", CONV_T2,
-             {"N": 8, "C": 32, "H": 16, "M": 16}, {"N": 2, "C": 2, "H": 5, "M": 3}, conv_t_in,
-             _np_conv_transpose, conv_t_torch),
-    )  # fmt: skip
-
-
 def _torch_f() -> Any:
     import torch.nn.functional as F
 
@@ -280,13 +264,15 @@ def _suite() -> tuple[Case, ...]:
 
 
 def _cases(extra: bool = False, layers: bool = False) -> tuple[Case, ...]:
-    """The benchmark suite (issue 10's cases); with `extra` the older extra cases, with
-    `layers` the training-layer suite (`tools/bench_layers.py`)."""
-    from tools import bench_layers
+    """The benchmark suite (issue 10's cases and issue 46's slow-shape families,
+    `tools/bench_shapes.py`); with `extra` the older extra cases, with `layers` the
+    training-layer suite (`tools/bench_layers.py`)."""
+    from tools import bench_layers, bench_shapes
 
     return (
         _suite()
-        + (bench_layers.extra_cases() + _scatter_cases() if extra else ())
+        + bench_shapes.shape_cases()
+        + (bench_layers.extra_cases() if extra else ())
         + (bench_layers.layer_cases() if layers else ())
     )
 
