@@ -267,7 +267,7 @@ def test_llvm_text_has_noalias_target_vectors_and_reduction_flags_only_on_reduct
 
 
 def test_index_expressions_reused_within_a_block_respect_rebound_lets() -> None:
-    # `x * 3 + i` is emitted once per block and binding of x (`llvm_emit._index_key`):
+    # `x * 3 + i` is emitted once per block and binding of x (`llvm_expr._index_key`):
     # a let that rebinds x in the same block must not see the first one's value, and a
     # local (mutable) is never reused
     res = out("O", I64, "N", 4)
