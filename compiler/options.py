@@ -47,6 +47,11 @@ CPU schedule fields (the native targets read them; `poly.schedule` applies them,
   (`compiler/poly/schedule.py`, companions: the gradient of `C(i) +=! exp(A(i, j)) *
   b(j)` reads `A` and computes `exp` once for `A_grad` and `b_grad`); False keeps one
   nest per statement (`tcc compile --emit loops` shows either).
+- `merge`: True (default) merges, before the CPU model chooses orders and tiles, two
+  adjacent loops `h, w` of a statement into one loop `hw` over `H * W` when every
+  access uses them as two adjacent whole dimensions (`I(n, c, h, w)`, `O(n, m, h, w)`,
+  no offset or window on them), so a short row (`W` = 14) no longer defeats the
+  vector and register tiles (`compiler/cpu/merge.py`); False keeps one loop each.
 - `gather`: what the gather pass does with an affine scatter (a gradient's
   `I_grad(n, c, 2 * h + kh, 2 * w + kw) += ...`): `"full"` rewrites every one as a
   gather (one writer per output element: parallel over the whole output); `"auto"`
@@ -118,6 +123,8 @@ class Options:
             with an affine scatter of a gradient.
         vector_bits (int | None): 128, 256 or 512, the vector width the model sizes
             tiles for; None: the host's.
+        merge (bool): merge adjacent loops that walk whole, contiguous dimensions in
+            every access (`h, w` -> `hw`) before the CPU model's choices.
         per_statement (tuple[tuple[int, Options], ...]): per-statement overrides of
             the `PER_STATEMENT` fields, by statement index (see the module doc).
 
@@ -139,6 +146,7 @@ class Options:
     fuse: bool = True  # fuse sibling loops with equal bounds (compiler/loops/fuse.py)
     gather: str = AUTO  # "auto" | "full" | "partial": scatters (poly/partial.py)
     vector_bits: int | None = None  # vector register width the CPU model assumes
+    merge: bool = True  # merge adjacent whole-dimension loops (compiler/cpu/merge.py)
     per_statement: tuple[tuple[int, Options], ...] = ()  # (statement, overrides)
 
     def __post_init__(self) -> None:
@@ -159,6 +167,11 @@ class Options:
         for field in ("unroll", "block"):
             _check_factor(field, getattr(self, field))
         _check_factor("register_tile", self.register_tile, MAX_LANES)
+        if not isinstance(self.merge, bool):
+            raise OptionsError(
+                f"Options.merge must be True or False, got {self.merge!r}",
+                hint="Options(merge=False) keeps one loop per index variable",
+            )
         if not isinstance(self.fuse, bool):
             raise OptionsError(
                 f"Options.fuse must be True or False, got {self.fuse!r}",

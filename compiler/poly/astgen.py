@@ -65,6 +65,7 @@ from compiler.poly.lower_expr import (
     dtype_of,
 )
 from compiler.cpu.pack import pack_tiles
+from compiler.cpu.merge import unmerge
 from compiler.cpu.regtile import register_tile
 from compiler.poly.schedule import STREAMED, Nest, NestKind, Schedule, schedule
 from compiler.cpu.tiling import TileBand, tile_band
@@ -114,7 +115,8 @@ def lower_schedule(sched: Schedule) -> Lowered:
     kept = tuple(b for b in buffers.values() if b.role is not L.Role.TEMP)
     all_buffers = kept + ((error,) if state.checks else ())
     body = nests[0] if len(nests) == 1 else L.Block(tuple(nests))
-    return Lowered(L.Function(checked.name, all_buffers, params, body), tuple(state.checks))
+    function = unmerge(L.Function(checked.name, all_buffers, params, body), sched.views)
+    return Lowered(function, tuple(state.checks))
 
 
 def _zero_start(init: Nest, scratch: tuple[str, ...]) -> bool:

@@ -32,6 +32,9 @@ per loop nest, in execution order, each with its isl domain and two bands:
   its input first (`cpu.pad`): the schedule then holds the def that pass made, with
   the pads as `Schedule.scratch` (temporaries of the loops, never outputs of the def
   the caller sees) and, where the sizes decide whether padding pays, both versions;
+- with `pad=True` and `Options.merge`, adjacent loops that walk whole dimensions in
+  every access become one loop first (`cpu.merge`: `h, w` -> `hw`; `Schedule.views`
+  says how the lowered loops see the caller's buffers again);
 - with `Options.fuse`, a pointwise statement that a later memory-form reduction over
   the same domain can host runs inside that nest (`Nest.companions`, `poly.companions`).
 
@@ -70,6 +73,7 @@ from compiler.poly.failures import isl_failures
 from compiler.poly.gather import WriteKind, write_kind
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff, params_space
 from compiler.poly.lower_expr import bound_to_loops
+from compiler.cpu.merge import Views, merge_loops
 from compiler.cpu.pad import pad_gathers
 from compiler.poly.partial import partial_order, plain_vars
 from compiler.cpu.tiling import choose_tiles
@@ -177,6 +181,8 @@ class Schedule:
     scratch: tuple[str, ...] = ()  # outputs of `ranged` that are the loops' temporaries
     # per statement of `ranged`, its position in the def that was scheduled (the user's)
     origins: tuple[int, ...] | None = None
+    # the merged loops' tensor views, undone on the lowered loops (`cpu.merge.unmerge`)
+    views: Views = Views()
 
     def extent(self, tensor: str) -> tuple[Expr, ...]:
         return dict(self.extents)[tensor]
@@ -193,9 +199,13 @@ def schedule(ranged: RangedDef, options: Options | None = None, *, pad: bool = F
     _check_statements(options, len(ranged.checked.stmts))
     scratch: tuple[str, ...] = ()
     origins = None
+    views = Views()
     if pad:
         padded = pad_gathers(ranged)
         ranged, scratch, origins = padded.ranged, padded.scratch, padded.origins
+        if options.merge:  # the CPU target: merged loops see tensors as views (cpu.merge)
+            merged = merge_loops(ranged)
+            ranged, views = merged.ranged, merged.views
     params = ranged.checked.size_params
     extents = tensor_extents(ranged)
     context = size_context(ranged)
@@ -212,7 +222,9 @@ def schedule(ranged: RangedDef, options: Options | None = None, *, pad: bool = F
         from compiler.poly.companions import with_companions  # it reads this module's Nest
 
         nests = with_companions(nests, context)
-    return Schedule(ranged, tuple(nests), context, tuple(extents.items()), scratch, origins)
+    return Schedule(
+        ranged, tuple(nests), context, tuple(extents.items()), scratch, origins, views
+    )
 
 
 def _check_statements(options: Options, count: int) -> None:
