@@ -175,6 +175,7 @@ def gradient_kernel(kernel: Kernel) -> Kernel:
         options = Options(
             threads=given.threads,
             fuse=given.fuse,
+            merge=given.merge,
             gather=given.gather,
             vector_bits=given.vector_bits,
         )
