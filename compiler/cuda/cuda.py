@@ -30,9 +30,11 @@ import re
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 
+from compiler.cuda.cuda_lanes import emit_lane_loop
 from compiler.cuda.cuda_map import AtomicAdd, GpuKernel, GpuProgram, PosDiv, PosMod
 from compiler.cuda.cuda_options import DEFAULT_BLOCKS
 from compiler.cuda.cuda_preamble import PREAMBLE
+from compiler.cuda.cuda_rows import WarpSync, is_lane_loop
 from compiler.cuda.cuda_warp import WarpReduce
 from compiler.cuda.cuda_width import narrow_expr
 from compiler.diagnostics import InternalError
@@ -211,6 +213,7 @@ class _KernelEmitter:
         self.narrow = narrow
         self.itype = "int" if narrow else "long long"
         self.narrow_vars: set[str] = set(program.size_params) if narrow else set()
+        self.in_lanes = False  # inside a fused kernel's lane loop (`cuda_lanes`)
 
     def run(self) -> None:
         params = []
@@ -237,6 +240,9 @@ class _KernelEmitter:
 
     def stmt(self, s: Stmt) -> None:
         method = getattr(self, f"_stmt_{type(s).__name__}", None)
+        if method is None and hasattr(s, "emit_cuda"):  # a node that writes itself
+            method = s.emit_cuda  # (cuda_shared.SharedGemm), given this emitter
+            return method(self)
         if method is None:
             raise InternalError(f"the CUDA emitter does not implement {type(s).__name__}")
         method(s)
@@ -252,6 +258,13 @@ class _KernelEmitter:
             self.stmt(child)
 
     def _stmt_For(self, s: For) -> None:
+        if is_lane_loop(s) and not self.in_lanes:  # a fused kernel's warp (cuda_rows)
+            self.in_lanes = True
+            try:
+                emit_lane_loop(self, s)
+            finally:
+                self.in_lanes = False
+            return
         v, lo, hi = self.name(s.var), self.expr(s.lo), self.expr(s.hi)
         t = self.itype
         step = f"{s.step}" if self.narrow else f"{s.step}LL"
@@ -318,6 +331,9 @@ class _KernelEmitter:
         me = Load(s.buffer, s.index)
         value = self._fused_sum(me, s.value) or self.expr(s.value)
         self.w.line(f"{self._element(s.buffer, s.index)} = {value};")
+
+    def _stmt_WarpSync(self, s: WarpSync) -> None:
+        self.w.line("__syncwarp();")
 
     def _stmt_AtomicAdd(self, s: AtomicAdd) -> None:
         self.w.line(f"atomicAdd(&{self._element(s.buffer, s.index)}, {self.expr(s.value)});")

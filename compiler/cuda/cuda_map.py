@@ -53,6 +53,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from compiler.cuda.cuda_options import CudaOptions
+from compiler.cuda.cuda_rows import plan_rows
+from compiler.cuda.cuda_shared import shared_variant
 from compiler.cuda.cuda_split import SplitReduction, inner_reason, serial_reason, split_of
 from compiler.cuda.cuda_tile import extent, fresh, thread_tile
 from compiler.cuda.cuda_warp import LANES, warp_reduce
@@ -139,7 +141,8 @@ class GpuKernel:
     temps: tuple[Buffer, ...]  # allocated by the host, zero-filled
     phase: int = 0  # the phase of the Function it runs (several kernels may share one)
     when: Expr | None = None  # runs only where this int64 size expression is > 0
-    variant: str = ""  # "tile" (cuda_tile), "warp" (lanes combine values), "split" (cuda_split)
+    # "tile" (cuda_tile), "warp" (lanes combine values), "split" (cuda_split), "rows" (cuda_rows)
+    variant: str = ""
     reason: str = ""  # why a "serial" kernel runs on one thread
 
 
@@ -161,12 +164,25 @@ def map_to_gpu(
     """One kernel per phase of `f` (see the module doc); `error` names the error-record
     buffer, whose writes do not count as a phase's writes."""
     taken = _names(f)
-    kernels = tuple(
-        dataclasses.replace(k, phase=p)
-        for p, phase in enumerate(phases)
-        for k in _map_phase(f"{f.name}_k{p}", phase, f, options, error, set(taken))
-    )
-    return GpuProgram(f.name, f.buffers, f.size_params, kernels)
+    one = Const(1, I64)
+    kernels: list[GpuKernel] = []
+
+    def phase_kernels(p: int, when: Expr | None) -> list[GpuKernel]:
+        found = _map_phase(f"{f.name}_k{p}", phases[p], f, options, error, set(taken))
+        return [dataclasses.replace(k, phase=p, when=_both(when, k.when)) for k in found]
+
+    for item in plan_rows(phases, set(f.size_params), error, set(taken)):
+        if isinstance(item, int):
+            kernels += phase_kernels(item, None)
+            continue
+        first = item.phases[0]
+        grid = (one, _size_only(item.rows, set(f.size_params)), one)
+        kernels.append(GpuKernel(f"{f.name}_k{first}r", item.body, "parallel", LANES, grid,
+                                 ((item.row, "y"),), (), first, item.when, "rows"))  # fmt: skip
+        otherwise = Bin(BinOp.SUB, one, item.when)
+        for p in item.phases:
+            kernels += phase_kernels(p, otherwise)
+    return GpuProgram(f.name, f.buffers, f.size_params, tuple(kernels))
 
 
 def _map_phase(
@@ -280,6 +296,9 @@ def _with_variants(
     whose `when` holds, else `plain`."""
     name = plain.name
     variants: list[tuple[Expr, list[GpuKernel]]] = []  # when, kernels (when unset)
+    shared = shared_variant(name, band, sizes, options, taken)  # cuda_shared: first
+    if shared is not None:
+        variants.append(shared)
     tiled = thread_tile(band, *options.thread_tile, options.tile_threads, taken) if band else None
     if tiled is not None and _size_only(tiled.enough, sizes) is not None:
         parts = [(f"{name}t{k}", part, d) for k, (part, d) in enumerate(tiled.phases)]
