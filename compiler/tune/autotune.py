@@ -12,13 +12,17 @@ Order of a run:
 2. Generations of candidates (`compiler.tune.search`: the default, the cached winner if
    any, random samples; then children of the fastest and random restarts) are checked
    in parallel by the executor (`compiler.tune.executors`: compile, run once, compare
-   with every expectation) and the ones that pass are timed one at a time (medians of
-   blocks, `compiler.tune.job`). A candidate that fails to compile, crashes, times out or
-   differs is recorded with its reason and never chosen.
+   with every expectation); a candidate whose compiled code equals an earlier one's
+   shares its result untimed, the others are timed one at a time (medians of blocks,
+   `compiler.tune.job`), a slow one stopped after its first block
+   (`compiler.tune.generations`). A candidate that fails to compile, crashes, times
+   out or differs is recorded with its reason and never chosen.
 3. The budget (seconds and/or candidates) ends the search between candidates.
 4. Confirmation: the best candidate and the default are timed again in one task,
-   alternating block by block (15 blocks each); the reported times are the medians of
-   those blocks, and the default stays the winner unless the best is faster there too.
+   interleaved block by block (15 blocks each); the reported times are the medians of
+   those blocks, and the tuned options win only when their gain exceeds the noise of
+   the comparison (`compiler.tune.verdict`); otherwise the default stays, and
+   `TuneResult.verdict` / the summary say why.
 5. The winner goes to the tuned-options cache (`compiler.tune.store`), keyed by the
    def's canonical text, the input shapes and dtypes, target, host CPU and tcc version.
 
@@ -34,7 +38,6 @@ from __future__ import annotations
 
 import math
 import re
-import statistics
 import sys
 import time
 import uuid
@@ -45,31 +48,18 @@ from typing import Any
 
 import numpy as np
 
-from compiler.diagnostics import InternalError, OptionsError, TCError
+from compiler.diagnostics import InternalError, OptionsError
 from compiler.options import Options
-from compiler.tune.executors import DEFAULT_TIMEOUT_S, compare_by_measures, make_executor
-from compiler.tune.job import Outcome, TuneJob, compare
+from compiler.tune.executors import DEFAULT_TIMEOUT_S, make_executor
+from compiler.tune.generations import EARLY_STOP, Generations, Trial, TuneError
+from compiler.tune.job import TuneJob, compare
 from compiler.tune.search import Evolution
 from compiler.tune.space import Space, SpaceContext, describe
 from compiler.tune.store import OptionsStore, tune_key
+from compiler.tune.verdict import Verdict
 
 SMALL = 1 << 16  # elements of inputs and outputs up to which interp checks too
 OPTIONS_TYPES: dict[str, type] = {"llvm": Options}
-
-
-class TuneError(TCError):
-    """Tuning cannot proceed (e.g. the default options fail on these inputs)."""
-
-
-@dataclass(frozen=True)
-class Trial:
-    """One candidate: whether it passed, why not, and its median time."""
-
-    options: Any
-    ok: bool
-    reason: str = ""
-    time_ms: float | None = None
-    compile_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -87,6 +77,7 @@ class TuneResult:
         key (str): the tuned-options cache key (def text, shapes, dtypes, target, CPU).
         cache_path (str | None): the tuned-options file the winner was saved to.
         searched (tuple[str, ...]): the Options fields the search varied.
+        verdict (Verdict | None): the final comparison: gain, noise, why the winner won.
     """
 
     name: str
@@ -99,6 +90,7 @@ class TuneResult:
     key: str
     cache_path: str | None
     searched: tuple[str, ...]
+    verdict: Verdict | None = None
 
     @property
     def speedup(self) -> float:
@@ -113,14 +105,28 @@ class TuneResult:
     def failed(self) -> tuple[Trial, ...]:
         return tuple(t for t in self.trials if not t.ok)
 
+    @property
+    def duplicates(self) -> int:
+        """Candidates whose code equalled an earlier one's (not timed again)."""
+        return sum(t.duplicate_of is not None for t in self.trials)
+
+    @property
+    def stopped(self) -> int:
+        """Candidates stopped after one timed block (slower than EARLY_STOP x the best)."""
+        return sum(t.stopped for t in self.trials)
+
     def summary(self) -> str:
         """A few lines: default and best time, speedup, failures by reason, the cache."""
         lines = [
             f"def {self.name} ({self.target}): {self.tried} candidates, "
             f"{len(self.failed)} failed, {self.elapsed_s:.1f} s",
+            f"  {self.duplicates} with the code of an earlier candidate (not timed again), "
+            f"{self.stopped} stopped early (first block slower than x{EARLY_STOP:g} the best)",
             f"  default  {self.default_ms:10.4f} ms  {describe(Options())}",
             f"  best     {self.time_ms:10.4f} ms  {describe(self.options)}  (x{self.speedup:.2f})",
         ]
+        if self.verdict is not None:
+            lines.append(f"  final: {self.verdict.why}")
         reasons: dict[str, int] = {}
         for t in self.failed:
             reasons[t.reason] = reasons.get(t.reason, 0) + 1
@@ -215,16 +221,28 @@ def autotune(
     cached = store.get(key, options_type)
     space = Space.for_options(options_type, SpaceContext.of(kernel.ranged, _sizes(kernel, inputs)))
     runner = make_executor(executor, timeout_s)
-    search = _Search(runner, Evolution(space, seed), options_type(), started, seconds, candidates)
+    search = Generations(
+        runner, Evolution(space, seed), options_type(), started, seconds, candidates
+    )
     with _progress_bar(progress, candidates, kernel.name) as bar:
         search.bar = bar
         runner.start(_job(kernel, inputs, key))
         try:
             search.run(() if cached is None else (cached,))
-            winner, time_ms, default_ms = search.confirm()
+            winner, verdict = search.confirm()
         finally:
             runner.close()
-    facts = {"time_ms": time_ms, "default_ms": default_ms, "candidates": len(search.trials)}
+    default_ms = verdict.default_ms
+    time_ms = verdict.best_ms if verdict.keep else default_ms
+    facts = {
+        "time_ms": time_ms,
+        "default_ms": default_ms,
+        "candidates": len(search.trials),
+        "duplicates": search.duplicates,
+        "stopped": search.stopped,
+        "gain": verdict.gain,
+        "noise": verdict.noise,
+    }
     store.put(key, components, winner, name=kernel.name, **facts)
     return TuneResult(
         kernel.name,
@@ -237,6 +255,7 @@ def autotune(
         key,
         None if store.path is None else str(store.path),
         space.searched,
+        verdict,
     )
 
 
@@ -272,87 +291,6 @@ def _options_type(target: str) -> type:
             hint="target='interp' is the reference evaluator and has nothing to tune",
         )
     return found
-
-
-class _Search:
-    """The generation loop of one run (steps 2-4 of the module doc)."""
-
-    def __init__(
-        self,
-        runner: Any,
-        evo: Evolution,
-        default: Any,
-        started: float,
-        seconds: float | None,
-        candidates: int | None,
-    ) -> None:
-        self.runner, self.evo, self.default = runner, evo, default
-        self.deadline = None if seconds is None else started + seconds
-        self.limit = candidates if candidates is not None else 1 << 30
-        self.trials: list[Trial] = []
-        self.default_ms: float | None = None
-        self.bar: Any = None
-
-    def _out_of_budget(self) -> bool:
-        late = self.deadline is not None and time.perf_counter() >= self.deadline
-        return late or len(self.trials) >= self.limit
-
-    def run(self, seeds: Sequence[Any]) -> None:
-        size = max(4, 2 * int(getattr(self.runner, "workers", 1)))
-        batch = self.evo.first(self.default, min(size, self.limit), seeds)
-        while batch:
-            for outcome in self.runner.check(batch):
-                if self.default_ms is not None and self._out_of_budget():
-                    return
-                self._record(outcome)
-            if self._out_of_budget():
-                return
-            batch = self.evo.propose(min(size, self.limit - len(self.trials)))
-
-    def _record(self, checked: Outcome) -> None:
-        outcome = self.runner.measure(checked.options) if checked.ok else checked
-        time_ms = outcome.median_ms if outcome.ok else None
-        trial = Trial(checked.options, outcome.ok, outcome.reason, time_ms, checked.compile_s)
-        if checked.options == self.default:
-            if not trial.ok:
-                raise TuneError(
-                    f"the default options fail on these inputs: {trial.reason}",
-                    hint="check the def with compiler.define(...) on the same inputs",
-                )
-            self.default_ms = time_ms
-        self.trials.append(trial)
-        self.evo.record(trial.options, time_ms)
-        if self.bar is not None:
-            best = self.best()
-            self.bar.update(1)
-            if best is not None and self.default_ms:
-                self.bar.set_postfix_str(
-                    f"best {best.time_ms:.3g} ms, x{self.default_ms / best.time_ms:.2f}, "
-                    f"failed {sum(not t.ok for t in self.trials)}"
-                )
-
-    def best(self) -> Trial | None:
-        timed = [t for t in self.trials if t.time_ms is not None]
-        return min(timed, key=lambda t: t.time_ms) if timed else None  # type: ignore[arg-type,return-value]
-
-    def confirm(self) -> tuple[Any, float, float]:
-        """(winner, its ms, the default's ms) after timing both again, alternately."""
-        best = self.best()
-        assert best is not None and self.default_ms is not None
-        if best.options == self.default:
-            return self.default, self.default_ms, self.default_ms
-        compare = getattr(self.runner, "compare", None)
-        if compare is not None:
-            outcome = compare(self.default, best.options)
-        else:
-            outcome = compare_by_measures(self.runner.measure, self.default, best.options)
-        if not outcome.ok:  # it passed before: flaky, so never the winner
-            return self.default, self.default_ms, self.default_ms
-        default_ms = statistics.median(outcome.times_ms)
-        best_ms = statistics.median(outcome.other_ms)
-        if best_ms < default_ms:
-            return best.options, best_ms, default_ms
-        return self.default, default_ms, default_ms
 
 
 # ------------------------------------------------------------------ preparation

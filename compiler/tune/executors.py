@@ -6,6 +6,7 @@
     executor.start(job)
     outcomes = executor.check([opts, ...])             # in parallel, one Outcome each, in order
     outcome = executor.measure(opts)                   # alone: nothing else runs meanwhile
+    outcome = executor.measure(opts, cutoff_ms=2.0)    # stops after one block above it
     outcome = executor.compare(a, b)                   # both alone, alternating (optional)
     executor.close()
 
@@ -13,7 +14,8 @@ An executor never raises for a candidate: a candidate that fails to compile, rai
 crashes its worker or runs past `timeout_s` comes back as an Outcome with `ok=False` and
 the reason. `check` runs candidates in parallel (compiling is most of the cost);
 `measure` runs one candidate while no other task runs, so timings do not disturb each
-other; `compare` (optional; `compare_by_measures` otherwise) times two candidates in one
+other (with `cutoff_ms`, passed on to a measure function that takes it, the timing
+stops early: `compiler.tune.job.measure`); `compare` (optional; `compare_by_measures` otherwise) times two candidates in one
 task, alternating block by block (`job.measure_pair`), for the final confirmation. The task functions (`check_fn`, `measure_fn`: `compiler.tune.job.check` and
 `.measure` unless given) are module-level functions, passed by reference.
 
@@ -35,6 +37,7 @@ cancelled (`force=True`), a dead worker is reported as crashed.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import os
 import pickle
@@ -63,7 +66,7 @@ class Executor(Protocol):
 
     def check(self, candidates: Sequence[Any]) -> list[Outcome]: ...
 
-    def measure(self, options: Any) -> Outcome: ...
+    def measure(self, options: Any, cutoff_ms: float | None = None) -> Outcome: ...
 
     def close(self) -> None: ...
 
@@ -82,8 +85,9 @@ class InlineExecutor:
     def check(self, candidates: Sequence[Any]) -> list[Outcome]:
         return [guarded(self.check_fn, self._require(), c) for c in candidates]
 
-    def measure(self, options: Any) -> Outcome:
-        return guarded(self.measure_fn, self._require(), options)
+    def measure(self, options: Any, cutoff_ms: float | None = None) -> Outcome:
+        kw = cutoff_kwargs(self.measure_fn, cutoff_ms)
+        return guarded(self.measure_fn, self._require(), options, **kw)
 
     def compare(self, a: Any, b: Any) -> Outcome:
         if self.measure_fn is J.measure:
@@ -114,9 +118,27 @@ def compare_by_measures(measure: Callable[[Any], Outcome], a: Any, b: Any) -> Ou
     return Outcome((a, b), True, times_ms=tuple(times[0]), other_ms=tuple(times[1]))
 
 
-def guarded(fn: TaskFn, job: TuneJob, options: Any) -> Outcome:
+def cutoff_kwargs(fn: Callable[..., Any], cutoff_ms: float | None) -> dict[str, float]:
+    """`{"cutoff_ms": ...}` for a measure function that takes it, else `{}` (a test's
+    fake timer, a user's measure function: timed in full)."""
+    if cutoff_ms is None:
+        return {}
     try:
-        return fn(job, options)
+        takes = "cutoff_ms" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        takes = False
+    return {"cutoff_ms": cutoff_ms} if takes else {}
+
+
+def call_measure(runner: Any, options: Any, cutoff_ms: float | None) -> Outcome:
+    """`runner.measure(options, cutoff_ms=...)`, or `runner.measure(options)` for an
+    executor whose measure takes no cutoff."""
+    return runner.measure(options, **cutoff_kwargs(runner.measure, cutoff_ms))
+
+
+def guarded(fn: Callable[..., Outcome], job: TuneJob, options: Any, **kw: Any) -> Outcome:
+    try:
+        return fn(job, options, **kw)
     except Exception as err:
         return Outcome(options, False, f"task failed: {type(err).__name__}: {err}")
 
@@ -150,10 +172,10 @@ class _Worker:
     def fileno(self) -> int:
         return self.stdout.fileno()
 
-    def submit(self, fn: TaskFn, index: int, options: Any) -> None:
+    def submit(self, fn: TaskFn, index: int, options: Any, kw: Mapping[str, Any]) -> None:
         self.task = (index, time.monotonic())
         self.seen.add(options)
-        W.write_frame(self.stdin, (fn, options))
+        W.write_frame(self.stdin, (fn, options, dict(kw)))
 
     def read(self) -> Any:
         return W.read_frame(self.stdout)
@@ -198,8 +220,9 @@ class LocalExecutor:
     def check(self, candidates: Sequence[Any]) -> list[Outcome]:
         return self._run(self.check_fn, candidates, self.workers)
 
-    def measure(self, options: Any) -> Outcome:
-        return self._run(self.measure_fn, [options], 1)[0]
+    def measure(self, options: Any, cutoff_ms: float | None = None) -> Outcome:
+        kw = cutoff_kwargs(self.measure_fn, cutoff_ms)
+        return self._run(self.measure_fn, [options], 1, kw)[0]
 
     def compare(self, a: Any, b: Any) -> Outcome:
         if self.measure_fn is J.measure:
@@ -216,7 +239,13 @@ class LocalExecutor:
         idle = [w for w in self._pool if w.ready and w.task is None]
         return next((w for w in idle if options in w.seen), idle[0] if idle else None)
 
-    def _run(self, fn: TaskFn, candidates: Sequence[Any], width: int) -> list[Outcome]:
+    def _run(
+        self,
+        fn: TaskFn,
+        candidates: Sequence[Any],
+        width: int,
+        kw: Mapping[str, Any] | None = None,
+    ) -> list[Outcome]:
         if self._job_frame is None:
             raise OptionsError("executor.start(job) must come before its tasks")
         results: dict[int, Outcome] = {}
@@ -231,7 +260,7 @@ class LocalExecutor:
                     break
                 i = pending.pop(0)
                 try:
-                    worker.submit(fn, i, candidates[i])
+                    worker.submit(fn, i, candidates[i], kw or {})
                 except OSError:  # it died idle: the read below reports it
                     pass
                 busy += 1
@@ -276,8 +305,8 @@ class LocalExecutor:
 # ------------------------------------------------------------------------- Ray
 
 
-def _ray_task(fn: TaskFn, job: TuneJob, options: Any) -> Outcome:
-    return guarded(fn, job, options)
+def _ray_task(fn: TaskFn, job: TuneJob, options: Any, kw: Mapping[str, Any]) -> Outcome:
+    return guarded(fn, job, options, **kw)
 
 
 class RayExecutor:
@@ -330,8 +359,9 @@ class RayExecutor:
     def check(self, candidates: Sequence[Any]) -> list[Outcome]:
         return self._run(self._remote, self.check_fn, candidates)
 
-    def measure(self, options: Any) -> Outcome:
-        return self._run(self._timer, self.measure_fn, [options])[0]
+    def measure(self, options: Any, cutoff_ms: float | None = None) -> Outcome:
+        kw = cutoff_kwargs(self.measure_fn, cutoff_ms)
+        return self._run(self._timer, self.measure_fn, [options], kw)[0]
 
     def compare(self, a: Any, b: Any) -> Outcome:
         if self.measure_fn is J.measure:
@@ -341,11 +371,17 @@ class RayExecutor:
     def close(self) -> None:
         self._job_ref = None
 
-    def _run(self, remote: Any, fn: TaskFn, candidates: Sequence[Any]) -> list[Outcome]:
+    def _run(
+        self,
+        remote: Any,
+        fn: TaskFn,
+        candidates: Sequence[Any],
+        kw: Mapping[str, Any] | None = None,
+    ) -> list[Outcome]:
         ray = self._ray
         if self._job_ref is None:
             raise OptionsError("executor.start(job) must come before its tasks")
-        refs = [remote.remote(fn, self._job_ref, c) for c in candidates]
+        refs = [remote.remote(fn, self._job_ref, c, dict(kw or {})) for c in candidates]
         index = {ref: i for i, ref in enumerate(refs)}
         results: dict[int, Outcome] = {}
         deadline = time.monotonic() + self.timeout_s * max(1, -(-len(refs) // self.workers))
@@ -394,5 +430,7 @@ __all__ = [
     "InlineExecutor",
     "LocalExecutor",
     "RayExecutor",
+    "call_measure",
+    "cutoff_kwargs",
     "make_executor",
 ]

@@ -1,10 +1,11 @@
 """What a tuning worker does with one candidate: compile and check it, or time it.
 
     job = TuneJob(text, name, "llvm", inputs, expected, cache_dir=..., ...)
-    check(job, options)   -> Outcome(ok, reason, compile_s)   # compile, run once, compare
-                                                               # (compile_s: both)
+    check(job, options)   -> Outcome(ok, reason, compile_s, code)   # compile, run once,
+                                                     # compare (compile_s: both; code: hash)
     measure(job, options) -> Outcome(ok, times_ms=(...))      # medians of blocks of calls
-    measure_pair(job, (a, b)) -> Outcome(ok, times_ms=a's, other_ms=b's)   # alternating
+    measure(job, options, cutoff_ms=2.0) -> ... stopped=True  # slower than the cutoff
+    measure_pair(job, (a, b)) -> Outcome(ok, times_ms=a's, other_ms=b's)   # interleaved
 
 Both run in a worker process (an executor's), never in the tuner's own process, so a
 candidate that crashes or hangs takes only its worker with it. A worker keeps the
@@ -16,15 +17,24 @@ Checking: the candidate's outputs must equal every array set in `job.expected` (
 model default's outputs, and the reference evaluator's on small sizes): same shapes,
 NaN and infinity in the same places, integers and booleans exactly, floats within
 `max|a - b| / (1 + |b|) <= tol` (1e-3 for float32, 1e-9 for float64: schedules may
-reassociate sums).
+reassociate sums). A candidate that passes gets `code`, a hash of what runs
+(`code_hash`: the lowered loop IR after the CPU passes, which the JIT compiles, and the
+thread count, the one field read at run time): two candidates with one hash run the
+same machine code, so the tuner times only the first (`compiler.tune.autotune`).
 
 Timing: one warm-up call, then calls are grouped in blocks of n calls, n doubled until
 a block takes `min_block_s`; `blocks` blocks are timed and each gives one per-call
-time. The caller takes the median.
+time. The caller takes the median. Early stop: with `cutoff_ms`, a candidate whose
+first timed block (the calibration's last, of at least `min_block_s`) runs slower than
+`cutoff_ms` a call is not timed further: the Outcome has that one block's time and
+`stopped=True` (the tuner passes `EARLY_STOP` x the best median so far).
+`measure_pair` interleaves the two candidates' blocks in the order a b b a, a b b a, ...
+(so a steady drift of the machine's speed hits both alike).
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 import traceback
 import warnings
@@ -63,6 +73,8 @@ class Outcome:
     compile_s: float = 0.0
     times_ms: tuple[float, ...] = field(default=())
     other_ms: tuple[float, ...] = field(default=())  # measure_pair: the second's times
+    code: str | None = None  # check: `code_hash` of the compiled candidate
+    stopped: bool = False  # measure: stopped early, slower than the cutoff
 
     @property
     def median_ms(self) -> float:
@@ -122,11 +134,25 @@ def check(job: TuneJob, options: Any) -> Outcome:
         if problem:
             what = "the default's" if i == 0 else "the reference evaluator's"
             return Outcome(options, False, f"outputs differ from {what}: {problem}", compile_s)
-    return Outcome(options, True, "", compile_s)
+    return Outcome(options, True, "", compile_s, code=code_hash(kernel))
 
 
-def measure(job: TuneJob, options: Any) -> Outcome:
-    """Time the candidate: per-call times of `job.blocks` blocks (see the module doc)."""
+def code_hash(kernel: Any) -> str | None:
+    """A hash of what a compiled kernel runs: its Function after the CPU passes (the
+    JIT's input: equal Functions compile to the same code) and its thread count; None
+    for a kernel without a native program (another target, a test's stand-in)."""
+    program = getattr(kernel, "_native", None)
+    function = getattr(program, "function", None)
+    if function is None:
+        return None
+    digest = hashlib.sha256(repr(function).encode())
+    digest.update(f"threads={program.threads}".encode())
+    return digest.hexdigest()[:24]
+
+
+def measure(job: TuneJob, options: Any, cutoff_ms: float | None = None) -> Outcome:
+    """Time the candidate: per-call times of `job.blocks` blocks, or of one block when
+    it is slower than `cutoff_ms` a call (see the module doc)."""
     try:
         kernel = _kernel(job, options)
         run = _runner(kernel, job.inputs)
@@ -137,16 +163,19 @@ def measure(job: TuneJob, options: Any) -> Outcome:
             if elapsed >= job.min_block_s or n >= 1 << 20:
                 break
             n *= 2
-        times = [_block(run, n) / n * 1e3 for _ in range(job.blocks)]
+        first = elapsed / n * 1e3
+        if cutoff_ms is not None and first > cutoff_ms:
+            return Outcome(options, True, times_ms=(first,), stopped=True)
+        times = [first, *(_block(run, n) / n * 1e3 for _ in range(job.blocks - 1))]
     except Exception as err:
         return Outcome(options, False, f"timing failed: {_error(err)}")
     return Outcome(options, True, times_ms=tuple(times))
 
 
 def measure_pair(job: TuneJob, pair: Any) -> Outcome:
-    """Time two candidates `(a, b)` in alternation, block by block (3 x `job.blocks`
-    blocks each), so that a burst of load hits both alike: a's per-call times in
-    `times_ms`, b's in `other_ms`."""
+    """Time two candidates `(a, b)` interleaved, block by block (3 x `job.blocks`
+    blocks each, in the order a b b a ...), so that a burst of load or a drift hits both
+    alike: a's per-call times in `times_ms`, b's in `other_ms`."""
     try:
         runs = [_runner(_kernel(job, options), job.inputs) for options in pair]
         for run in runs:
@@ -155,9 +184,10 @@ def measure_pair(job: TuneJob, pair: Any) -> Outcome:
         while min(_block(run, n) for run in runs) < job.min_block_s and n < 1 << 20:
             n *= 2
         times: tuple[list[float], list[float]] = ([], [])
-        for _ in range(3 * job.blocks):
-            for run, out in zip(runs, times, strict=True):
-                out.append(_block(run, n) / n * 1e3)
+        for k in range(3 * job.blocks):
+            order = (0, 1) if k % 2 == 0 else (1, 0)
+            for i in order:
+                times[i].append(_block(runs[i], n) / n * 1e3)
     except Exception as err:
         return Outcome(pair, False, f"timing failed: {_error(err)}")
     return Outcome(pair, True, times_ms=tuple(times[0]), other_ms=tuple(times[1]))
@@ -213,4 +243,13 @@ def _error(err: BaseException) -> str:
     return f"{name} at {traceback.format_exception(err)[-2].strip()[:200]}"
 
 
-__all__ = ["Outcome", "TuneJob", "check", "compare", "forget", "measure", "measure_pair"]
+__all__ = [
+    "Outcome",
+    "TuneJob",
+    "check",
+    "code_hash",
+    "compare",
+    "forget",
+    "measure",
+    "measure_pair",
+]

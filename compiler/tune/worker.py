@@ -1,6 +1,6 @@
 """A tuning worker process: reads tasks on stdin, writes outcomes on its own pipe.
 
-    parent -> worker: frame(sys.path), frame(TuneJob), then frame((fn, options)) ...
+    parent -> worker: frame(sys.path), frame(TuneJob), then frame((fn, options, kwargs)) ...
     worker -> parent: frame("ready"), then frame(Outcome) per task
 
 A frame is an 8-byte little-endian length and a pickle (parent and worker are the
@@ -61,10 +61,10 @@ def serve() -> None:
     write_frame(out, "ready")
     while True:
         try:
-            fn, options = read_frame(inp)
+            fn, options, kw = read_frame(inp)
         except EOFError:
             return
-        write_frame(out, guarded(fn, job, options))
+        write_frame(out, guarded(fn, job, options, **kw))
 
 
 __all__ = ["BOOTSTRAP", "read_frame", "serve", "write_frame"]

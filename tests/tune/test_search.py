@@ -32,7 +32,9 @@ def test_samples_are_valid_options_and_cover_the_choices() -> None:
     assert {s.innermost for s in samples} == {"auto", None, "m", "n"}
     assert {s.threads for s in samples} == {None, 1, 2, 4}
     tiles = [s.tile for s in samples if s.tile]
-    assert tiles and all(len(t) == 3 and max(t) <= 64 for t in tiles)
+    assert tiles and all(len(t) == 3 and max(t) <= CTX.max_extent for t in tiles)
+    sizes = {x for t in tiles for x in t}
+    assert {6, 12, 24, 48, 96} <= sizes  # not only powers of two
     assert None in {s.tile for s in samples} and () in {s.tile for s in samples}
 
 
