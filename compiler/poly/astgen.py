@@ -67,6 +67,7 @@ from compiler.poly.lower_expr import (
 from compiler.cpu.pack import pack_tiles
 from compiler.cpu.merge import unmerge
 from compiler.cpu.regtile import register_tile
+from compiler.cpu.rows import few_rows_lowered
 from compiler.poly.schedule import STREAMED, Nest, NestKind, Schedule, schedule
 from compiler.cpu.tiling import TileBand, tile_band
 from compiler.cpu.transpose import transpose_reads
@@ -162,6 +163,8 @@ def _lower_nest(sched: Schedule, nest: Nest, state: _State) -> L.Stmt:
 
 
 def _lower_versions(sched: Schedule, nest: Nest, state: _State) -> L.Stmt:
+    if nest.few_rows is not None:  # versions by the rows' count (cpu.rows)
+        return few_rows_lowered(nest, lambda n: _lower_nest(sched, n, state))
     body = _NestLowering(sched, nest, state).run()
     if nest.companions:  # and the nests apart, for too few parallel iterations
         apart = [_lower_nest(sched, c, state) for c in nest.companions]

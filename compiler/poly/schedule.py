@@ -75,6 +75,7 @@ from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff, params_s
 from compiler.poly.lower_expr import bound_to_loops
 from compiler.cpu.merge import Views, merge_loops
 from compiler.cpu.pad import pad_gathers
+from compiler.cpu.rows import FewRows, few_rows
 from compiler.poly.partial import partial_order, plain_vars
 from compiler.cpu.tiling import choose_tiles
 
@@ -153,6 +154,8 @@ class Nest:
     # pointwise statements over the same domain, computed at each instance of this one
     # (`poly.companions`)
     companions: tuple[Nest, ...] = ()
+    # versions for fewer rows than the register tile's row block (`cpu.rows`)
+    few_rows: FewRows | None = None
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -331,6 +334,7 @@ def _nests_of(
         main = swapped
     if order.fallback is not None and main.alternative is None:
         main = _with_fallback(main, order, facts, params, options)
+    main = few_rows(main, facts, params)  # versions for fewer rows than the block
     if not stmt.op.init:
         return [main]
     box = init_domain(poly.index, _init_names(facts, params), extent, params)
