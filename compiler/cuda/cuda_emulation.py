@@ -8,9 +8,14 @@
 per thread: `static` would give each translation unit its own copy), empty
 `__global__`/`__device__`, `atomicAdd`/`atomicCAS` as plain read-modify-writes (the
 emulation is serial), and the CUDA math functions libm lacks. Each kernel gets an
-`extern "C"` launcher that sets `gridDim`/`blockDim` and runs every (block, thread)
-in turn to completion, which is a valid CUDA schedule for a kernel without
-`__syncthreads`: kernels with `__syncthreads` or `__shared__` memory are rejected.
+`extern "C"` launcher. A kernel without `__syncthreads`, `__shared__`, `__syncwarp`
+or warp shuffles runs every (block, thread) in turn to completion, a valid CUDA
+schedule for it (the fast path). A kernel with one of them runs each block's threads
+as cooperating fibers (`cuda.cuda_fibers`): barriers, shared memory (one instance a
+block) and shuffles behave as on a GPU, a divergent barrier is an `EmulationError`
+(not a hang), and with `race_check` two threads touching one shared word between
+barriers (one writing) is an `EmulationError` naming the kernel and the word.
+`build_source` runs hand-written CUDA C the same way.
 It is how CI tests the CUDA path without a GPU, and how a user debugs a kernel.
 
 Device memory in emulation is host memory: `EmulatedDevice` has the methods of
@@ -31,6 +36,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -39,22 +45,33 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from compiler.cuda.cuda_fibers import FIBER_HEADER, race_source, uses_barriers
 from compiler.cuda.cuda_map import GpuKernel, GpuProgram
 from compiler.diagnostics import InternalError, OptionsError
 
-HEADER = r"""// tcc's CUDA emulation header: the generated CUDA C, compiled by g++ for the CPU
+_BASE = r"""// tcc's CUDA emulation header: the generated CUDA C, compiled by g++ for the CPU
 #define TCC_EMULATION 1
 #include <cmath>
 #include <cstring>
 #include <vector>
 struct dim3 { unsigned int x, y, z; };
 inline thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
+inline thread_local unsigned long long tcc_emu_calls;
+"""
+
+_REST = r"""
 // warp reductions: a warp kernel's launcher runs lanes 31..0 in turn, each thread's
 // k-th call leaves its value in slot (k, lane); lane 0, last, combines them as the
 // GPU's __shfl_down_sync halving does (its result is defined in lane 0 only)
+// (in a fiber kernel, cuda_fibers, they are the GPU's shuffle halving)
 inline thread_local std::vector<double> tcc_emu_lanes;
-inline thread_local unsigned long long tcc_emu_calls;
 template <typename T, typename F> T tcc_emu_warp(T v, F op) {
+#ifdef TCC_EMU_FIBERS
+  if (tcc_emu::block) {
+    for (int d = 16; d > 0; d >>= 1) v = op(v, __shfl_down_sync(0xffffffffu, v, d));
+    return v;
+  }
+#endif
   unsigned lane = threadIdx.x % 32u;
   size_t k = tcc_emu_calls++;
   if (tcc_emu_lanes.size() < (k + 1) * 32) tcc_emu_lanes.resize((k + 1) * 32);
@@ -115,15 +132,25 @@ inline float __powf(float x, float y) { return powf(x, y); }
 inline float __fdividef(float a, float b) { return a / b; }
 """
 
-_UNSUPPORTED = ("__syncthreads", "__shared__")
+HEADER = _BASE + _REST
+FIBERS_HEADER = _BASE + "#define TCC_EMU_FIBERS 1\n" + FIBER_HEADER + _REST
+"""The header of a library with a fiber kernel (the fiber code costs g++ half a second)."""
+
+
+class EmulationError(RuntimeError):
+    """A kernel did what a GPU would hang on or leave undefined (a divergent barrier,
+    a shared-memory race under `race_check`): the message names the kernel."""
 
 
 @dataclass(frozen=True)
 class EmulatedLibrary:
-    """A built emulation: one launcher per kernel, called through ctypes."""
+    """A built emulation: one launcher per kernel, called through ctypes; the kernels
+    in `fibers` run on the fiber launcher (module doc), which reports errors."""
 
     path: str
     launchers: dict[str, ctypes._CFuncPtr]
+    fibers: frozenset[str] = frozenset()
+    error: Any = None  # the fiber launcher's last error message (a ctypes function)
 
     def launch(
         self,
@@ -132,18 +159,37 @@ class EmulatedLibrary:
         pointers: list[int],
         sizes: list[int],
     ) -> None:
-        self.launchers[kernel.name](*grid, kernel.block, *pointers, *sizes)
+        self.call(kernel.name, grid, (kernel.block, 1, 1), [*pointers, *sizes])
+
+    def call(
+        self, name: str, grid: Sequence[int], block: Sequence[int], args: Sequence[Any]
+    ) -> None:
+        """Run kernel `name` on a `grid` of `block`s (3 ints each; a fast-path kernel
+        takes blocks along x only). `args` are ints, floats or NumPy arrays (passed as
+        their host address). Raises EmulationError when the kernel's launch failed."""
+        values = [int(a.ctypes.data) if hasattr(a, "ctypes") else a for a in args]
+        fn = self.launchers[name]
+        if name not in self.fibers:
+            if tuple(block[1:]) != (1, 1):
+                raise OptionsError(f"kernel {name} runs on the fast path: 1-D blocks only")
+            fn(*grid, block[0], *values)
+        elif fn(*grid, *block, *values):
+            raise EmulationError(self.error().decode())
 
 
-def launcher_source(program: GpuProgram) -> str:
-    """The `extern "C"` launchers (appended to the kernels' source in emulation)."""
-    lines = []
+def launcher_source(program: GpuProgram, fibers: frozenset[str] = frozenset()) -> str:
+    """The `extern "C"` launchers (appended to the kernels' source in emulation); the
+    kernels named in `fibers` get the fiber launcher."""
+    lines = [_ERROR_FUNCTION if fibers else _NO_ERROR]
     for k in program.kernels:
         n_ptr = len(program.buffers_of(k))
         n_size = len(program.size_params)
         params = [f"void* p{i}" for i in range(n_ptr)] + [f"long long s{i}" for i in range(n_size)]
         args = [f"({_param_type(program, k, i)})p{i}" for i in range(n_ptr)]
         args += [f"s{i}" for i in range(n_size)]
+        if k.name in fibers:
+            lines.append(_fiber_launcher(k.name, params, args))
+            continue
         head = ", ".join(["unsigned gx", "unsigned gy", "unsigned gz", "unsigned bx", *params])
         # a warp kernel's lanes run 31..0 (lane 0 last: see tcc_emu_warp in HEADER)
         thread = (
@@ -163,6 +209,31 @@ def launcher_source(program: GpuProgram) -> str:
             "}",
         ]
     return "\n".join(lines) + "\n"
+
+
+_ERROR_FUNCTION = 'extern "C" const char* tcc_emu_error() { return tcc_emu::error.c_str(); }'
+_NO_ERROR = 'extern "C" const char* tcc_emu_error() { return ""; }'
+_DIMS = [f"unsigned {d}" for d in ("gx", "gy", "gz", "bx", "by", "bz")]
+
+
+def _fiber_launcher(name: str, params: list[str], args: list[str]) -> str:
+    return (
+        f'extern "C" int tcc_launch_{name}({", ".join([*_DIMS, *params])}) {{\n'
+        f'  return tcc_emu::launch("{name}", gx, gy, gz, bx, by, bz, [&]() {{ '
+        f"{name}({', '.join(args)}); }});\n}}"
+    )
+
+
+def kernel_texts(source: str) -> dict[str, str]:
+    """Each `__global__` function's name and text (up to the next one) in `source`."""
+    heads = list(_KERNEL_HEAD.finditer(source))
+    ends = [h.start() for h in heads[1:]] + [len(source)]
+    return {h["name"]: source[h.start() : end] for h, end in zip(heads, ends, strict=True)}
+
+
+_KERNEL_HEAD = re.compile(
+    r"__global__\s+void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?(?P<name>\w+)\s*\("
+)
 
 
 def _param_type(program: GpuProgram, kernel: GpuKernel, i: int) -> str:
@@ -193,7 +264,7 @@ class EmulatedModule:
         """Run kernel `name` to completion (the stream is ignored: all is serial). The
         launcher takes the sizes as `long long` whatever the kernel's index width
         (`index32`): C++ converts them at the kernel's call."""
-        self.library.launchers[name](*grid, block, *pointers, *sizes)
+        self.library.call(name, grid, (block, 1, 1), [*pointers, *sizes])
 
 
 class EmulatedDevice:
@@ -303,32 +374,75 @@ _BUILT: dict[str, EmulatedLibrary] = {}
 _DIR: list[str] = []
 
 
-def build_emulated(source: str, program: GpuProgram) -> EmulatedLibrary:
-    """Compile `source` (from `cuda.cuda.emit_cuda`) for the CPU and load it."""
-    for word in _UNSUPPORTED:
-        if word in source:
-            raise OptionsError(
-                f"the CUDA emulation cannot run kernels that use {word}",
-                hint="run it on a GPU with target='cuda'",
-            )
-    text = source + "\n" + launcher_source(program)
+def build_emulated(
+    source: str, program: GpuProgram, *, race_check: bool = False
+) -> EmulatedLibrary:
+    """Compile `source` (from `cuda.cuda.emit_cuda`) for the CPU and load it; kernels
+    that use barriers, shared memory or shuffles run as fibers (with `race_check`, their
+    shared arrays are checked for races)."""
+    texts = kernel_texts(source)
+    fibers = frozenset(k.name for k in program.kernels if uses_barriers(texts.get(k.name, "")))
+    text = (race_source(source) if race_check else source) + "\n"
+    text += launcher_source(program, fibers)
+    specs = {}
+    for k in program.kernels:
+        n_ptr, n_size = len(program.buffers_of(k)), len(program.size_params)
+        dims = 6 if k.name in fibers else 4
+        specs[k.name] = (
+            [ctypes.c_uint] * dims + [ctypes.c_void_p] * n_ptr + [ctypes.c_longlong] * n_size
+        )
+    return _load(text, specs, fibers)
+
+
+def build_source(
+    source: str, kernels: dict[str, Sequence[str]], *, race_check: bool = False
+) -> EmulatedLibrary:
+    """Hand-written CUDA C run in emulation, every kernel on the fiber launcher.
+
+    `kernels` maps each `__global__` function's name to its parameters' C types, e.g.
+    `{"reduce": ["const float*", "float*", "int"]}`; `lib.call(name, grid, block, args)`
+    runs one (pointers as NumPy arrays or addresses; integer and floating-point values
+    as Python numbers)."""
+    lines = [_ERROR_FUNCTION]
+    specs = {}
+    for name, types in kernels.items():
+        params, args, argtypes = [], [], []
+        for i, t in enumerate(types):
+            if "*" in t:
+                params.append(f"void* a{i}")
+                args.append(f"({t})a{i}")
+                argtypes.append(ctypes.c_void_p)
+            elif t.strip() in ("float", "double"):
+                params.append(f"double a{i}")
+                args.append(f"({t})a{i}")
+                argtypes.append(ctypes.c_double)
+            else:
+                params.append(f"long long a{i}")
+                args.append(f"({t})a{i}")
+                argtypes.append(ctypes.c_longlong)
+        lines.append(_fiber_launcher(name, params, args))
+        specs[name] = [ctypes.c_uint] * 6 + argtypes
+    text = (race_source(source) if race_check else source) + "\n" + "\n".join(lines) + "\n"
+    return _load(text, specs, frozenset(kernels))
+
+
+def _load(text: str, specs: dict[str, list[Any]], fibers: frozenset[str]) -> EmulatedLibrary:
     key = hashlib.sha256(text.encode()).hexdigest()[:24]
     with _LOCK:
         found = _BUILT.get(key)
         if found is not None:
             return found
-        path = _compile(text, key)
+        path = _compile(text, key, bool(fibers))
         lib = ctypes.CDLL(path)
         launchers = {}
-        for k in program.kernels:
-            fn = getattr(lib, f"tcc_launch_{k.name}")
-            n_ptr, n_size = len(program.buffers_of(k)), len(program.size_params)
-            fn.argtypes = (
-                [ctypes.c_uint] * 4 + [ctypes.c_void_p] * n_ptr + [ctypes.c_longlong] * n_size
-            )
-            fn.restype = None
-            launchers[k.name] = fn
-        built = EmulatedLibrary(path, launchers)
+        for name, argtypes in specs.items():
+            fn = getattr(lib, f"tcc_launch_{name}")
+            fn.argtypes = argtypes
+            fn.restype = ctypes.c_int if name in fibers else None
+            launchers[name] = fn
+        error = lib.tcc_emu_error
+        error.argtypes, error.restype = [], ctypes.c_char_p
+        built = EmulatedLibrary(path, launchers, fibers, error)
         _BUILT[key] = built
         return built
 
@@ -345,15 +459,16 @@ def host_compiler() -> str:
     )
 
 
-def _compile(text: str, key: str) -> str:
+def _compile(text: str, key: str, fibers: bool) -> str:
     if not _DIR:
         _DIR.append(tempfile.mkdtemp(prefix="tcc-cuda-emu-"))
     folder = _DIR[0]
     src = os.path.join(folder, f"{key}.cu.cpp")
-    header = os.path.join(folder, "tcc_cuda_emulation.h")
+    name = "tcc_cuda_emulation_fibers.h" if fibers else "tcc_cuda_emulation.h"
+    header = os.path.join(folder, name)
     out = os.path.join(folder, f"{key}.so")
     with open(header, "w", encoding="utf-8") as fh:
-        fh.write(HEADER)
+        fh.write(FIBERS_HEADER if fibers else HEADER)
     with open(src, "w", encoding="utf-8") as fh:
         fh.write(text)
     cmd = [
@@ -372,7 +487,10 @@ __all__ = [
     "EmulatedDevice",
     "EmulatedLibrary",
     "EmulatedModule",
+    "EmulationError",
     "build_emulated",
+    "build_source",
+    "kernel_texts",
     "host_compiler",
     "launcher_source",
 ]

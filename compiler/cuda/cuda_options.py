@@ -8,6 +8,8 @@
     CudaOptions(thread_tile=(1, 1))      one thread per output of every contraction
     CudaOptions(warp_outputs=0)          no warp reductions
     CudaOptions(graph=True)              device calls replay a captured CUDA graph
+    CudaOptions(race_check=True)         cuda-emulated checks shared memory for races
+    CudaOptions(shared_memory=False)     no shared-memory tiling of contractions
 
 - `block`: threads per block (1..1024), all along x; the band's collapsed inner loops
   map to `blockIdx.x * blockDim.x + threadIdx.x`. A multiple of 32 (a warp) is best.
@@ -40,6 +42,22 @@
   graph, once per stream, sizes and buffer pointers, and replays it with one
   `cuGraphLaunch` (`runtime.cuda_host.GraphCache`); it pays when a call repeats
   with the same arrays (`out=` given, inputs reused). Off by default.
+- `race_check`: in `cuda-emulated`, kernels that use `__shared__` memory check every
+  access: two threads of a block touching one shared element between two barriers,
+  one of them writing, fails the launch with an `EmulationError` naming the kernel,
+  the array and the element (`cuda.cuda_fibers`). A debugging aid: slower; ignored
+  on a GPU.
+- `shared_memory`: contractions (matmul, bmm, the implicit-GEMM view of a convolution;
+  `cuda.cuda_shared`) get a kernel whose blocks stage tiles of both operands in
+  `__shared__` memory between `__syncthreads()`, each thread accumulating a register
+  tile. On by default; False turns it off.
+- `shared_tile`: `(BM, BN, BK, TM, TN)`: a block computes BM x BN outputs with
+  (BM / TM) x (BN / TN) threads, TM x TN each, over K in steps of BK. The default
+  (128, 128, 8, 8, 8) (256 threads, 8.4 KB of shared memory in float32) is the usual
+  SGEMM shape, a model default not tuned on a GPU here.
+- `shared_min_outputs`: the shared-memory kernel runs where the contraction has at
+  least this many outputs (rows x columns of the GEMM view; 16384, a model guess:
+  one default tile); smaller ones run the other kernels.
 - `arch`: NVRTC's `--gpu-architecture` (e.g. "sm_90"), or None: the device's.
 """
 
@@ -70,6 +88,10 @@ class CudaOptions:
             (False: one thread).
         arch (str | None): NVRTC's `sm_XX`; None: the device's.
         graph (bool): device calls capture and replay CUDA graphs.
+        race_check (bool): cuda-emulated checks shared memory for races.
+        shared_memory (bool): contractions stage operand tiles in shared memory.
+        shared_tile (tuple[int, int, int, int, int]): BM, BN, BK, TM, TN of it.
+        shared_min_outputs (int): it runs for at least this many outputs.
         thread_tile (tuple[int, int]): outputs a thread computes in a band over a
             reduction: rows of the variable whose copies share the most loads, times
             columns of the innermost one.
@@ -96,6 +118,10 @@ class CudaOptions:
     tile_threads: int = 32768
     warp_outputs: int = 65536
     graph: bool = False
+    race_check: bool = False
+    shared_memory: bool = True
+    shared_tile: tuple[int, int, int, int, int] = (128, 128, 8, 8, 8)
+    shared_min_outputs: int = 16384
 
     def __post_init__(self) -> None:
         if not _is_int(self.block) or not 1 <= self.block <= MAX_BLOCK:
@@ -108,7 +134,7 @@ class CudaOptions:
                 f"CudaOptions.grid must be None or an int in 1..{MAX_GRID_X}, got {self.grid!r}",
                 hint="CudaOptions(grid=None) covers the extent",
             )
-        for name in ("fast_math", "atomics", "graph"):
+        for name in ("fast_math", "atomics", "graph", "race_check", "shared_memory"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionsError(
                     f"CudaOptions.{name} must be True or False, got {getattr(self, name)!r}"
@@ -125,6 +151,7 @@ class CudaOptions:
                 f"{MAX_TILE}, got {tile!r}",
                 hint="CudaOptions(thread_tile=(8, 4)); (1, 1) turns thread tiles off",
             )
+        _check_shared(self.shared_tile, self.shared_min_outputs)
         if not _is_int(self.tile_threads) or self.tile_threads < 1:
             raise OptionsError(
                 f"CudaOptions.tile_threads must be an int >= 1, got {self.tile_threads!r}"
@@ -141,6 +168,28 @@ class CudaOptions:
                 f"CudaOptions.arch must be None or like 'sm_90', got {self.arch!r}",
                 hint="None compiles for the device at hand",
             )
+
+
+def _check_shared(tile: object, min_outputs: object) -> None:
+    """`shared_tile` is (BM, BN, BK, TM, TN): TM divides BM, TN divides BN, at most
+    MAX_TILE accumulators and 32..1024 threads (a multiple of 32) a block."""
+    ok = isinstance(tile, tuple) and len(tile) == 5 and all(_is_int(t) and t >= 1 for t in tile)
+    if ok:
+        bm, bn, bk, tm, tn = tile  # type: ignore[misc]
+        count = (bm // tm) * (bn // tn)
+        ok = bm % tm == 0 and bn % tn == 0 and tm * tn <= MAX_TILE and 32 <= count <= MAX_BLOCK
+        ok = ok and count % 32 == 0 and bk <= 64
+    if not ok:
+        raise OptionsError(
+            f"CudaOptions.shared_tile must be (BM, BN, BK, TM, TN) with TM | BM, TN | BN, "
+            f"TM * TN <= {MAX_TILE}, BK <= 64 and (BM / TM) * (BN / TN) threads a multiple "
+            f"of 32 in 32..{MAX_BLOCK}, got {tile!r}",
+            hint="CudaOptions(shared_tile=(128, 128, 8, 8, 8)), the model default",
+        )
+    if not _is_int(min_outputs) or min_outputs < 1:  # type: ignore[operator]
+        raise OptionsError(
+            f"CudaOptions.shared_min_outputs must be an int >= 1, got {min_outputs!r}"
+        )
 
 
 def _is_int(value: object) -> bool:

@@ -100,9 +100,19 @@ class Mix:
 
 def kernel_work(body: L.Stmt, buffers: dict[str, L.Buffer], env: dict[str, int]) -> Work:
     """The threads, FLOPs and compulsory bytes of a mapped kernel `body` (module doc);
-    `buffers` by name (the program's and the kernel's temporaries)."""
+    `buffers` by name (the program's and the kernel's temporaries). A CUDA-only body
+    that counts itself (`cuda_shared.SharedGemm.work`) gives its own figures."""
+    own = getattr(body, "work", None)
+    if own is not None:
+        threads, flops, touched_names = own(dict(env))
+        return Work(threads, flops, _bytes(touched_names, buffers, env))
     touched: set[str] = set()
     flops = _flops(body, dict(env), 1, touched)
+    return Work(_threads(body, dict(env)), flops, _bytes(touched, buffers, env))
+
+
+def _bytes(touched: set[str], buffers: dict[str, L.Buffer], env: dict[str, int]) -> int:
+    """The bytes of the buffers named in `touched`, each once."""
     size = 0
     for name in sorted(touched):
         b = buffers[name]
@@ -110,7 +120,7 @@ def kernel_work(body: L.Stmt, buffers: dict[str, L.Buffer], env: dict[str, int])
         for d in b.shape:
             count *= max(0, int(eval_expr(d, dict(env))))
         size += count * b.dtype.np.itemsize
-    return Work(_threads(body, dict(env)), flops, size)
+    return size
 
 
 def _trips(loop: L.For, env: dict[str, int]) -> int:

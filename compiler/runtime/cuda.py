@@ -83,7 +83,11 @@ class CudaProgram:
     def _emulation(self) -> _Kernels:
         from compiler.cuda.cuda_emulation import EmulatedModule, build_emulated
 
-        return _Kernels(self.gpu, lambda sub: EmulatedModule(build_emulated(self._emit(sub), sub)))
+        race = self.options.race_check
+        return _Kernels(
+            self.gpu,
+            lambda sub: EmulatedModule(build_emulated(self._emit(sub), sub, race_check=race)),
+        )
 
     @cached_property
     def _module(self) -> tuple[Any, _Kernels]:

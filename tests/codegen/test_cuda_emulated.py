@@ -175,15 +175,49 @@ def test_fast_math_uses_intrinsics_and_stays_close() -> None:
     np.testing.assert_allclose(fast(A)[0], define(src)(A)[0], rtol=1e-5)
 
 
-def test_emulation_rejects_shared_memory_and_syncthreads() -> None:
-    from compiler.cuda.cuda_emulation import build_emulated
+def _on_fibers(kernel: object, word: str) -> None:
+    """Make `kernel`'s emulation insert `word` at the start of every kernel body, so
+    each runs on the fiber launcher (cuda.cuda_fibers) instead of the fast path."""
+    from compiler.cuda.cuda_emulation import EmulatedModule, build_emulated
+    from compiler.runtime.cuda import _Kernels
 
-    k = define("def f(float(N) A) -> (B) { B(i) = A(i) }", target="cuda-emulated")
-    program = k._native
-    for word in ("__syncthreads();", "__shared__ float tile[32];"):
-        source = program.source.replace("{\n", "{\n  " + word + "\n", 1)
-        with pytest.raises(OptionsError, match="cannot run kernels"):
-            build_emulated(source, program.gpu)
+    program = kernel._native
+
+    def build(sub: object) -> EmulatedModule:
+        source = re.sub(r"(__global__ void [^{]*\{\n)", lambda m: m[1] + word + "\n",
+                        program._emit(sub))  # fmt: skip
+        library = build_emulated(source, sub)
+        assert library.fibers == {k.name for k in sub.kernels}
+        return EmulatedModule(library)
+
+    vars(program)["_emulation"] = _Kernels(program.gpu, build)
+
+
+@pytest.mark.parametrize("word", ["__syncthreads();", "__shared__ float tile[32];"])
+def test_generated_kernels_run_on_fibers(word: str) -> None:
+    """A generated kernel with a barrier or shared memory runs (as fibers, one stack a
+    thread), and equals the fast path: here with thread tiles' phases and the warp
+    reductions (tcc_warp_sum as the GPU's __shfl_down_sync halving)."""
+    src = "def r(float(N, D) I, float(D) b) -> (O) { O(n) +=! I(n, d) * b(d) }"
+    opts = CudaOptions(block=64)
+    plain, fibers = (
+        define(src, target="cuda-emulated", options=opts),
+        define(src, target="cuda-emulated", options=opts),
+    )
+    _on_fibers(fibers, word)
+    rng = np.random.default_rng(1)
+    for n, d in [(1, 1), (3, 33), (67, 5)]:
+        x, b = rng.standard_normal((n, d), np.float32), rng.standard_normal(d, np.float32)
+        np.testing.assert_array_equal(fibers(x, b)[0], plain(x, b)[0])
+    mm = "def mm(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
+    opts = CudaOptions(block=32, tile_threads=1, thread_tile=(2, 2))
+    plain, fibers = (
+        define(mm, target="cuda-emulated", options=opts),
+        define(mm, target="cuda-emulated", options=opts),
+    )
+    _on_fibers(fibers, word)
+    A, B = rng.standard_normal((7, 5), np.float32), rng.standard_normal((5, 70), np.float32)
+    np.testing.assert_array_equal(fibers(A, B)[0], plain(A, B)[0])
 
 
 def test_cuda_target_objects_compile_for_a_registry() -> None:
