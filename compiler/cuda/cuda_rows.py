@@ -20,7 +20,9 @@ independent, so running the phases row by row (rows in any order) computes what
 running them one after the other does. Its section, for the row `n` (the phase's row
 variable bound to the group's):
 
-- a band of more loops than the row: their iterations spread over the lanes (lane
+- a band of more loops than the row over a body without loops (elementwise; a
+  contraction's band is left to its own kernels, thread tiles and warp reductions,
+  `cuda.cuda_map`): their iterations spread over the lanes (lane
   `l` runs iterations `l, l + 32, ...` of the inner band, collapsed into one index
   when its loops' bounds do not depend on each other), neighbouring lanes writing
   neighbouring elements;
@@ -259,9 +261,12 @@ def _section(loop: L.For, row: str, lane: str, error: str | None, taken: set[str
     while isinstance(body, L.For) and body.kind is L.LoopKind.PARALLEL:
         inner.append(body)
         body = body.body
+    loops = any(isinstance(n, L.For) for n in walk(body))
+    if inner and loops:
+        return None  # a contraction's band: its thread tiles and warp variants pay more
     if inner:
         section = _spread(inner, _serial(body), lane_ref, taken)
-    elif not any(isinstance(n, L.For) for n in walk(body)):
+    elif not loops:
         section = L.If(L.Bin(L.BinOp.EQ, lane_ref, L.Const(0, I64)), _serial(body), None)
     else:
         warp = warp_reduce([loop], error, 2**62, taken)
