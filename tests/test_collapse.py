@@ -18,7 +18,8 @@ STATS = "def stats(float(N, C, H, W) X) -> (sq) { sq(c) +=! X(n, c, h, w) * X(n,
 
 
 def _loops(text: str) -> list[L.For]:
-    f = pipeline.run(text, upto="lower").function
+    # without the schedule's loop merging (cpu.merge), which would merge the pairs first
+    f = pipeline.run(text, upto="lower", options=Options(merge=False)).function
     return [n for n in L.ir.walk(f.body) if isinstance(n, L.For)]
 
 
