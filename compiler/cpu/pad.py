@@ -93,9 +93,12 @@ class Padded:
     origins: tuple[int, ...] = ()
 
 
-def pad_gathers(ranged: RangedDef) -> Padded:
+def pad_gathers(ranged: RangedDef, always: frozenset[int] = frozenset()) -> Padded:
     """`ranged` with every clamped gather that qualifies reading a padded copy (the
-    module doc); `ranged` itself, no scratch, when none does."""
+    module doc); `ranged` itself, no scratch, when none does. The statements in
+    `always` (positions) are padded for every size when they qualify, without the
+    size test of `_choice` and without the clamped version: the parity classes of
+    `cpu.parity`, whose windows are a kernel's extent over the stride."""
     checked = ranged.checked
     taken = {t.name for t in checked.tensors} | set(checked.size_params)
     stmts: list[Stmt] = []
@@ -104,7 +107,7 @@ def pad_gathers(ranged: RangedDef) -> Padded:
     bounds = list(ranged.output_bounds)
     for k, (stmt, facts) in enumerate(zip(checked.definition.stmts, checked.stmts, strict=True)):
         with isl_failures(stmt):
-            found = _padding(dataclasses.replace(facts, stmt=stmt), ranged)
+            found = _padding(dataclasses.replace(facts, stmt=stmt), ranged, k in always)
         made = (stmt,)
         if found is not None:
             name = _fresh(f"{found.read.name}_pad", taken)
@@ -191,7 +194,7 @@ class _Padding:
         return copy, stmt, Param(name, self.dtype, dims)
 
 
-def _padding(facts: StmtFacts, ranged: RangedDef) -> _Padding | None:
+def _padding(facts: StmtFacts, ranged: RangedDef, always: bool = False) -> _Padding | None:
     stmt = facts.stmt
     if stmt.op not in (AssignOp.PLUS, AssignOp.PLUS_INIT) or stmt.equivalent is not None:
         return None
@@ -218,7 +221,7 @@ def _padding(facts: StmtFacts, ranged: RangedDef) -> _Padding | None:
     if factors is None:
         return None
     reads = _accesses(stmt.rhs)
-    holders = {id(a) for a in reads for r in clamped if _uses_compound(a, r)}
+    holders = {id(a) for a in reads for r in clamped if _uses_compound(a, r, index_vars)}
     candidates = [a for a in reads if id(a) in holders]
     if len(candidates) != 1 or not any(f is candidates[0] for f in factors):
         return None
@@ -251,7 +254,7 @@ def _padding(facts: StmtFacts, ranged: RangedDef) -> _Padding | None:
         pads = _pads(domains, read, dims, extents)
         if pads is None or not _in_bounds(domains, others, other_extents):
             return None
-        choice = _choice(domains, clamped, [extents[d] for d in dims])
+        choice = True if always else _choice(domains, clamped, [extents[d] for d in dims])
     except NotAffine:
         return None
     if choice is False:
@@ -345,17 +348,27 @@ def _pads(
         if values.is_empty():
             return None
         # the extent (sizes only) as a PwAff on the same space as dim_max's
-        image = isl.Map.from_pw_aff(expr_to_aff(extents[d], space)).intersect_domain(relaxed)
+        # (for every size: the copy runs even where the statement's domain is empty)
+        image = isl.Map.from_pw_aff(expr_to_aff(extents[d], space)).intersect_domain(space.context)
         extent = image.range().dim_max(0)
         before = values.dim_min(0).neg()
         after = values.dim_max(0) - extent + 1
         if not (_nonneg(before, context) and _nonneg(after, context)):
             return None
-        pads[d] = (
-            pwaff_to_expr(before, params, context),
-            pwaff_to_expr(before + extent, params, context),  # the copy's end
-            pwaff_to_expr(before + extent + after, params, context),  # the padded extent
-        )
+        if context.is_subset(values.params().align_params(context.get_space())):
+            pads[d] = (
+                pwaff_to_expr(before, params, context),
+                pwaff_to_expr(before + extent, params, context),  # the copy's end
+                pwaff_to_expr(before + extent + after, params, context),  # padded extent
+            )
+            continue
+        # sizes at which the statement runs nowhere (a parity class whose residue has
+        # no window element, `cpu.parity`): the formulas may be negative there, and
+        # the copy, which runs at every size, would write out of bounds
+        lo = Call("max", (_int(0), pwaff_to_expr(before, params, context)))
+        hi = Call("max", (_int(0), pwaff_to_expr(after, params, context)))
+        end = _add(lo, extents[d])
+        pads[d] = (lo, end, _add(end, hi))
     return pads
 
 
@@ -444,8 +457,12 @@ def _v_plus_minus_r(arg: Expr, r: str, index_vars: set[str]) -> bool:
     return False
 
 
-def _uses_compound(a: Access, r: str) -> bool:
-    return any(_mentions(x, r) and not (isinstance(x, Var) and x.name == r) for x in a.args)
+def _uses_compound(a: Access, r: str, index_vars: set[str]) -> bool:
+    """Whether a subscript of `a` combines `r` with an output variable (`y - r`): the
+    read that clamps `r`. A subscript of `r` and constants only (a parity class's
+    `W1(m, c, 2 * t + 1)`, `cpu.parity`) is one of the other reads, which must stay in
+    bounds over `r`'s unclamped range."""
+    return any(_mentions(x, r) and _mentions_any(x, index_vars) for x in a.args)
 
 
 def _accesses(e: Expr) -> list[Access]:
@@ -480,6 +497,10 @@ def _sub(a: Expr, b: Expr) -> Expr:
     if isinstance(b, Const) and b.value == 0:
         return a
     return Binary(BinOp.SUB, a, b)
+
+
+def _int(v: int) -> Const:
+    return Const(v, ScalarType.INT32)
 
 
 def _sum(terms: list[Expr]) -> Expr:

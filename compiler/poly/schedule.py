@@ -76,6 +76,7 @@ from compiler.poly.lower_expr import bound_to_loops
 from compiler.cpu.merge import Views, merge_loops
 from compiler.cpu.pad import pad_gathers
 from compiler.cpu.rows import FewRows, few_rows
+from compiler.cpu.parity import split_parities
 from compiler.poly.partial import partial_order, plain_vars
 from compiler.cpu.tiling import choose_tiles
 
@@ -186,6 +187,8 @@ class Schedule:
     origins: tuple[int, ...] | None = None
     # the merged loops' tensor views, undone on the lowered loops (`cpu.merge.unmerge`)
     views: Views = Views()
+    # statements of `ranged` that are parity classes of a strided scatter (cpu.parity)
+    strided: frozenset[int] = frozenset()
 
     def extent(self, tensor: str) -> tuple[Expr, ...]:
         return dict(self.extents)[tensor]
@@ -203,9 +206,14 @@ def schedule(ranged: RangedDef, options: Options | None = None, *, pad: bool = F
     scratch: tuple[str, ...] = ()
     origins = None
     views = Views()
+    strided: frozenset[int] = frozenset()
     if pad:
-        padded = pad_gathers(ranged)
+        split = split_parities(ranged) if options.gather == "auto" else None
+        padded = pad_gathers(*((ranged,) if split is None else (split.ranged, split.classes)))
         ranged, scratch, origins = padded.ranged, padded.scratch, padded.origins
+        if split is not None:  # the pads' origins are statements of the split def
+            strided = frozenset(k for k, o in enumerate(origins) if o in split.classes)
+            origins = tuple(split.origins[k] for k in origins)
         if options.merge:  # the CPU target: merged loops see tensors as views (cpu.merge)
             merged = merge_loops(ranged)
             ranged, views = merged.ranged, merged.views
@@ -226,7 +234,7 @@ def schedule(ranged: RangedDef, options: Options | None = None, *, pad: bool = F
 
         nests = with_companions(nests, context)
     return Schedule(
-        ranged, tuple(nests), context, tuple(extents.items()), scratch, origins, views
+        ranged, tuple(nests), context, tuple(extents.items()), scratch, origins, views, strided
     )
 
 
@@ -359,7 +367,9 @@ def scatter_notes(sched: Schedule) -> tuple[str, ...]:
         kind = write_kind(facts)
         if kind is WriteKind.GATHER:
             continue
-        if k in parallel:
+        if k in parallel and k in sched.strided:
+            how = f"strided gather (cpu.parity): parallel over {', '.join(parallel[k])}"
+        elif k in parallel:
             how = f"partial scatter: parallel over {', '.join(parallel[k])} only"
         elif kind is WriteKind.DATA_DEPENDENT:
             how = "serial: data-dependent scatter"

@@ -113,7 +113,8 @@ def test_schedule_is_parallel_over_the_plain_variables_only() -> None:
     init, main = schedule(ranged).nests
     assert init.parallel and main.parallel and not main.accumulate
     assert main.outer == ("n", "c")
-    f = compiler.pipeline.lower(ranged, Options(fuse=False))  # fused, `n` joins the init's loop
+    # fused, `n` joins the init's loop; "auto" would split it by parity (cpu.parity)
+    f = compiler.pipeline.lower(ranged, Options(fuse=False, gather="partial"))
     loops = [s for s in _walk(f.function.body) if isinstance(s, L.For)]
     parallel = [s.var for s in loops if s.kind is L.LoopKind.PARALLEL]
     assert "n" in parallel and "w" not in parallel and "m" not in parallel
@@ -174,7 +175,7 @@ def test_strided_gradient_matches_the_evaluator(
     (out,) = ref(i, w)
     cot = (rng.standard_normal(out.shape),)
     want = ref.vjp(i, w, grad_outputs=cot)
-    cpu = compiler.define(text, options=Options(threads=2), cache=False)
+    cpu = compiler.define(text, options=Options(threads=2, gather="partial"), cache=False)
     assert any("partial scatter" in note for note in cpu.grad.info()["notes"])
     got = cpu.vjp(i, w, grad_outputs=cot)
     for g, e in zip(got, want, strict=True):
