@@ -293,13 +293,15 @@ def _load_gomp() -> Launcher | None:
     """libgomp's pool, or None where libgomp.so.1 does not load."""
     with _LLVM_LOCK:
         tm = target_machine()
+        chosen = "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ
         try:
             with _passive_wait_policy():
-                # a handle that is never closed: at exit llvmlite dlcloses what it
-                # loaded, and a worker spinning in libgomp (OMP_WAIT_POLICY=active)
-                # crashed with SIGSEGV once the library was unmapped under it
-                _GOMP_HANDLE.append(ctypes.CDLL("libgomp.so.1", mode=ctypes.RTLD_GLOBAL))
-                llvm.load_library_permanently("libgomp.so.1")
+                if chosen or not _private_gomp():
+                    # a handle that is never closed: at exit llvmlite dlcloses what it
+                    # loaded, and a worker spinning in libgomp (OMP_WAIT_POLICY=active)
+                    # crashed with SIGSEGV once the library was unmapped under it
+                    _GOMP_HANDLE.append(ctypes.CDLL("libgomp.so.1", mode=ctypes.RTLD_GLOBAL))
+                    llvm.load_library_permanently("libgomp.so.1")
         except (OSError, RuntimeError):
             return None
         if not llvm.address_of_symbol("GOMP_parallel"):
@@ -314,6 +316,35 @@ def _load_gomp() -> Launcher | None:
 
 
 _GOMP_HANDLE: list[ctypes.CDLL] = []  # libgomp stays mapped until the process ends
+_GOMP_SYMBOLS = ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads")
+_LIB_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64",
+             "/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib", "/lib")  # fmt: skip
+
+
+def _private_gomp() -> bool:
+    """Where another library loaded libgomp before us (torch bundles one with the same
+    soname) and no OMP_WAIT_POLICY / GOMP_SPINCOUNT was set, that runtime's idle threads
+    spin (it read its environment when it loaded), and tcc's parallel loops would run on
+    them: load a copy of our own instead (the system's libgomp.so.1, a different file:
+    a separate runtime with its own passive pool) and point the launcher's three
+    symbols at it (`llvm.add_symbol`). False (share the loaded one) when libgomp is not
+    loaded yet or no other copy of the file exists; not called when the user chose a
+    policy (then every runtime in the process follows it)."""
+    try:
+        ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD)
+    except OSError:
+        return False  # not loaded: ours will be the one, passive
+    with open("/proc/self/maps") as maps:
+        loaded = {os.stat(p).st_ino for p in {ln.split()[-1] for ln in maps if "libgomp" in ln}}
+    for d in _LIB_DIRS:
+        path = os.path.join(d, "libgomp.so.1")
+        if os.path.exists(path) and os.stat(path).st_ino not in loaded:
+            lib = ctypes.CDLL(path, mode=os.RTLD_LOCAL)  # a separate copy: its own pool
+            _GOMP_HANDLE.append(lib)
+            for name in _GOMP_SYMBOLS:
+                llvm.add_symbol(name, ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
+            return True
+    return False
 
 
 @contextmanager
