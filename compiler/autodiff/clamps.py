@@ -105,6 +105,9 @@ def _split(stmt: Stmt, ranged: RangedDef) -> list[Stmt]:
             todo[:0] = _choices(piece, clamp, ranged)
         if len(done) + len(todo) > MAX_PIECES:
             return [stmt]
+    # a piece kept while other clamps were still in its reads is checked once more now
+    # that its reads are affine (their bounds then decide more: `_in_bounds`)
+    done = [p for p in done if not _empty(p.where, p.rhs, ranged)]
     if not done:
         return [stmt]  # the statement itself never runs: range inference said so already
     return [done[0]] + [_accumulating(p) for p in done[1:]]
@@ -167,14 +170,18 @@ def _choices(stmt: Stmt, clamp: Call, ranged: RangedDef) -> list[Stmt]:
     kept = [
         (v, c)
         for v, c in pieces
-        if not runs_never(
-            (*stmt.where, c, *_in_bounds(_replace(stmt.rhs, clamp, v), ranged)),
-            ranged.checked.size_params,
-        )
+        if not _empty((*stmt.where, c), _replace(stmt.rhs, clamp, v), ranged)
     ]
     if len(kept) == 1:  # the other argument is never taken: every point takes this one
         return [dataclasses.replace(stmt, rhs=_replace(stmt.rhs, clamp, kept[0][0]))]
     return [_with(stmt, clamp, v, c) for v, c in kept]
+
+
+def _empty(where: tuple, rhs: Expr, ranged: RangedDef) -> bool:
+    """Whether a piece never runs: by its where clauses alone, or with its reads'
+    bounds (`runs_never` may give up on the larger system where the smaller decides)."""
+    sizes = ranged.checked.size_params
+    return runs_never(where, sizes) or runs_never((*where, *_in_bounds(rhs, ranged)), sizes)
 
 
 def _in_bounds(rhs: Expr, ranged: RangedDef) -> list[RangeConstraint]:

@@ -17,8 +17,10 @@ A `min`/`max` anywhere in a clause (`i in 0:max(N, 2) - 1`) is split into its
 cases, each a conjunction of affine constraints; the domain is empty when every
 case is. A floor division or modulo by a positive constant c (`i in 0:(N - 3) / 3 + 1`)
 is a fresh integer q with `c*q <= N - 3 <= c*q + c - 1`. It is conservative: a clause
-that is not affine is left out (the set only grows), and past `_LIMIT` constraints or
-`_CASES` cases it answers "not known to be empty" (False).
+that is not affine, or one whose cases would take the conjunctions past `_CASES`, is
+left out (the set only grows; a clause of many cases then does not hide what the
+others decide), and past `_LIMIT` constraints it answers "not known to be empty"
+(False).
 """
 
 from __future__ import annotations
@@ -48,11 +50,13 @@ def runs_never(where: tuple, sizes: tuple[str, ...] | list[str]) -> bool:
     for any sizes (each >= 1). False when unsure."""
     rows: list[Linear] = [{s: Fraction(1), "": Fraction(-1)} for s in sizes]
     cases: list[list[Linear]] = [rows]
-    for clause in where:
-        if isinstance(clause, RangeConstraint):
-            cases = [case + extra for case in cases for extra in _range_rows(clause)]
-            if len(cases) > _CASES:
-                return False
+    clauses = [_range_rows(c) for c in where if isinstance(c, RangeConstraint)]
+    # the clauses of fewest cases first; one that would make more than `_CASES` is
+    # left out (the set only grows)
+    for extra_rows in sorted(clauses, key=len):
+        if len(cases) * len(extra_rows) > _CASES:
+            continue
+        cases = [case + extra for case in cases for extra in extra_rows]
     return all(_infeasible(case) for case in cases)
 
 

@@ -115,9 +115,10 @@ class _Constraint:
     dim: int
     guard: isl.Set  # where the read is evaluated (its `?:`, `&&` and `||` conditions)
     exact: bool  # every guard is affine (a data-dependent one is assumed to hold anywhere)
-    # in bounds where check >= 0, if not `aff`: an output's lower side. Inference bounds
-    # a free variable by what was written (`lo`); a read over a range the def states
-    # may also touch the elements below `lo`, which hold the initial value
+    # in bounds where check >= 0, if not `aff`: an output's lower side, and the upper
+    # side of one with a declared shape. Inference bounds a free variable by what was
+    # written (`lo:hi`); a read over a range the def states may also touch the elements
+    # below `lo` (or up to the declared shape), which hold the initial value
     check: isl.PwAff | None = None
 
     @property
@@ -298,7 +299,11 @@ class _StmtInference:
             hi_aff = expr_to_aff(hi, self.space)
             check = s if self._is_output(read.access) else None
             found.append(_Constraint(s - lo_aff, read.access, dim, guard, exact, check))
-            found.append(_Constraint(hi_aff - 1 - s, read.access, dim, guard, exact))
+            upper = None  # a declared output holds its whole shape (`_declared_output`)
+            if self._declared_output(read.access):
+                upper = expr_to_aff(self.state.by_name[read.access.name].dims[dim], self.space)
+                upper = upper - 1 - s
+            found.append(_Constraint(hi_aff - 1 - s, read.access, dim, guard, exact, upper))
         return found
 
     def _guard_of(self, read: Read) -> tuple[isl.Set, bool]:

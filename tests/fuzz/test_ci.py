@@ -25,17 +25,7 @@ GRAD_CFG = fuzz.Config(targets=("interp", "llvm", "llvm-rand"), grad=True, cuda_
 
 # (mode, seed) -> the failure signature seen when the entry was added (strict xfail).
 # F<n>: the failure class it belongs to (named in the commit that fixes it).
-KNOWN_FAILURES: dict[tuple[str, int], str] = {
-    ("grad", 21090): "rejected:grad-interp:RangeError: error: '_' reads out of bounds for "
-    "every size (G5: O(i1 + k4, i2, i3) max=! ... A(min(i2, N - 1), min(k4, 1 - 1)): the "
-    "clamp's second piece is a max= version whose whole-shape copy reads O_v1 past what "
-    "the first piece wrote)",
-    ("grad", 21189): "rejected:grad-interp:RangeError: error: '_' reads out of bounds for "
-    "every size (G5: found by --seeds 21000:21300 --grad, not yet minimised)",
-    ("grad", 21281): "rejected:grad-interp:RangeError: error: this statement runs for no sizes "
-    "at all (G6: a clamp piece of nested clamps and a floor-divided subscript, in a def "
-    "with lets; not yet minimised)",
-}
+KNOWN_FAILURES: dict[tuple[str, int], str] = {}
 
 
 def _params(mode: str, seeds: tuple) -> list:
