@@ -19,6 +19,18 @@ from compiler.pipeline import run
 from compiler.poly.schedule import scatter_notes, schedule
 
 
+@pytest.fixture(autouse=True)
+def _split_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The split is off by default (`parity.ENABLED`, measured slower): on for these tests."""
+    monkeypatch.setattr("compiler.cpu.parity.ENABLED", True)
+
+
+def test_the_split_is_off_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("compiler.cpu.parity.ENABLED", False)
+    ranged = run(STRIDED_GRAD, upto="ranges")
+    assert split_parities(ranged).ranged is ranged
+
+
 def _transposed(rank: int, strides: tuple[int, ...], dtype: str = "double", op: str = "+=!") -> str:
     """`O(n, m, s * h + kh, ...) op I(n, c, h, ...) * W1(c, m, kh, ...)`."""
     sp = ["h", "w", "d"][:rank]
