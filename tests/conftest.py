@@ -14,6 +14,7 @@ import difflib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,19 @@ def _vector_width_256(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
         from compiler.cpu import cpu_registers
 
         monkeypatch.setattr(cpu_registers, "host_vector_bits", lambda: 256)
+
+
+@pytest.fixture(scope="module")
+def no_few_rows() -> Iterator[None]:
+    """The CPU schedule without `cpu.rows`' versions for fewer rows than a tile's row
+    block (`FEW_ROWS = 1`): a module that inspects the structure of one register tile
+    (or compares loop nests with goldens) sees the general nest once, not under the
+    run-time tests of its row count. `tests/codegen/test_few_rows.py` tests the versions."""
+    from compiler.cpu import rows
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rows, "FEW_ROWS", 1)
+        yield
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

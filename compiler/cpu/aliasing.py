@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from compiler.cpu.cpu_model import LoopOrder, mentions, short, stmt_reads
 from compiler.frontend.ast import Binary, BinOp, Const, Expr, Let, RangeConstraint, Var
 from compiler.frontend.checked import StmtFacts
 from compiler.frontend.types import ScalarType
-from compiler.cpu.cpu_model import LoopOrder, mentions, short, stmt_reads
 
 ALIAS_BYTES = 1024  # a stride multiple of this many bytes maps to at most 4 set groups
 

@@ -101,10 +101,6 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from compiler.frontend.ast import Access, Binary, BinOp, Const, Expr, Let, RangeConstraint, Var
-from compiler.frontend.checked import StmtFacts
-from compiler.frontend.scopes import children, var_uses
-from compiler.options import AUTO, Options
 from compiler.cpu.cpu_registers import (
     ACCUMULATORS,
     BLOCK,
@@ -113,6 +109,10 @@ from compiler.cpu.cpu_registers import (
     tile_rows,
     vector_bits,
 )
+from compiler.frontend.ast import Access, Binary, BinOp, Const, Expr, Let, RangeConstraint, Var
+from compiler.frontend.checked import StmtFacts
+from compiler.frontend.scopes import children, var_uses
+from compiler.options import AUTO, Options
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff
 
 UNROLL = 4  # unroll-and-jam factor of the innermost reduction loop

@@ -56,9 +56,7 @@ def few_rows(nest: Any, facts: StmtFacts, params: tuple[str, ...]) -> Any:
     extent = _extent(facts, row, params)
     if extent is None:
         return nest
-    versions = tuple(
-        (b, _with_block(nest, row, b)) for b in range(2, min(FEW_ROWS, block - 1) + 1)
-    )
+    versions = tuple((b, _with_block(nest, row, b)) for b in range(2, min(FEW_ROWS, block - 1) + 1))
     return dataclasses.replace(nest, few_rows=FewRows(extent, block, versions))
 
 

@@ -11,7 +11,10 @@ outlined and, when it has enough work, handed to the launcher (`cpu.llvm_paralle
 Two launchers exist (`pool(name)`):
 
 - `"gomp"`: libgomp's native thread pool (`GOMP_parallel`), loaded once with
-  `llvmlite.binding.load_library_permanently("libgomp.so.1")`; the default where it loads;
+  `llvmlite.binding.load_library_permanently("libgomp.so.1")` under
+  `OMP_WAIT_POLICY=passive` (unless the user set a policy); where another library
+  loaded its libgomp first (torch), a separate copy of the system's (`_private_gomp`);
+  the default where it loads;
 - `"python"`: a ctypes callback that runs the outlined body on a shared Python
   `ThreadPoolExecutor` (`run_chunks`): the fallback where libgomp does not load.
 
@@ -353,8 +356,8 @@ def _passive_wait_policy() -> Iterator[None]:
     `OMP_WAIT_POLICY=passive` unless the user chose a policy or spin count: idle threads
     then sleep instead of spinning. Measured on the shared 2-core machine (softmax
     256x1024, 2 threads): 68 ms with spinning threads, 6.7 ms passive. Where libgomp is
-    loaded already (torch bundles one with the same soname), this changes nothing: the
-    process shares that runtime and its policy. The environment is restored after."""
+    loaded already (torch bundles one with the same soname), tcc loads a copy of its own
+    under this policy (`_private_gomp`). The environment is restored after."""
     if "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
         yield
         return

@@ -90,10 +90,10 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from compiler.frontend.checked import StmtFacts
-from compiler.options import Options
 from compiler.cpu import cpu_registers
 from compiler.cpu.cpu_model import LoopOrder, short
+from compiler.frontend.checked import StmtFacts
+from compiler.options import Options
 
 OUTER = 32  # rows of the last output loop (the register-blocked one) per tile
 COLUMNS = 1024  # a column reduction's strip of the innermost loop (the parallel tiles)

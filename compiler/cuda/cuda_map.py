@@ -29,6 +29,8 @@ The mapping (the model default; `CudaOptions` sets block and grid sizes):
   reduction* (`cuda.cuda_split`): partial results over many threads, then a second
   pass that combines them in a fixed order (deterministic), run when the sizes give
   enough partials;
+- consecutive phases over the same rows, independent row by row, also run as one
+  kernel, a warp a row (`cuda.cuda_rows`; its `when`: where the rows are enough);
 - a phase whose root is an `If` on the sizes only (a padded gather's size split) or a
   `Block` of such pieces is mapped piece by piece: each branch's kernels run where the
   host finds the condition true (their `when`);
@@ -161,8 +163,8 @@ class GpuProgram:
 def map_to_gpu(
     f: Function, phases: tuple[Stmt, ...], options: CudaOptions, *, error: str | None = None
 ) -> GpuProgram:
-    """One kernel per phase of `f` (see the module doc); `error` names the error-record
-    buffer, whose writes do not count as a phase's writes."""
+    """The kernels of `f`'s phases and of its row groups (see the module doc); `error`
+    names the error-record buffer, whose writes do not count as a phase's writes."""
     taken = _names(f)
     one = Const(1, I64)
     kernels: list[GpuKernel] = []
@@ -171,12 +173,17 @@ def map_to_gpu(
         found = _map_phase(f"{f.name}_k{p}", phases[p], f, options, error, set(taken))
         return [dataclasses.replace(k, phase=p, when=_both(when, k.when)) for k in found]
 
-    for item in plan_rows(phases, set(f.size_params), error, set(taken)):
+    plan = (
+        plan_rows(phases, set(f.size_params), error, set(taken))
+        if options.fuse_rows
+        else list(range(len(phases)))
+    )
+    for item in plan:
         if isinstance(item, int):
             kernels += phase_kernels(item, None)
             continue
         first = item.phases[0]
-        grid = (one, _size_only(item.rows, set(f.size_params)), one)
+        grid = (one, item.rows, one)
         kernels.append(GpuKernel(f"{f.name}_k{first}r", item.body, "parallel", LANES, grid,
                                  ((item.row, "y"),), (), first, item.when, "rows"))  # fmt: skip
         otherwise = Bin(BinOp.SUB, one, item.when)

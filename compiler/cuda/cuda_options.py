@@ -58,6 +58,9 @@
 - `shared_min_outputs`: the shared-memory kernel runs where the contraction has at
   least this many outputs (rows x columns of the GEMM view; 16384, a model guess:
   one default tile); smaller ones run the other kernels.
+- `fuse_rows`: consecutive statements over the same rows, independent row by row
+  (softmax, layer norm), run as one kernel a warp a row (`cuda.cuda_rows`) where the
+  rows give enough warps; False keeps one kernel (or more) per statement. On by default.
 - `arch`: NVRTC's `--gpu-architecture` (e.g. "sm_90"), or None: the device's.
 """
 
@@ -92,6 +95,7 @@ class CudaOptions:
         shared_memory (bool): contractions stage operand tiles in shared memory.
         shared_tile (tuple[int, int, int, int, int]): BM, BN, BK, TM, TN of it.
         shared_min_outputs (int): it runs for at least this many outputs.
+        fuse_rows (bool): statements over the same independent rows run as one kernel.
         thread_tile (tuple[int, int]): outputs a thread computes in a band over a
             reduction: rows of the variable whose copies share the most loads, times
             columns of the innermost one.
@@ -122,6 +126,7 @@ class CudaOptions:
     shared_memory: bool = True
     shared_tile: tuple[int, int, int, int, int] = (128, 128, 8, 8, 8)
     shared_min_outputs: int = 16384
+    fuse_rows: bool = True
 
     def __post_init__(self) -> None:
         if not _is_int(self.block) or not 1 <= self.block <= MAX_BLOCK:
@@ -134,7 +139,7 @@ class CudaOptions:
                 f"CudaOptions.grid must be None or an int in 1..{MAX_GRID_X}, got {self.grid!r}",
                 hint="CudaOptions(grid=None) covers the extent",
             )
-        for name in ("fast_math", "atomics", "graph", "race_check", "shared_memory"):
+        for name in ("fast_math", "atomics", "graph", "race_check", "shared_memory", "fuse_rows"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionsError(
                     f"CudaOptions.{name} must be True or False, got {getattr(self, name)!r}"

@@ -41,6 +41,15 @@ import islpy as isl
 import numpy as np
 
 from compiler import loops as L
+from compiler.cpu.aliasing import ALIAS_BYTES
+from compiler.cpu.colsum import block_column_sums
+from compiler.cpu.cpu_model import PANEL_LANES
+from compiler.cpu.merge import unmerge
+from compiler.cpu.pack import pack_tiles
+from compiler.cpu.regtile import register_tile
+from compiler.cpu.rows import few_rows_lowered
+from compiler.cpu.tiling import TileBand, tile_band
+from compiler.cpu.transpose import transpose_reads
 from compiler.diagnostics import InternalError
 from compiler.frontend.ast import AssignOp, Let
 from compiler.frontend.checked import RangedDef
@@ -49,10 +58,7 @@ from compiler.loops.jam import unroll_and_jam
 from compiler.names import NameSupply
 from compiler.options import Options
 from compiler.poly import ast_tree as tree
-from compiler.cpu.aliasing import ALIAS_BYTES
-from compiler.cpu.colsum import block_column_sums
 from compiler.poly.companions import companion_versions
-from compiler.cpu.cpu_model import PANEL_LANES
 from compiler.poly.failures import isl_failures
 from compiler.poly.lower_expr import (
     I64,
@@ -64,13 +70,7 @@ from compiler.poly.lower_expr import (
     copy_nest,
     dtype_of,
 )
-from compiler.cpu.pack import pack_tiles
-from compiler.cpu.merge import unmerge
-from compiler.cpu.regtile import register_tile
-from compiler.cpu.rows import few_rows_lowered
 from compiler.poly.schedule import STREAMED, Nest, NestKind, Schedule, schedule
-from compiler.cpu.tiling import TileBand, tile_band
-from compiler.cpu.transpose import transpose_reads
 
 ERROR_BUFFER = "tcc.error"
 

@@ -57,11 +57,11 @@ from __future__ import annotations
 
 import islpy as isl
 
+from compiler.cpu.cpu_model import BLOCK, MAX_STRIDE, LoopOrder, short
 from compiler.frontend.ast import Access, AssignOp, Expr, Let, Var
 from compiler.frontend.checked import StmtFacts
 from compiler.frontend.scopes import walk
 from compiler.options import GATHER_MODES
-from compiler.cpu.cpu_model import BLOCK, MAX_STRIDE, LoopOrder, short
 from compiler.poly.invert import unit_inner
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff
 

@@ -58,6 +58,14 @@ from dataclasses import dataclass
 
 import islpy as isl
 
+from compiler.cpu.aliasing import AliasCheck, alias_check
+from compiler.cpu.cpu_model import LoopOrder, choose_order, literal_order
+from compiler.cpu.cpu_registers import panel_rows
+from compiler.cpu.merge import Views, merge_loops
+from compiler.cpu.pad import pad_gathers
+from compiler.cpu.parity import split_parities
+from compiler.cpu.rows import FewRows, few_rows
+from compiler.cpu.tiling import choose_tiles
 from compiler.diagnostics import InternalError, OptionsError
 from compiler.frontend.ast import Access, Binary, BinOp, Const, Expr, Let, RangeConstraint, Var
 from compiler.frontend.checked import RangedDef, StmtFacts
@@ -65,20 +73,12 @@ from compiler.frontend.printer import print_stmt
 from compiler.frontend.scopes import children
 from compiler.frontend.visit import walk
 from compiler.options import Options
-from compiler.cpu.aliasing import AliasCheck, alias_check
 from compiler.poly.build import PolyStmt, build_statements, tensor_extents
-from compiler.cpu.cpu_model import LoopOrder, choose_order, literal_order
-from compiler.cpu.cpu_registers import panel_rows
 from compiler.poly.failures import isl_failures
 from compiler.poly.gather import WriteKind, write_kind
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff, params_space
 from compiler.poly.lower_expr import bound_to_loops
-from compiler.cpu.merge import Views, merge_loops
-from compiler.cpu.pad import pad_gathers
-from compiler.cpu.rows import FewRows, few_rows
-from compiler.cpu.parity import split_parities
 from compiler.poly.partial import partial_order, plain_vars
-from compiler.cpu.tiling import choose_tiles
 
 
 class NestKind(enum.Enum):

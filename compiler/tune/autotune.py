@@ -60,6 +60,7 @@ from compiler.tune.verdict import Verdict
 
 SMALL = 1 << 16  # elements of inputs and outputs up to which interp checks too
 OPTIONS_TYPES: dict[str, type] = {"llvm": Options}
+PRELOAD = ("torch",)  # imported by the workers too when the caller imported them
 
 
 @dataclass(frozen=True)
@@ -270,6 +271,7 @@ def _job(kernel: Any, inputs: tuple[np.ndarray, ...], key: str) -> TuneJob:
         inputs,
         _expectations(kernel, inputs),
         cache_dir=None if directory is None else str(directory),
+        preload=tuple(m for m in PRELOAD if m in sys.modules),
     )
 
 

@@ -61,6 +61,9 @@ class TuneJob:
     cache_dir: str | None = None
     min_block_s: float = 0.02
     blocks: int = 5
+    # modules the worker imports first: the caller's (torch), so a candidate is timed
+    # with the same runtimes loaded as where it will run (`compiler.tune.worker`)
+    preload: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,14 @@ same program on the same machine: the parent started it). The worker is started 
 `__main__` (a script without an `if __name__ == "__main__":` guard would otherwise run
 again in every worker). Its stdout is moved to stderr at start, so whatever compiled
 code prints cannot corrupt the frames; the parent discards its stderr. It exits at
-the end of stdin.
+the end of stdin. It imports the job's `preload` modules first (torch, when the caller
+had imported it), so that it times candidates with the caller's runtimes loaded.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import os
 import pickle
 import struct
@@ -56,6 +59,9 @@ def serve() -> None:
     sys.stdout = sys.stderr
     inp = sys.stdin.buffer
     job = read_frame(inp)
+    for module in job.preload:  # the caller's runtimes (torch's libgomp), before ours
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
     import compiler.kernel  # noqa: F401  (the import cost before "ready", not in a task's time)
 
     write_frame(out, "ready")

@@ -125,7 +125,13 @@ def test_matmul_maps_n_to_threads_and_accumulates_in_a_register() -> None:
     def ran(sizes: dict[str, int]) -> list[str]:
         return [k.name for k in program.gpu.kernels if program.grid(k, sizes)[0] > 0]
 
-    assert ran({"M": 4096, "K": 4096, "N": 4096}) == ["matmul_k0t0"]
+    # a large contraction stages tiles in shared memory (cuda.cuda_shared); without it,
+    # the thread tiles
+    assert ran({"M": 4096, "K": 4096, "N": 4096}) == ["matmul_k0m"]
+    plain_program = _program(src, CudaOptions(shared_memory=False))
+    assert not [k for k in plain_program.gpu.kernels if k.variant == "shared"]
+    assert [k.name for k in plain_program.gpu.kernels
+            if plain_program.grid(k, {"M": 4096, "K": 4096, "N": 4096})[0] > 0] == ["matmul_k0t0"]  # fmt: skip
     # few outputs of a long reduction: split into partials over k (cuda.cuda_split)
     assert ran({"M": 64, "K": 4096, "N": 64}) == ["matmul_k0s1", "matmul_k0s2"]
     assert ran({"M": 64, "K": 24, "N": 64}) == ["matmul_k0"]  # 3 partials: too few
@@ -163,10 +169,12 @@ def test_tcc_compile_emits_cuda_with_launch_comments() -> None:
 
     fwd = tcc("--emit", "cuda")
     assert fwd.returncode == 0, fwd.stderr
-    # the convolution: one thread an output, 3 thread-tile kernels, a split reduction's
-    # two passes (few outputs, cuda.cuda_split) and a warp reduction (for kernels of
-    # 16 columns or more); the bias: one thread an output
-    assert fwd.stdout.count('extern "C" __global__') == 8
+    # the convolution: one thread an output, its shared-memory GEMM tiling (many outputs,
+    # cuda.cuda_shared), 3 thread-tile kernels, a split reduction's two passes (few
+    # outputs, cuda.cuda_split) and a warp reduction (for kernels of 16 columns or more);
+    # the bias: one thread an output
+    assert fwd.stdout.count('extern "C" __global__') == 9
+    assert "// launch: conv2d_k0m<<<" in fwd.stdout
     assert "// launch: conv2d_k0<<<dim3(" in fwd.stdout
     back = tcc("--grad", "--emit", "cuda")
     assert back.returncode == 0, back.stderr

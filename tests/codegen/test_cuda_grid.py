@@ -18,7 +18,8 @@ from compiler.kernel import define
 from compiler.runtime import cuda as runtime_cuda
 
 SOFTMAX = (Path(__file__).resolve().parents[2] / "examples" / "softmax.tc").read_text()
-BLOCK = CudaOptions(block=32)
+# the statements' own kernels: row fusion (cuda.cuda_rows) would run softmax as one
+BLOCK = CudaOptions(block=32, fuse_rows=False)
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
 
@@ -51,6 +52,11 @@ def test_grid_variant_matches_numpy(
     ran = [kernel.name for kernel, _ in k._native.plan({"N": n, "D": d})]
     suffix = "_i32" if width == 32 else ""
     assert f"softmax_k1g{suffix}" in ran and f"softmax_k3g{suffix}" in ran
+    fused = define(SOFTMAX, target="cuda-emulated", options=CudaOptions(block=32))
+    np.testing.assert_allclose(fused(x)[0], _softmax(x), rtol=1e-5, atol=1e-6)
+    assert [kernel.name for kernel, _ in fused._native.plan({"N": n, "D": d})] == [
+        f"softmax_k0r{suffix}"
+    ]
 
 
 def test_below_a_block_of_columns_the_collapsed_kernel_runs() -> None:

@@ -103,6 +103,16 @@ def _threads(stmt: L.Stmt, env: dict[str, int]) -> int:
     return 1
 
 
+def _launched(program: object, kernel: object, env: dict[str, int]) -> int:
+    """The threads a kernel runs: its mapped loops' trips, or, for the shared-memory
+    tiling (`cuda.cuda_shared`, whose body the emitter writes: a block's threads share
+    a tile of outputs), every thread of its launch."""
+    if kernel.variant == "shared":  # type: ignore[attr-defined]
+        x, y, z = program.grid(kernel, env)  # type: ignore[attr-defined]
+        return x * y * z * kernel.block  # type: ignore[attr-defined]
+    return _threads(kernel.body, dict(env))  # type: ignore[attr-defined]
+
+
 CASES = _cases()
 
 
@@ -123,7 +133,7 @@ def test_no_phase_runs_on_fewer_threads_than_its_work(
         reasons = [k.reason for k in running]
         if any(r.startswith(SEQUENTIAL) for r in reasons):
             continue
-        threads = max(_threads(k.body, dict(env)) for k in running)
+        threads = max(_launched(program, k, env) for k in running)
         want = min(-(-work // WORK_PER_THREAD), MIN_THREADS)
         names = [k.name for k in running]
         assert threads >= want, f"{name} phase {p}: {threads} threads for {work} iterations {names}"

@@ -132,10 +132,7 @@ def test_not_merged_cases_still_equal_the_interpreter() -> None:
 
 def test_a_slice_of_the_rows_merges_only_the_whole_dimensions() -> None:
     # h covers H - 1 of the H rows: (h, w) is not a whole pair of I's dimensions
-    src = (
-        "def rows(float(N, H, W) I) -> (O) {\n"
-        "    O(n, h, w) = I(n, h, w) + I(n, h + 1, w)\n}"
-    )
+    src = "def rows(float(N, H, W) I) -> (O) {\n    O(n, h, w) = I(n, h, w) + I(n, h + 1, w)\n}"
     loops = _loops(src, Options())
     assert "hw" not in loops
     _check(src, {"N": 2, "H": 4, "W": 3}, np.float32, 2, grad=True)

@@ -23,6 +23,9 @@ from compiler.poly.astgen import lower
 from compiler.poly.ranges import infer_ranges
 from tests.codegen.kit import find, reference_and_llvm
 
+# one register tile per nest: no versions for fewer rows than its block (conftest)
+pytestmark = pytest.mark.usefixtures("no_few_rows")
+
 POOLS = ["python"] + (["gomp"] if runtime.default_pool() == "gomp" else [])
 MATMUL = "def mm(float(M, K) A, float(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
 SOURCES = {

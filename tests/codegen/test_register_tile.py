@@ -21,6 +21,9 @@ from compiler.poly.ranges import infer_ranges
 from tests.codegen.kit import find as _find
 from tests.codegen.kit import reference_and_llvm
 
+# one register tile per nest: no versions for fewer rows than its block (conftest)
+pytestmark = pytest.mark.usefixtures("no_few_rows")
+
 
 def conv_source(stride: int, dilation: int, op: str = "+=!", name: str = "conv") -> str:
     h = f"{stride} * h + {dilation} * kh" if stride > 1 or dilation > 1 else "h + kh"

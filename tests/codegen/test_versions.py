@@ -39,6 +39,9 @@ from compiler.loops.ir import (
 from compiler.options import Options
 from compiler.runtime import native
 
+# one register tile per nest: no versions for fewer rows than its block (conftest)
+pytestmark = pytest.mark.usefixtures("no_few_rows")
+
 ROOT = Path(__file__).resolve().parents[2]
 CONV = (ROOT / "examples" / "conv2d.tc").read_text()
 # (I shape, W1 shape): the version of I_grad each takes

@@ -14,6 +14,9 @@ from compiler.options import Options
 from compiler.poly.astgen import ERROR_BUFFER, lower, lower_kernel
 from compiler.poly.ranges import infer_ranges
 
+# one register tile per nest: no versions for fewer rows than its block (conftest)
+pytestmark = pytest.mark.usefixtures("no_few_rows")
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 GOLDEN = {

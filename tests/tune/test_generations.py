@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -28,7 +29,12 @@ OTHER_CODE = Options(innermost=None, tile=())
 
 def _job(m: int = 7, k: int = 5, n: int = 11) -> J.TuneJob:
     a, b = mm_inputs(m, k, n)
-    return J.TuneJob(uuid.uuid4().hex, MM, "mm", "llvm", (a, b), ((a @ b,),), min_block_s=0.002)
+    # a compile cache of its own: an entry another test of this process wrote (under its
+    # monkeypatches of the CPU model) would make equal options look like other code
+    cache = tempfile.mkdtemp(prefix="tcc-generations-")
+    return J.TuneJob(
+        uuid.uuid4().hex, MM, "mm", "llvm", (a, b), ((a @ b,),), cache_dir=cache, min_block_s=0.002
+    )
 
 
 def _generations(runner: Any, job: J.TuneJob, candidates: int) -> Generations:
@@ -87,10 +93,11 @@ class _Sleepy:
 
 @pytest.fixture
 def sleepy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """threads=1 candidates take 12 ms a call, the others 1 ms."""
+    """threads=1 candidates take 60 ms a call, the others 1 ms (far apart: a loaded
+    machine stretches the 1 ms sleep and the tiny matmul several times)."""
     real = J._define
     monkeypatch.setattr(
-        J, "_define", lambda job, o: _Sleepy(real(job, o), 0.012 if o.threads == 1 else 0.001)
+        J, "_define", lambda job, o: _Sleepy(real(job, o), 0.06 if o.threads == 1 else 0.001)
     )
 
 
@@ -98,12 +105,12 @@ def sleepy(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_measure_stops_after_one_block_above_the_cutoff() -> None:
     job = _job()
     try:
-        slow = J.measure(job, Options(threads=1), cutoff_ms=4.0)
-        fast = J.measure(job, Options(), cutoff_ms=4.0)
+        slow = J.measure(job, Options(threads=1), cutoff_ms=25.0)
+        fast = J.measure(job, Options(), cutoff_ms=25.0)
         full = J.measure(job, Options(threads=1))
     finally:
         J.forget(job.key)
-    assert slow.ok and slow.stopped and len(slow.times_ms) == 1 and slow.times_ms[0] > 4.0
+    assert slow.ok and slow.stopped and len(slow.times_ms) == 1 and slow.times_ms[0] > 25.0
     assert fast.ok and not fast.stopped and len(fast.times_ms) == job.blocks
     assert not full.stopped and len(full.times_ms) == job.blocks
 

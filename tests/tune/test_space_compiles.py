@@ -23,7 +23,7 @@ from compiler import pipeline
 from compiler.kernel import define
 from compiler.loops.printer import print_function
 from compiler.options import Options
-from compiler.tune.space import Choice, Fixed, Space, SpaceContext, TileSpace
+from compiler.tune.space import Choice, Fixed, PerStatement, Space, SpaceContext, TileSpace
 
 Arrays = tuple[np.ndarray, ...]
 
@@ -91,6 +91,10 @@ def _values(space: object, ctx: SpaceContext) -> tuple[object, ...]:
         mixed = tuple(sizes[1 + d % (len(sizes) - 1)] for d in range(ctx.depth))
         last = (1,) * (ctx.depth - 1) + (sizes[1],)
         return (None, (), (sizes[1],) * ctx.depth, (sizes[-1],) * ctx.depth, mixed, last)
+    if isinstance(space, PerStatement):  # a few drawn entries (none for a one-statement def)
+        every = dataclasses.replace(space, share=1.0)
+        drawn = {every.sample(random.Random(seed), ctx) for seed in range(4)}
+        return tuple(sorted(drawn, key=repr))
     assert isinstance(space, Fixed), f"a field space this test does not know: {space!r}"
     return (space.default,)
 
