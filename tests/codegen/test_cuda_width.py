@@ -73,7 +73,10 @@ def test_32_bit_kernels_have_no_64_bit_division_and_fewer_instructions(example: 
     program = _program(_example(example))
     wide, narrow = _ptx(program, False), _ptx(program, True)
     assert set(narrow) == {f"{k}_i32" for k in wide}
+    shared = {k.name for k in program.gpu.kernels if k.variant == "shared"}
     for name, instructions in wide.items():
+        if name in shared:  # cuda_shared writes its own index arithmetic (not narrowed)
+            continue
         small = narrow[f"{name}_i32"]
         assert not any(WIDE_DIV.search(i) for i in small), name
         assert len(small) < len(instructions), (name, len(small), len(instructions))
@@ -238,7 +241,8 @@ def test_gradients_in_64_bits_match_llvm(example: str, monkeypatch: pytest.Monke
 
     monkeypatch.setattr(cuda_width, "INT32_LIMIT", 1)
     text = _example(example)
-    ref, got = define(text), define(text, target=EMULATED)
+    # no compile cache: a program another test compiled chose its widths without the patch
+    ref, got = define(text), define(text, target=EMULATED, cache=None)
     args = _inputs(ref, ODD, (0, 2))
     _compare(ref, got, args)
     outs = ref(*args)
