@@ -299,11 +299,12 @@ class _Reverse:
         """`*=` without '!': `O_k = O_(k-1) * prod_r x_r`, so `d x_r` is `O_(k-1)` times
         the product of the other terms (1 when the statement reduces over nothing:
         `NonLin(b, c, t) *= sigmoid(...)`). Differentiated where it multiplies every
-        element of an output an earlier statement wrote (the pass-through then covers
-        the output)."""
+        element of an output an earlier statement wrote, or part of it through plain
+        index variables (a clamp's piece: the pass-through keeps the adjoint where it
+        does not multiply, `_times_pass_through`)."""
         if k == 1:
             raise first_write(stmt, target)
-        if not self.v.covers_box(stmt):
+        if not self.v.covers_box(stmt) and plain_vars(stmt.lhs) is None:
             raise TCError(
                 f"cannot differentiate `*=` without '!' over part of '{target}' (its "
                 "left-hand side must be plain index variables over the whole output): "
@@ -509,6 +510,11 @@ class _Reverse:
         value = al.mul(Access(adjoint, stmt.lhs.args), factor) or Access(adjoint, stmt.lhs.args)
         self._need_reads(value, index)
         self._emit(Access(grad, stmt.lhs.args), value, where)
+        # a condition on the written elements (a clamp's piece: `0 - (i - 1) in 1:...`):
+        # elements the statement does not multiply keep the adjoint, as for max= / min=
+        inside = dataclasses.replace(stmt, where=where)
+        if plain_vars(stmt.lhs) is not None and not self.v.covers_box(inside, reducing=False):
+            self._masked_pass_through(inside, target, adjoint, grad)
 
     def _masked_pass_through(self, stmt: Stmt, target: str, adjoint: str, grad: str) -> None:
         names = [a.name for a in stmt.lhs.args if isinstance(a, Var)]
