@@ -470,26 +470,38 @@ class _Reverse:
             self._times_pass_through(index, stmt, target, k, adjoint, grad)
             return
         if stmt.op.base in (AssignOp.MAX, AssignOp.MIN):
-            self._extremum_pass_through(stmt, target, k, adjoint, grad)
+            self._extremum_pass_through(index, stmt, target, k, adjoint, grad)
             return
         idx, where = full_box(self.v, target)
         self._emit(Access(grad, idx), Access(adjoint, idx), where)
 
     def _extremum_pass_through(
-        self, stmt: Stmt, target: str, k: int, adjoint: str, grad: str
+        self, index: int, stmt: Stmt, target: str, k: int, adjoint: str, grad: str
     ) -> None:
         """`max=` / `min=` into the previous version: where the statement writes, the
         previous value keeps the adjoint if it is still the extremum; elsewhere it is
         the value. The previous version is read only where the statement writes (an
-        earlier write may cover only that part: `O(i) = A(i) where i in 2:N`)."""
+        earlier write may cover only that part: `O(i) = A(i) where i in 2:N`).
+
+        Without a reduction the test compares the previous value with the right-hand
+        side (`prev <= rhs` for `min=`), both computed here: the previous version may be
+        recomputed in another order than the forward's (a clamp's pieces of a sum), so
+        its bits need not equal the forward's result. A reduction compares with the
+        result (which of its terms won is not one comparison)."""
         self._need(target, k - 1)
-        self._need(target, k)
         plain = plain_vars(stmt.lhs)
         if plain is None:
             idx, where = full_box(self.v, target)
         else:
             idx, where = stmt.lhs.args, lhs_where(stmt, stmt.where)
-        same = al.eq(Access(self.v.name(target, k - 1), idx), Access(self.v.name(target, k), idx))
+        previous = Access(self.v.name(target, k - 1), idx)
+        if plain is not None and not reduced(stmt):
+            op = CmpOp.LE if stmt.op.base is AssignOp.MIN else CmpOp.GE
+            same: Expr = Compare(op, previous, stmt.rhs)
+            self._need_reads(stmt.rhs, index)
+        else:
+            self._need(target, k)
+            same = al.eq(previous, Access(self.v.name(target, k), idx))
         value = al.mul(Access(adjoint, idx), al.indicator(same)) or Access(adjoint, idx)
         self._emit(Access(grad, idx), value, where)
         inside = dataclasses.replace(stmt, where=where)
