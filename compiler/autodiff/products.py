@@ -101,14 +101,20 @@ def reduced(stmt: Stmt) -> bool:
 
 def lhs_where(stmt: Stmt, where: tuple) -> tuple:
     """The clauses of `where` over the left-hand side's variables only (the range
-    constraints of the reduction's variables dropped)."""
+    constraints of the reduction's variables dropped). The index variables are the
+    left-hand side's and those a clause ranges (`k in 0:M`); any other name is a size,
+    so a clamp piece's condition on the written elements (`M - 1 - i in 0:M - i`) is
+    kept."""
     names = {e.name for a in stmt.lhs.args for e in walk(a) if isinstance(e, Var)}
-    return tuple(
-        c
-        for c in where
-        if not isinstance(c, RangeConstraint)
-        or all(e.name in names for e in walk(c.expr) if isinstance(e, Var))
-    )
+    index = names | {
+        c.expr.name for c in where if isinstance(c, RangeConstraint) and isinstance(c.expr, Var)
+    }
+
+    def over_lhs(c: RangeConstraint) -> bool:
+        used = {e.name for part in (c.expr, c.lo, c.hi) for e in walk(part) if isinstance(e, Var)}
+        return used & index <= names
+
+    return tuple(c for c in where if not isinstance(c, RangeConstraint) or over_lhs(c))
 
 
 def first_write(stmt: Stmt, target: str) -> TCError:

@@ -18,6 +18,7 @@ division: the denominator's gradient is `-grad * out / b`.
 
 from __future__ import annotations
 
+from compiler.autodiff.products import lhs_where
 from compiler.frontend.ast import AssignOp, Binary, BinOp, Let, RangeConstraint, Stmt, Var
 from compiler.frontend.visit import walk
 
@@ -42,8 +43,8 @@ def split_quotient(stmt: Stmt) -> tuple[Binary, tuple[RangeConstraint, ...]] | N
     used = {e.name for e in walk(stmt.rhs.rhs) if isinstance(e, Var)}
     if used & reduction:
         return None
-    where = tuple(c for c in ranges if isinstance(c.expr, Var) and c.expr.name in lhs)
-    return stmt.rhs, where
+    # the clauses over `v` alone, a clamp piece's condition on them too (`M - 1 - i in ...`)
+    return stmt.rhs, lhs_where(stmt, tuple(ranges))
 
 
 __all__ = ["split_quotient"]

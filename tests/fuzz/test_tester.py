@@ -272,3 +272,22 @@ def test_a_tie_of_equal_candidates_is_a_kink_for_gradients() -> None:
     exp = evaluate(p, {"N": 3}, {"A": RNG.standard_normal(3)})
     assert exp.gap == 0.0
     assert exp.stable["O"].all()  # equal candidates: the forward value is still exact
+
+
+def test_finite_differences_keep_a_small_output_beside_a_huge_one() -> None:
+    # seed 22680: P, a product of many terms, is about 4e17 and does not change; O's
+    # change is about 1. Summed into one loss first, O's part fell below P's rounding.
+    from tools import fuzz_grad
+    from tools.fuzz_ir import show_program
+
+    p = generate(22680, exact=False, grad=True)
+    inputs, values = fuzz_grad._data(p, 22680)
+    cots = [np.ones_like(values[o]) for o in p.outputs]
+    step = fuzz_grad.STEP
+    up = dict(inputs, A=inputs["A"] + step)
+    down = dict(inputs, A=inputs["A"] - step)
+    fd = fuzz_grad._difference(p, up, down, cots) / (2 * step)
+    k = compiler.define(show_program(p), target="interp")
+    grads = k.vjp(inputs["A"], grad_outputs=tuple(cots))
+    assert abs(values["P"]).max() > 1e15
+    assert fd != 0.0 and abs(fd - float(np.sum(grads[0]))) <= 1e-5 * abs(fd)
