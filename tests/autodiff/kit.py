@@ -30,3 +30,24 @@ def uniform(
     rng: np.random.Generator, shape: tuple[int, ...], lo: float = -1.0, hi: float = 1.0
 ) -> np.ndarray:
     return rng.uniform(lo, hi, size=shape)
+
+
+# every target a gradient runs on: define's keywords, by test id
+GRAD_TARGETS: dict[str, dict[str, object]] = {
+    "interp": {"target": "interp"},
+    "llvm-1": {"target": "llvm", "options": compiler.Options(threads=1)},
+    "llvm-2": {"target": "llvm", "options": compiler.Options(threads=2)},
+    "cuda-emulated": {"target": "cuda-emulated"},
+}
+
+
+def gradcheck_cases(
+    source: str, cases: list[tuple[tuple[int, ...], ...]], target: str, seeds: tuple[int, ...]
+) -> None:
+    """`compiler.gradcheck` of `source` on `target` (a `GRAD_TARGETS` key), no cache,
+    for random normal inputs of each case's shapes, drawn from each seed."""
+    k = compiler.define(source, cache=False, **GRAD_TARGETS[target])  # type: ignore[arg-type]
+    for seed in seeds:
+        rng = np.random.default_rng(seed)
+        for shapes in cases:
+            compiler.gradcheck(k, *(rng.standard_normal(s) for s in shapes))

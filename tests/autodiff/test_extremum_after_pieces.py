@@ -12,18 +12,10 @@ reduction the test is now `P_v2(i) <= c`, both sides computed in the gradient.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import compiler
-from compiler import Options
-
-TARGETS = {
-    "interp": {"target": "interp"},
-    "llvm-1": {"target": "llvm", "options": Options(threads=1)},
-    "llvm-2": {"target": "llvm", "options": Options(threads=2)},
-    "cuda-emulated": {"target": "cuda-emulated"},
-}
+from tests.autodiff.kit import GRAD_TARGETS, gradcheck_cases
 
 DEFS = {
     "min= after pieces": (
@@ -41,15 +33,11 @@ DEFS = {
 }
 
 
-@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize("target", sorted(GRAD_TARGETS))
 @pytest.mark.parametrize("case", sorted(DEFS))
 def test_gradient_matches_finite_differences(case: str, target: str) -> None:
     source, cases = DEFS[case]
-    k = compiler.define(source, cache=False, **TARGETS[target])
-    for seed in range(3):
-        rng = np.random.default_rng(seed)
-        for shapes in cases:
-            compiler.gradcheck(k, *(rng.standard_normal(s) for s in shapes))
+    gradcheck_cases(source, cases, target, (0, 1, 2))
 
 
 def test_the_printed_gradient_compares_with_the_right_hand_side() -> None:

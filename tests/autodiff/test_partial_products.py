@@ -17,14 +17,7 @@ import numpy as np
 import pytest
 
 import compiler
-from compiler import Options
-
-TARGETS = {
-    "interp": {"target": "interp"},
-    "llvm-1": {"target": "llvm", "options": Options(threads=1)},
-    "llvm-2": {"target": "llvm", "options": Options(threads=2)},
-    "cuda-emulated": {"target": "cuda-emulated"},
-}
+from tests.autodiff.kit import GRAD_TARGETS, gradcheck_cases
 
 # name -> (source, shapes of the inputs for each size case)
 DEFS = {
@@ -65,14 +58,11 @@ DEFS = {
 }
 
 
-@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize("target", sorted(GRAD_TARGETS))
 @pytest.mark.parametrize("case", sorted(DEFS))
 def test_gradient_matches_finite_differences(case: str, target: str) -> None:
     source, cases = DEFS[case]
-    k = compiler.define(source, cache=False, **TARGETS[target])
-    rng = np.random.default_rng(21196)
-    for shapes in cases:
-        compiler.gradcheck(k, *(rng.standard_normal(s) for s in shapes))
+    gradcheck_cases(source, cases, target, (21196,))
 
 
 def test_the_untouched_elements_keep_the_adjoint() -> None:
