@@ -42,6 +42,17 @@ settings.register_profile(
 settings.load_profile("ci")
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """One worker per core (`-n auto`) where pytest-xdist is installed and no `-n` was
+    given; without xdist the suite runs in one process (an `addopts = "-n auto"` would
+    make pytest refuse its own command line there)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or hasattr(config, "workerinput"):
+        return  # a worker: it runs the tests it is sent
+    if config.pluginmanager.has_plugin("xdist") and config.getoption("numprocesses") is None:
+        config.option.numprocesses = "auto"
+
+
 @pytest.fixture(autouse=True)
 def _vector_width_256(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CPU model sizes register tiles for the host's vector registers
