@@ -486,8 +486,9 @@ class _Reverse:
         Without a reduction the test compares the previous value with the right-hand
         side (`prev <= rhs` for `min=`), both computed here: the previous version may be
         recomputed in another order than the forward's (a clamp's pieces of a sum), so
-        its bits need not equal the forward's result. A reduction compares with the
-        result (which of its terms won is not one comparison)."""
+        its bits need not equal the forward's result. A reduction compares with its
+        terms' extremum, an auxiliary reduction here (fuzz seed 23479: a recomputed
+        sum then `max= D(k)`); a scatter's left-hand side with the result."""
         self._need(target, k - 1)
         plain = plain_vars(stmt.lhs)
         if plain is None:
@@ -495,9 +496,12 @@ class _Reverse:
         else:
             idx, where = stmt.lhs.args, lhs_where(stmt, stmt.where)
         previous = Access(self.v.name(target, k - 1), idx)
-        if plain is not None and not reduced(stmt):
+        if plain is not None:
             op = CmpOp.LE if stmt.op.base is AssignOp.MIN else CmpOp.GE
-            same: Expr = Compare(op, previous, stmt.rhs)
+            rhs = stmt.rhs
+            if reduced(stmt):
+                rhs = self._tmp(target, stmt, AssignOp(stmt.op.base.value + "!"), rhs)
+            same: Expr = Compare(op, previous, rhs)
             self._need_reads(stmt.rhs, index)
         else:
             self._need(target, k)

@@ -35,7 +35,13 @@ from compiler.frontend.ast import (
 from compiler.frontend.checked import Bound
 from compiler.frontend.printer import print_expr
 from compiler.frontend.scopes import walk
-from compiler.poly.isl_bridge import expr_to_aff, params_space, pwaff_to_expr, set_to_expr
+from compiler.poly.isl_bridge import (
+    NotAffine,
+    expr_to_aff,
+    params_space,
+    pwaff_to_expr,
+    set_to_expr,
+)
 
 if TYPE_CHECKING:
     from compiler.poly.ranges import _StmtInference
@@ -78,6 +84,38 @@ def hull(images: list[tuple[isl.Set, ...]], params: tuple[str, ...]) -> tuple[Bo
         lo = pwaff_to_expr(union.dim_min(0), params, ctx)
         hi = pwaff_to_expr(union.dim_max(0) + 1, params, ctx)
         result.append(Bound(lo, hi))
+    return tuple(result)
+
+
+def within_declared(
+    bounds: tuple[Bound, ...],
+    images: list[tuple[isl.Set, ...]],
+    declared: tuple[Expr, ...],
+    params: tuple[str, ...],
+    context: isl.Set,
+) -> tuple[Bound, ...]:
+    """`bounds`, with `hi` lowered to the declared extent where every write provably
+    lies inside it for every size in `context`, though `hi` does not: a gathered
+    scatter's `where y in 2:N + 3` is a hull that inner ranges empty for small sizes
+    (a gradient's recomputed `O_v1` declared `2 * N - 1`, fuzz seed 22920)."""
+    space = params_space(params)
+    sizes = context.params()
+    result = []
+    for bound, extent, dims in zip(bounds, declared, zip(*images, strict=True), strict=True):
+        try:
+            want = expr_to_aff(extent, space)
+            hi = expr_to_aff(bound.hi, space)
+        except NotAffine:
+            result.append(bound)
+            continue
+        if hi.gt_set(want).intersect_params(sizes).is_empty():
+            result.append(bound)
+            continue
+        last = functools.reduce(isl.Set.union, dims).dim_max(0)
+        on_sizes = want.project_domain_on_params().align_params(last.get_space())
+        fits = last.align_params(on_sizes.get_space()).ge_set(on_sizes)
+        fits = fits.intersect_params(sizes).is_empty()
+        result.append(Bound(bound.lo, extent) if fits else bound)
     return tuple(result)
 
 
@@ -154,4 +192,4 @@ def _all(clause: RangeConstraint) -> list[Expr]:
     return [n for e in (clause.lo, clause.hi) for n in walk(e)]
 
 
-__all__ = ["hull", "record_output"]
+__all__ = ["hull", "record_output", "within_declared"]

@@ -102,7 +102,7 @@ from compiler.poly.isl_bridge import (
     pwaff_to_expr,
     set_to_expr,
 )
-from compiler.poly.output_bounds import record_output
+from compiler.poly.output_bounds import record_output, within_declared
 from compiler.poly.stated import clause_hint, stated_context, stated_preconditions
 
 
@@ -164,8 +164,14 @@ def infer_ranges(checked: CheckedDef) -> RangedDef:
 
 def _output_bounds(state: _DefState, name: str) -> tuple[Bound, ...]:
     """Per dimension, the hull of what every statement writing `name` writes (the
-    extent after its last write: `output_bounds.record_output`)."""
-    return state.known.get(name, ())
+    extent after its last write: `output_bounds.record_output`), within its declared
+    shape where the writes provably are (`output_bounds.within_declared`: an `op!`
+    fills the whole output with its identity, then writes its domain's image)."""
+    bounds = state.known.get(name, ())
+    dims = state.by_name[name].dims
+    if not bounds or dims is None:
+        return bounds
+    return within_declared(bounds, state.images[name], dims, state.params, state.stated)
 
 
 class _StmtInference:

@@ -8,6 +8,10 @@ the recomputed value need not equal the forward's bits. `P(i) min= c` used to gi
 the previous value its adjoint where `P_v2(i) == P(i)` (the forward's result): the
 rounding made that false and the gradient of B was 0 at random elements. Without a
 reduction the test is now `P_v2(i) <= c`, both sides computed in the gradient.
+
+With a reduction (`P(i, j) max= D(k)`, fuzz seed 23479: B_grad 7.04 on interp and 5.48
+on llvm against 9.23 from central differences) the previous value is compared with
+its terms' extremum, an auxiliary `max=!` reduction in the gradient.
 """
 
 from __future__ import annotations
@@ -30,6 +34,13 @@ DEFS = {
         "    P(i) max= t * t - 1.0 where t = B(i)\n}",
         [((5,), (4, 4)), ((3,), (1, 1))],
     ),
+    "max= reduction after pieces": (
+        "def f(double(M, M) B, double(N) D) -> (P) {\n"
+        "    P(i, j) +=! D(min(j, N - 1)) + (B(min(k, M - 1), min(k, M - 1)) >= D(min(j, N - 1))"
+        " ? 1.0 : B(M - 1, 0)) where i in 0:M, j in 0:M, k in 0:2 * N - 2\n"
+        "    P(i, j) max= D(k) where i in 0:M, j in 0:M, k in 0:N\n}",
+        [((5, 5), (17,)), ((3, 3), (2,))],
+    ),
 }
 
 
@@ -43,3 +54,8 @@ def test_gradient_matches_finite_differences(case: str, target: str) -> None:
 def test_the_printed_gradient_compares_with_the_right_hand_side() -> None:
     text = compiler.grad(DEFS["min= after pieces"][0])
     assert "P_v2(i6) <= double(i6 + 1)" in text and "P_v2(i6) == P(i6)" not in text
+
+
+def test_a_reduction_compares_with_its_terms_extremum() -> None:
+    text = compiler.grad(DEFS["max= reduction after pieces"][0])
+    assert "max=! D(k)" in text and "P_v4(i, j) == P(i, j)" not in text
