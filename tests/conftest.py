@@ -53,6 +53,26 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         config.option.numprocesses = "auto"
 
 
+def _record_skip(nodeid: str) -> None:
+    """With `TCC_RECORD_SKIPS=FILE` (`.ci/run`'s first step, without the optional
+    packages), the file of every skipped test is appended to FILE: CI's second step
+    runs those files again once the extras are installed."""
+    path = os.environ.get("TCC_RECORD_SKIPS")
+    if path and not os.environ.get("PYTEST_XDIST_WORKER"):
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(nodeid.split("::")[0] + "\n")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped:
+        _record_skip(report.nodeid)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.skipped:
+        _record_skip(report.nodeid)
+
+
 @pytest.fixture(autouse=True)
 def _vector_width_256(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """The CPU model sizes register tiles for the host's vector registers
