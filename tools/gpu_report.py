@@ -5,12 +5,13 @@
 
 For every kernel the sizes launch (`runtime.cuda`'s choice among a phase's variants):
 its blocks and threads (the launch expressions at the sizes; threads: the band's
-iterations), registers, spills, static shared memory and occupancy (ptxas -v on
-NVRTC's PTX for sm_90), the hot loop's SASS instruction mix (cuobjdump -sass on NVRTC's
-cubin: the innermost loop with the most FFMAs, its FFMA share and global loads per
-FFMA), FLOPs and compulsory bytes (`cuda.cuda_report`), and a roofline estimate of
+iterations), registers, spills, static shared memory and occupancy (NVRTC's own
+ptxas -v for sm_90), the hot loop's SASS instruction mix (cuobjdump -sass on NVRTC's
+cubin, where cuobjdump is installed: the innermost loop with the most FFMAs, its FFMA
+share and global loads per FFMA), FLOPs and compulsory bytes (`cuda.cuda_report`), and a roofline estimate of
 its time on the named GPU with what bounds it. The figures are a model's estimate,
-not a measurement. Needs the `cuda-dev` extra (NVRTC, ptxas, cuobjdump; no GPU).
+not a measurement. Needs the `cuda` extra (NVRTC; no GPU); the `cuda-dev` extra adds
+cuobjdump for the instruction mix.
 
 `--shape` gives each input tensor's shape (the sizes follow from the def's
 declarations; with `--grad`, the forward's inputs suffice).
@@ -110,23 +111,24 @@ def sizes_of(program: Any, shapes: dict[str, list[int]]) -> dict[str, int]:
 
 
 def device_facts(program: Any, kernels: list[Any]) -> tuple[dict[str, Resources], dict[str, Mix]]:
-    """ptxas's resources and the SASS hot loops of `kernels`, compiled by NVRTC."""
+    """ptxas's resources and the SASS hot loops of `kernels`, compiled by NVRTC (its
+    own ptxas reports the resources: a ptxas on PATH may be older than the NVRTC wheel
+    and refuse its PTX version)."""
     from compiler.cuda.cuda import emit_cuda
-    from compiler.cuda.cuda_driver import compile_source
+    from compiler.cuda.cuda_driver import compile_with_ptxas_info
 
     sub = type(program.gpu)(program.gpu.name, program.gpu.buffers, program.gpu.size_params,
                             tuple(kernels))  # fmt: skip
     source = emit_cuda(sub, fast_math=False)
-    ptx = compile_source(source, arch="compute_90").rstrip(b"\0")
-    cubin = compile_source(source, arch=ARCH)
+    cubin, ptxas = compile_with_ptxas_info(source, arch=ARCH)
+    try:
+        cuobjdump = tool_path("cuobjdump")
+    except ReportError:
+        return parse_ptxas(ptxas), {}  # no SASS: the rows say so (`render`)
     with tempfile.TemporaryDirectory() as tmp:
-        ptx_path, cubin_path = Path(tmp, "k.ptx"), Path(tmp, "k.cubin")
-        ptx_path.write_bytes(ptx)
+        cubin_path = Path(tmp, "k.cubin")
         cubin_path.write_bytes(cubin)
-        ptxas = _run(
-            [tool_path("ptxas"), f"-arch={ARCH}", "-v", str(ptx_path), "-o", str(Path(tmp, "k.o"))]
-        )
-        sass = _run([tool_path("cuobjdump"), "-sass", str(cubin_path)])
+        sass = _run([cuobjdump, "-sass", str(cubin_path)])
     return parse_ptxas(ptxas), parse_sass(sass)
 
 
@@ -168,13 +170,16 @@ def render(rows: list[dict[str, Any]], def_flops: int | None = None) -> str:
     for r in rows:
         hot = r["hot_loop"] or {}
         lpf = hot.get("loads_per_ffma")
+        share = f"{hot['ffma_share'] * 100:>4.0f}%" if hot else "-"
         lines.append(
             f"{r['kernel']:<26} {r['blocks']:>8} {r['threads']:>10} {r['registers'] or '-':>4} "
             f"{r['spill_bytes'] if r['spill_bytes'] is not None else '-':>5} "
-            f"{(r['occupancy'] or 0) * 100:>3.0f}% {hot.get('ffma_share', 0) * 100:>4.0f}% "
+            f"{(r['occupancy'] or 0) * 100:>3.0f}% {share:>5} "
             f"{'-' if lpf is None else f'{lpf:.2f}':>8} {r['flops'] / 1e9:>8.3f} "
             f"{r['bytes'] / 1e6:>8.2f} {r['estimate_ms']:>8.4f}  {r['bound']}"
         )
+    if rows and all(r["hot_loop"] is None for r in rows):
+        lines.append("(no SASS instruction mix: cuobjdump not found; pip install 'tcc[cuda-dev]')")
     total = sum(r["estimate_ms"] for r in rows)
     gpu = rows[0]["gpu"] if rows else "-"
     lines.append(f"total estimate on {gpu}: {total:.4f} ms (a roofline model, not a timing)")

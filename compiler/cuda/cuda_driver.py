@@ -59,6 +59,22 @@ def _check(result: Any, what: str) -> Any:
 
 def compile_source(source: str, *, arch: str, fast_math: bool = False, name: str = "tcc") -> bytes:
     """`source` compiled by NVRTC for `arch` ("sm_90": a cubin; "compute_90": PTX)."""
+    return _compile(source, arch, fast_math, name, [])[0]
+
+
+def compile_with_ptxas_info(source: str, *, arch: str, name: str = "tcc") -> tuple[bytes, str]:
+    """The cubin of `source` for `arch` ("sm_90") and NVRTC's own ptxas's `-v` report
+    (registers, spills, shared memory per kernel): the assembler of the NVRTC that made
+    the PTX, where a ptxas on PATH may be older and refuse its PTX version."""
+    if not arch.startswith("sm_"):
+        raise InternalError(f"compile_with_ptxas_info: {arch} is not a cubin architecture")
+    return _compile(source, arch, False, name, [b"-Xptxas=-v"])
+
+
+def _compile(
+    source: str, arch: str, fast_math: bool, name: str, extra: list[bytes]
+) -> tuple[bytes, str]:
+    """The image (cubin or PTX) and NVRTC's log."""
     _, nvrtc = _bindings()
     prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], []),
                   "nvrtcCreateProgram")  # fmt: skip
@@ -66,12 +82,13 @@ def compile_source(source: str, *, arch: str, fast_math: bool = False, name: str
     # Only a sum's product is fused into its addition (the emitter writes `fma`); every
     # other multiply-add rounds as written, as on the LLVM target (docs: numerics).
     opts.append(b"--use_fast_math" if fast_math else b"--fmad=false")
+    opts.extend(extra)
     try:
         status = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0]
+        size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
+        log = b" " * size
+        _check(nvrtc.nvrtcGetProgramLog(prog, log), "nvrtcGetProgramLog")
         if int(status) != 0:
-            size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
-            log = b" " * size
-            _check(nvrtc.nvrtcGetProgramLog(prog, log), "nvrtcGetProgramLog")
             raise InternalError(f"NVRTC could not compile the generated CUDA C:\n{log.decode()}")
         if arch.startswith("sm_"):
             size = _check(nvrtc.nvrtcGetCUBINSize(prog), "nvrtcGetCUBINSize")
@@ -81,7 +98,7 @@ def compile_source(source: str, *, arch: str, fast_math: bool = False, name: str
             size = _check(nvrtc.nvrtcGetPTXSize(prog), "nvrtcGetPTXSize")
             image = b" " * size
             _check(nvrtc.nvrtcGetPTX(prog, image), "nvrtcGetPTX")
-        return image
+        return image, log.rstrip(b"\0 ").decode(errors="replace")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 

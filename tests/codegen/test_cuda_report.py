@@ -108,22 +108,27 @@ HAS_TOOLS = importlib.util.find_spec("cuda") is not None and all(
 )
 
 
-@pytest.mark.skipif(not HAS_TOOLS, reason="needs the cuda-dev extra (NVRTC, ptxas, cuobjdump)")
+@pytest.mark.skipif(not HAS_TOOLS, reason="needs the cuda extra (NVRTC)")
 def test_report_of_matmul(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Registers and spills come from NVRTC's own ptxas (a ptxas on PATH may be older
+    than the NVRTC wheel and refuse its PTX); the SASS mix where cuobjdump is found."""
     from tools.gpu_report import ReportError, main, tool_path
 
     try:
-        tool_path("ptxas"), tool_path("cuobjdump")
-    except ReportError as err:
-        pytest.skip(str(err))
+        tool_path("cuobjdump")
+        sass = True
+    except ReportError:
+        sass = False
     path = tmp_path / "mm.tc"
     path.write_text(MATMUL)
     assert main([str(path), "--shape", "A=512,256", "--shape", "B=256,384", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["def_flops"] == 2 * 512 * 256 * 384
     (row,) = out["kernels"]  # one kernel these sizes launch
-    assert row["registers"] > 0 and row["spill_bytes"] == 0
-    assert row["hot_loop"]["ffma"] > 0 and 0 < row["occupancy"] <= 1
+    assert row["registers"] > 0 and row["spill_bytes"] == 0 and 0 < row["occupancy"] <= 1
+    assert (row["hot_loop"]["ffma"] > 0) if sass else row["hot_loop"] is None
     assert row["flops"] == out["def_flops"] and row["estimate_ms"] > 0
+    assert main([str(path), "--shape", "A=512,256", "--shape", "B=256,384"]) == 0
+    assert ("no SASS instruction mix" in capsys.readouterr().out) is not sass
     assert main([str(path), "--shape", "A=512,256"]) == 1  # N unknown: a clear error
     assert "no --shape gives the size(s) N" in capsys.readouterr().err
