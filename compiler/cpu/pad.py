@@ -369,7 +369,22 @@ def _pads(
         hi = Call("max", (_int(0), pwaff_to_expr(after, params, context)))
         end = _add(lo, extents[d])
         pads[d] = (lo, end, _add(end, hi))
+    if not all(_dimension(e) for pad in pads.values() for e in pad):
+        return None  # a pad piecewise in the sizes (`N == 1 ? 0 : 1`, fuzz seed 26009)
     return pads
+
+
+def _dimension(e: Expr) -> bool:
+    """`e` can be a tensor's dimension (`frontend.scopes`: sizes, integers, `+ - * / %`,
+    unary `-`, `min`, `max`), as the padded copy's shape must be."""
+    for x in walk(e):
+        if isinstance(x, Call) and x.fn not in ("min", "max"):
+            return False
+        if isinstance(x, Unary) and x.op is not UnaryOp.NEG:
+            return False
+        if not isinstance(x, (Var, Const, Binary, Unary, Call)):
+            return False
+    return True
 
 
 def _in_bounds(

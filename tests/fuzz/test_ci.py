@@ -24,6 +24,7 @@ GRAD_SEEDS += (22212, 22522, 22531, 22571, 23215)  # `--seeds 22000:25500 --grad
 GRAD_SEEDS += (22623, 22680, 22909)  # the oracle's differences, output by output
 GRAD_SEEDS += (22920, 22988)  # a piece's hull beyond the declared shape it writes inside
 GRAD_SEEDS += (23479,)  # max= with a reduction after recomputed pieces
+GRAD_SEEDS += (26009,)  # a pad piecewise in the sizes (`--seeds 26000:26120 --grad`)
 CFG = fuzz.Config(cuda_fraction=0.1)
 GRAD_CFG = fuzz.Config(targets=("interp", "llvm", "llvm-rand"), grad=True, cuda_fraction=0.0)
 

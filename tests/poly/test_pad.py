@@ -205,3 +205,18 @@ def test_an_accumulated_output_gradient_is_padded_too() -> None:
     ).backward()
     for a, ref in zip(got, (ti, tw, tb), strict=True):
         np.testing.assert_allclose(a, ref.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_a_pad_piecewise_in_the_sizes_leaves_the_gather_unpadded() -> None:
+    """Fuzz seed 26009: the pad of `P_grad` before its rows is `N == 1 && M >= 2 ? 0 : 1`,
+    which no tensor dimension can be: the gather is lowered unpadded (it was an
+    InternalError, "the padded gather does not check"), and its gradient is exact."""
+    src = (
+        "def f(double(N, M) A, double(M) B) -> (P) {\n"
+        "    P(i, j) +=! B(i + k) * A(min(k, N - 1), 0) where k in 0:2, j in 0:max(M, 2)\n}"
+    )
+    assert "_pad" not in _padded_text(src)
+    rng = np.random.default_rng(0)
+    k = compiler.define(src, target="llvm", cache=False)
+    for n, m in ((1, 2), (3, 5), (2, 3)):
+        compiler.gradcheck(k, rng.standard_normal((n, m)), rng.standard_normal(m))
