@@ -8,8 +8,8 @@ its blocks and threads (the launch expressions at the sizes; threads: the band's
 iterations), registers, spills, static shared memory and occupancy (NVRTC's own
 ptxas -v for sm_90), the hot loop's SASS instruction mix (cuobjdump -sass on NVRTC's
 cubin, where cuobjdump is installed: the innermost loop with the most FFMAs, its FFMA
-share and global loads per FFMA), FLOPs and compulsory bytes (`cuda.cuda_report`), and a roofline estimate of
-its time on the named GPU with what bounds it. The figures are a model's estimate,
+share and global loads per FFMA), FLOPs and compulsory bytes (`cuda.cuda_report`), and
+a roofline estimate of its time on the named GPU with what bounds it. The figures are a model's estimate,
 not a measurement. Needs the `cuda` extra (NVRTC; no GPU); the `cuda-dev` extra adds
 cuobjdump for the instruction mix.
 
@@ -50,8 +50,8 @@ class ReportError(Exception):
 
 
 def tool_path(name: str) -> str:
-    """The path of a CUDA tool (`ptxas`, `cuobjdump`): NVIDIA's wheel's (the version of
-    the NVRTC wheel, whose PTX an older ptxas refuses), else the one on PATH."""
+    """The path of a CUDA tool (`cuobjdump`): NVIDIA's wheel's (the version of the NVRTC
+    wheel), else the one on PATH."""
     spec = importlib.util.find_spec("nvidia")
     for root in list(spec.submodule_search_locations or []) if spec else []:
         for candidate in sorted(Path(root).glob(f"cu*/bin/{name}")):

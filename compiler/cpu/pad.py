@@ -71,6 +71,7 @@ from compiler.frontend.ast import (
 from compiler.frontend.check import check_def
 from compiler.frontend.checked import Bound, RangedDef, StmtFacts
 from compiler.frontend.printer import print_def
+from compiler.frontend.scopes import is_dimension
 from compiler.frontend.visit import walk
 from compiler.poly.failures import isl_failures
 from compiler.poly.isl_bridge import (
@@ -369,22 +370,9 @@ def _pads(
         hi = Call("max", (_int(0), pwaff_to_expr(after, params, context)))
         end = _add(lo, extents[d])
         pads[d] = (lo, end, _add(end, hi))
-    if not all(_dimension(e) for pad in pads.values() for e in pad):
+    if not all(is_dimension(e) for pad in pads.values() for e in pad):
         return None  # a pad piecewise in the sizes (`N == 1 ? 0 : 1`, fuzz seed 26009)
     return pads
-
-
-def _dimension(e: Expr) -> bool:
-    """`e` can be a tensor's dimension (`frontend.scopes`: sizes, integers, `+ - * / %`,
-    unary `-`, `min`, `max`), as the padded copy's shape must be."""
-    for x in walk(e):
-        if isinstance(x, Call) and x.fn not in ("min", "max"):
-            return False
-        if isinstance(x, Unary) and x.op is not UnaryOp.NEG:
-            return False
-        if not isinstance(x, (Var, Const, Binary, Unary, Call)):
-            return False
-    return True
 
 
 def _in_bounds(

@@ -131,6 +131,11 @@ class AssignOp(enum.Enum):
         """The operator without `!` (`+=!` -> `+=`)."""
         return AssignOp(self.value.rstrip("!"))
 
+    @property
+    def with_init(self) -> AssignOp:
+        """The reduction's `!` form (`max=` -> `max=!`)."""
+        return AssignOp(self.base.value + "!")
+
 
 class UnaryOp(enum.Enum):
     NEG = "-"

@@ -183,16 +183,27 @@ def _check_dim_expr(dim: Expr, tensor: str, sizes: set[str], report: Reporter) -
                 e.span,
                 f"declare a tensor with '{e.name}' as one of its dimensions",
             )
-        elif isinstance(e, Const) and not (e.dtype.is_integral and isinstance(e.value, int)):
-            report.error(f"a dimension of '{tensor}' must be an integer expression", e.span)
-        elif isinstance(e, Call) and e.fn not in ("min", "max"):
-            report.error(f"a dimension of '{tensor}' may call only min and max", e.span)
-        elif not isinstance(e, (Var, Const, Binary, Unary, Call)) or (
-            isinstance(e, Unary) and e.op is not UnaryOp.NEG
-        ):
-            report.error(
-                f"a dimension of '{tensor}' must be an integer expression of sizes", e.span
-            )
+        elif (problem := _dim_node_problem(e)) is not None:
+            report.error(f"a dimension of '{tensor}' {problem}", e.span)
+
+
+def is_dimension(dim: Expr) -> bool:
+    """`dim` may be a tensor's dimension, its names aside (`_check_dim_expr`): what a
+    compiler-made shape (`cpu.pad`'s padded copy) must be."""
+    return all(_dim_node_problem(e) is None for e in walk(dim))
+
+
+def _dim_node_problem(e: Expr) -> str | None:
+    """Why the node `e` of a dimension cannot be there (None: it can)."""
+    if isinstance(e, Const) and not (e.dtype.is_integral and isinstance(e.value, int)):
+        return "must be an integer expression"
+    if isinstance(e, Call) and e.fn not in ("min", "max"):
+        return "may call only min and max"
+    if not isinstance(e, (Var, Const, Binary, Unary, Call)) or (
+        isinstance(e, Unary) and e.op is not UnaryOp.NEG
+    ):
+        return "must be an integer expression of sizes"
+    return None
 
 
 def _text(e: Expr) -> str:

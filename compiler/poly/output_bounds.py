@@ -90,14 +90,18 @@ def hull(images: list[tuple[isl.Set, ...]], params: tuple[str, ...]) -> tuple[Bo
 def within_declared(
     bounds: tuple[Bound, ...],
     images: list[tuple[isl.Set, ...]],
-    declared: tuple[Expr, ...],
+    declared: tuple[Expr, ...] | None,
     params: tuple[str, ...],
     context: isl.Set,
 ) -> tuple[Bound, ...]:
     """`bounds`, with `hi` lowered to the declared extent where every write provably
     lies inside it for every size in `context`, though `hi` does not: a gathered
     scatter's `where y in 2:N + 3` is a hull that inner ranges empty for small sizes
-    (a gradient's recomputed `O_v1` declared `2 * N - 1`, fuzz seed 22920)."""
+    (a gradient's recomputed `O_v1` declared `2 * N - 1`, fuzz seed 22920). The
+    images are exact also for `op!`, which fills the whole output with its identity
+    first. An output without a declared shape keeps `bounds`."""
+    if not bounds or declared is None:
+        return bounds
     space = params_space(params)
     sizes = context.params()
     result = []

@@ -165,13 +165,9 @@ def infer_ranges(checked: CheckedDef) -> RangedDef:
 def _output_bounds(state: _DefState, name: str) -> tuple[Bound, ...]:
     """Per dimension, the hull of what every statement writing `name` writes (the
     extent after its last write: `output_bounds.record_output`), within its declared
-    shape where the writes provably are (`output_bounds.within_declared`: an `op!`
-    fills the whole output with its identity, then writes its domain's image)."""
-    bounds = state.known.get(name, ())
-    dims = state.by_name[name].dims
-    if not bounds or dims is None:
-        return bounds
-    return within_declared(bounds, state.images[name], dims, state.params, state.stated)
+    shape where the writes provably are (`output_bounds.within_declared`)."""
+    bounds, dims = state.known.get(name, ()), state.by_name[name].dims
+    return within_declared(bounds, state.images.get(name, []), dims, state.params, state.stated)
 
 
 class _StmtInference:
