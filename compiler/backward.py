@@ -176,6 +176,7 @@ def gradient_kernel(kernel: Kernel) -> Kernel:
             threads=given.threads,
             fuse=given.fuse,
             merge=given.merge,
+            factor=given.factor,
             gather=given.gather,
             vector_bits=given.vector_bits,
         )

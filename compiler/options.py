@@ -52,6 +52,11 @@ CPU schedule fields (the native targets read them; `poly.schedule` applies them,
   access uses them as two adjacent whole dimensions (`I(n, c, h, w)`, `O(n, m, h, w)`,
   no offset or window on them), so a short row (`W` = 14) no longer defeats the
   vector and register tiles (`compiler/cpu/merge.py`); False keeps one loop each.
+- `factor`: True (default) splits a scatter that is not injective and has reduction
+  variables of its own (`O(n, m, 2 * h + kh, 2 * w + kw) +=! I(n, c, h, w) * W1(c, m,
+  kh, kw)`) into its contraction over them into a scratch tensor, register-tiled like a
+  matmul, and the scatter of that tensor (`compiler/cpu/factor.py`); False keeps the
+  reduction inside the partial scatter.
 - `gather`: what the gather pass does with an affine scatter (a gradient's
   `I_grad(n, c, 2 * h + kh, 2 * w + kw) += ...`): `"full"` rewrites every one as a
   gather (one writer per output element: parallel over the whole output); `"auto"`
@@ -125,6 +130,8 @@ class Options:
             tiles for; None: the host's.
         merge (bool): merge adjacent loops that walk whole, contiguous dimensions in
             every access (`h, w` -> `hw`) before the CPU model's choices.
+        factor (bool): split a scatter's contraction (`O(2 * h + kh) +=! I(c, h) *
+            W(c, kh)`) into a scratch tensor that the scatter then adds (`cpu.factor`).
         per_statement (tuple[tuple[int, Options], ...]): per-statement overrides of
             the `PER_STATEMENT` fields, by statement index (see the module doc).
 
@@ -147,6 +154,7 @@ class Options:
     gather: str = AUTO  # "auto" | "full" | "partial": scatters (poly/partial.py)
     vector_bits: int | None = None  # vector register width the CPU model assumes
     merge: bool = True  # merge adjacent whole-dimension loops (compiler/cpu/merge.py)
+    factor: bool = True  # a scatter's contraction into a scratch tensor (cpu/factor.py)
     per_statement: tuple[tuple[int, Options], ...] = ()  # (statement, overrides)
 
     def __post_init__(self) -> None:
@@ -171,6 +179,11 @@ class Options:
             raise OptionsError(
                 f"Options.merge must be True or False, got {self.merge!r}",
                 hint="Options(merge=False) keeps one loop per index variable",
+            )
+        if not isinstance(self.factor, bool):
+            raise OptionsError(
+                f"Options.factor must be True or False, got {self.factor!r}",
+                hint="Options(factor=False) keeps a scatter's reduction inside it",
             )
         if not isinstance(self.fuse, bool):
             raise OptionsError(

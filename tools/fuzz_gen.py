@@ -65,6 +65,7 @@ class TensorInfo:
 class Gen:
     def __init__(self, seed: int, exact: bool, grad: bool) -> None:
         self.rng = random.Random(seed)
+        self.seed = seed
         self.exact, self.grad = exact, grad
         self.dtype = "double" if grad or self.rng.random() < 0.4 else "float"
         self.sizes: dict[str, int] = {}

@@ -5,6 +5,8 @@ generated program."""
 
 from __future__ import annotations
 
+import random
+
 from tools.fuzz_ir import Bin, Call, Cond, Num, Read, Size, Stmt, Var
 
 V, N, S = Var, Num, Size
@@ -91,11 +93,23 @@ def idiom(g: object, kind: str | None = None) -> object:
         out("O")
     elif kind == "tconv":
         s = r.choice((1, 2, 3))
-        inp("I", S("N"))
-        inp("W", S("K"))
         lhs = (_add(Bin("*", N(s), i) if s > 1 else i, k),)
         tr = (_rng("i", N(0), S("N"), False), _rng("k", N(0), S("K"), False))
-        g.stmts.append(Stmt("O", lhs, "+=!", Bin("*", Read("I", (i,)), Read("W", (k,))), tr))
+        # channels (`O(o, 2 * i + k) +=! I(c, i) * W(c, o, k)`: a partial scatter with a
+        # sum of its own, `cpu.factor`) for half the seeds, drawn apart from `r` so
+        # that the other programs of every seed stay what they were
+        if random.Random(f"channels-{g.seed}").random() < 0.5:
+            g.sizes["L"] = r.choice((1, 2, 3))
+            inp("I", S("M"), S("N"))
+            inp("W", S("M"), S("L"), S("K"))
+            c, m = V("c"), V("o")
+            rhs = Bin("*", Read("I", (c, i)), Read("W", (c, m, k)))
+            tr = (_rng("o", N(0), S("L"), False), *tr, _rng("c", N(0), S("M"), False))
+            g.stmts.append(Stmt("O", (m, *lhs), "+=!", rhs, tr))
+        else:
+            inp("I", S("N"))
+            inp("W", S("K"))
+            g.stmts.append(Stmt("O", lhs, "+=!", Bin("*", Read("I", (i,)), Read("W", (k,))), tr))
         out("O")
     elif kind == "softmax":
         inp("X", S("N"), S("M"))

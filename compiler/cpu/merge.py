@@ -27,6 +27,13 @@ same position (one view per tensor). A tensor read with a data-dependent subscri
 is never merged. Pairs are merged innermost first and again until none is left, so
 three such loops become one.
 
+Scratch: a scratch tensor of the schedule (`cpu.factor`'s contraction) may be merged
+in the statements that access it through the pair and accessed whole in the others
+(the scatter that reads it): those statements then access it under a name of its own,
+a view (`O_part_view`, an output of the merged def with the tensor's shape), and
+`Views.aliases` maps the view to the tensor, so the lowered loops of both index one
+buffer. When statements would merge it at different positions, the writer's wins.
+
 Why: a short row defeats the vector and register tiles that the model lays along
 the last output dimension: a 1x1 convolution over a 14x14 map tiled 16 lanes wide
 along `w` ran every column in the remainder path (2.8x torch); merged, its 196-wide
@@ -68,6 +75,8 @@ class Views:
     # tensor -> (its extents in the def before merging, dims of it per view dim)
     tensors: tuple[tuple[str, tuple[Expr, ...], tuple[int, ...]], ...] = ()
     products: tuple[tuple[str, Expr], ...] = ()  # a made size -> its product of sizes
+    # a merged view's own name -> the scratch tensor it views (the module doc's Scratch)
+    aliases: tuple[tuple[str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,18 +85,23 @@ class Merged:
     views: Views
 
 
-def merge_loops(ranged: RangedDef) -> Merged:
-    """`ranged` with every qualifying pair of loops merged (the module doc)."""
+def merge_loops(ranged: RangedDef, scratch: tuple[str, ...] = ()) -> Merged:
+    """`ranged` with every qualifying pair of loops merged (the module doc); a
+    `scratch` tensor may be seen merged by some statements and whole by others."""
     views: dict[str, tuple[tuple[Expr, ...], list[int]]] = {}
     products: dict[str, Expr] = {}
+    aliases: dict[str, str] = {}
     while True:
-        plan = _plan(ranged)
+        plan, torn = _plan(ranged, frozenset(scratch))
         if not plan:
             break
+        if torn:
+            ranged, plan = _alias(ranged, plan, torn, aliases)
         ranged = _apply(ranged, plan, views, products)
     merged = Views(
         tuple((t, ext, tuple(groups)) for t, (ext, groups) in views.items()),
         tuple(products.items()),
+        tuple(aliases.items()),
     )
     return Merged(ranged, merged)
 
@@ -118,9 +132,14 @@ def _names(e: Expr) -> set[str]:
     return {n.name for n in walk(e) if isinstance(n, Var)}
 
 
-def _plan(ranged: RangedDef) -> dict[int, tuple[str, str, dict[str, int]]]:
+def _plan(
+    ranged: RangedDef, scratch: frozenset[str] = frozenset()
+) -> tuple[dict[int, tuple[str, str, dict[str, int]]], dict[str, set[int]]]:
     """Per statement, one pair `(a, b)` to merge and the position it takes in each
-    tensor it accesses; consistent across the def (one view per tensor)."""
+    tensor it accesses; consistent across the def (one view per tensor), except that
+    a `scratch` tensor that every merging statement merges at one position may be
+    accessed whole elsewhere: the second result, such a tensor -> the statements
+    that merge it (they get a view of their own, `_alias`)."""
     checked = ranged.checked
     extents = tensor_extents(ranged)
     sizes = set(checked.size_params)
@@ -142,9 +161,15 @@ def _plan(ranged: RangedDef) -> dict[int, tuple[str, str, dict[str, int]]]:
                     k = None  # another access of the tensor, not through the pair
                 wanted.setdefault(acc.name, set()).add(k)
         torn = {t for t, ks in wanted.items() if len(ks) > 1}
-        dropped = [s for s, (_, _, where) in plan.items() if set(where) & torn]
+        viewed = {t for t in torn & scratch if len(wanted[t] - {None}) == 1}
+        dropped = [s for s, (_, _, where) in plan.items() if set(where) & (torn - viewed)]
+        for t in torn & scratch - viewed:  # the writer's view first: drop the others'
+            at = {plan[s][2][t] for s in plan if checked.stmts[s].stmt.lhs.name == t and t in plan[s][2]}
+            if at:
+                dropped = [s for s in dropped if plan[s][2].get(t) not in at]
         if not dropped:
-            return plan
+            users = {t: {s for s, (_, _, where) in plan.items() if t in where} for t in viewed}
+            return plan, users
         for s in dropped:
             del plan[s]
 
@@ -272,6 +297,61 @@ class _Pair(Mutator):
 
 
 # ------------------------------------------------------------------ the rewrite
+
+
+def _alias(
+    ranged: RangedDef,
+    plan: dict[int, tuple[str, str, dict[str, int]]],
+    torn: dict[str, set[int]],
+    aliases: dict[str, str],
+) -> tuple[RangedDef, dict[int, tuple[str, str, dict[str, int]]]]:
+    """`ranged` where each statement that merges a torn scratch tensor accesses it
+    under a name of its own (an output declared with the tensor's shape), and `plan`
+    in those names; `aliases` records each name -> the tensor it views."""
+    checked = ranged.checked
+    taken = {t.name for t in checked.tensors} | set(checked.size_params) | set(aliases)
+    infos = {t.name: t for t in checked.tensors}
+    params = {p.name: p for p in checked.definition.outputs}
+    renames: dict[int, dict[str, str]] = {}
+    outputs, tensors, bounds = [], [], []
+    for t, users in torn.items():
+        name = t + "_view"
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        aliases[name] = aliases.get(t, t)
+        outputs.append(dataclasses.replace(params[t], name=name))
+        tensors.append(dataclasses.replace(infos[t], name=name))
+        bounds.append((name, ranged.bounds_of(t)))
+        for s in users:
+            renames.setdefault(s, {})[t] = name
+    stmts = list(checked.stmts)
+    for s, names in renames.items():
+        stmts[s] = dataclasses.replace(stmts[s], stmt=_Rename(names).stmt(stmts[s].stmt))
+        a, b, where = plan[s]
+        plan[s] = (a, b, {names.get(t, t): k for t, k in where.items()})
+    definition = dataclasses.replace(
+        checked.definition,
+        outputs=checked.definition.outputs + tuple(outputs),
+        stmts=tuple(f.stmt for f in stmts),
+    )
+    new = dataclasses.replace(
+        checked, definition=definition, tensors=checked.tensors + tuple(tensors), stmts=tuple(stmts)
+    )
+    return dataclasses.replace(ranged, checked=new, output_bounds=ranged.output_bounds + tuple(bounds)), plan
+
+
+class _Rename(Mutator):
+    """Accesses of the tensors in `names` under their new names."""
+
+    def __init__(self, names: dict[str, str]) -> None:
+        self.names = names
+
+    def mutate_Access(self, e: Access) -> Expr:
+        e = self.generic(e)  # type: ignore[assignment]
+        name = self.names.get(e.name)
+        return e if name is None else dataclasses.replace(e, name=name)
+
 
 
 def _apply(
@@ -406,6 +486,7 @@ def unmerge(f: L.Function, views: Views) -> L.Function:
     access `X[..., ab, ...]` as `X[..., 0, ab, ...]`, each made size as its product."""
     if not views.tensors and not views.products:
         return f
+    # a view of a scratch tensor (`Views.aliases`) is that tensor's buffer
     sizes = {name: bound_to_loops(e) for name, e in views.products}
     return _Unmerge(views, sizes).mutate(
         dataclasses.replace(f, size_params=tuple(p for p in f.size_params if p not in sizes))
@@ -417,6 +498,7 @@ class _Unmerge(L.Mutator):
         self.sizes = sizes
         self.groups = {t: groups for t, _, groups in views.tensors}
         self.originals = {t: ext for t, ext, _ in views.tensors}
+        self.aliases = dict(views.aliases)
         self.buffers: dict[int, L.Buffer] = {}
 
     def mutate_VarRef(self, node: L.VarRef) -> L.Expr:
@@ -427,7 +509,8 @@ class _Unmerge(L.Mutator):
         if key not in self.buffers:
             if node.name in self.groups:
                 shape = tuple(bound_to_loops(e) for e in self.originals[node.name])
-                self.buffers[key] = L.Buffer(node.name, node.dtype, shape, node.role)
+                name = self.aliases.get(node.name, node.name)
+                self.buffers[key] = L.Buffer(name, node.dtype, shape, node.role)
             else:  # a temporary (a packed panel) sized by a made size
                 self.buffers[key] = self.generic_mutate(node)
         return self.buffers[key]

@@ -98,10 +98,11 @@ def lower_schedule(sched: Schedule) -> Lowered:
     checked = sched.ranged.checked
     params = checked.size_params
     buffers: dict[str, L.Buffer] = {}
+    views = dict(sched.views.aliases)  # a merged view -> the scratch tensor it views
     for t in checked.tensors:
         shape = tuple(bound_to_loops(e) for e in sched.extent(t.name))
         role = L.Role.IN if t.role.value == "input" else L.Role.OUT
-        if t.name in sched.scratch:
+        if t.name in sched.scratch or t.name in views:
             role = L.Role.TEMP
         buffers[t.name] = L.Buffer(t.name, dtype_of(t.dtype), shape, role)
     error = L.Buffer(ERROR_BUFFER, I64, (const(2, I64),), L.Role.OUT)
@@ -112,7 +113,7 @@ def lower_schedule(sched: Schedule) -> Lowered:
         for nest in sched.nests
         if not (nest.kind is NestKind.INIT and _zero_start(nest, sched.scratch))
     ]
-    nests = _with_scratch(nests, [buffers[name] for name in sched.scratch])
+    nests = _with_scratch(nests, [buffers[name] for name in sched.scratch], views)
     kept = tuple(b for b in buffers.values() if b.role is not L.Role.TEMP)
     all_buffers = kept + ((error,) if state.checks else ())
     body = nests[0] if len(nests) == 1 else L.Block(tuple(nests))
@@ -125,13 +126,17 @@ def _zero_start(init: Nest, scratch: tuple[str, ...]) -> bool:
     return init.target in scratch and init.facts.stmt.op is AssignOp.PLUS_INIT
 
 
-def _with_scratch(nests: list[L.Stmt], scratch: list[L.Buffer]) -> list[L.Stmt]:
+def _with_scratch(
+    nests: list[L.Stmt], scratch: list[L.Buffer], views: dict[str, str] | None = None
+) -> list[L.Stmt]:
     """`nests` with each scratch buffer allocated (zero-filled, `L.Alloc`) around the
-    nests from the first that uses it to the last; buffers whose spans overlap share
-    one span. A buffer no nest uses (its nests ran at no size) is not allocated."""
+    nests from the first that uses it, or a merged view of it (`views`: view ->
+    buffer, `cpu.merge`), to the last; buffers whose spans overlap share one span. A
+    buffer no nest uses (its nests ran at no size) is not allocated."""
     spans: list[tuple[int, int, list[L.Buffer]]] = []
     for b in scratch:
-        used = [k for k, n in enumerate(nests) if _uses(n, b.name)]
+        names = {b.name} | {v for v, t in (views or {}).items() if t == b.name}
+        used = [k for k, n in enumerate(nests) if any(_uses(n, name) for name in names)]
         if used:
             spans.append((used[0], used[-1], [b]))
     spans.sort(key=lambda span: span[0])

@@ -85,6 +85,19 @@ class PolyStmt:
     def vars(self) -> tuple[str, ...]:
         return self.index_vars + self.reduction_vars
 
+    def lhs_injective(self) -> bool:
+        """True when distinct values of the left-hand-side variables write distinct
+        elements (an affine write only: see `nonaffine_write`)."""
+        n_idx, n_red = len(self.index_vars), len(self.reduction_vars)
+        write = self.write.project_out(isl.dim_type.in_, n_idx, n_red)
+        return bool(write.is_injective())
+
+    def lhs_domain(self) -> isl.Set:
+        """The values of the left-hand-side variables for which some instance runs
+        (the domain with the reduction variables projected out)."""
+        n_idx, n_red = len(self.index_vars), len(self.reduction_vars)
+        return self.domain.project_out(isl.dim_type.set, n_idx, n_red).set_tuple_name(self.name)
+
 
 def domain_of(stmt: Stmt, space: StmtSpace, name: str, *, coalesce: bool = True) -> isl.Set:
     """The iteration domain of `stmt`: its where ranges and filters, sizes >= 1;

@@ -32,6 +32,9 @@ per loop nest, in execution order, each with its isl domain and two bands:
   its input first (`cpu.pad`): the schedule then holds the def that pass made, with
   the pads as `Schedule.scratch` (temporaries of the loops, never outputs of the def
   the caller sees) and, where the sizes decide whether padding pays, both versions;
+- with `pad=True` and `Options.factor`, a scatter that is not injective and has
+  reduction variables of its own sums them into a scratch tensor first, which the
+  scatter then adds (`cpu.factor`: the contraction is register-tiled like a matmul);
 - with `pad=True` and `Options.merge`, adjacent loops that walk whole dimensions in
   every access become one loop first (`cpu.merge`: `h, w` -> `hw`; `Schedule.views`
   says how the lowered loops see the caller's buffers again);
@@ -61,6 +64,7 @@ import islpy as isl
 from compiler.cpu.aliasing import AliasCheck, alias_check
 from compiler.cpu.cpu_model import LoopOrder, choose_order, literal_order
 from compiler.cpu.cpu_registers import panel_rows
+from compiler.cpu.factor import factor_scatters
 from compiler.cpu.merge import Views, merge_loops
 from compiler.cpu.pad import pad_gathers
 from compiler.cpu.parity import split_parities
@@ -214,8 +218,14 @@ def schedule(ranged: RangedDef, options: Options | None = None, *, pad: bool = F
         if split is not None:  # the pads' origins are statements of the split def
             strided = frozenset(k for k, o in enumerate(origins) if o in split.classes)
             origins = tuple(split.origins[k] for k in origins)
+        if options.factor:  # a scatter's contraction into a scratch tensor (cpu.factor)
+            factored = factor_scatters(ranged)
+            if factored.scratch:
+                ranged, scratch = factored.ranged, scratch + factored.scratch
+                strided = frozenset(k for k, o in enumerate(factored.origins) if o in strided)
+                origins = tuple(origins[o] for o in factored.origins)
         if options.merge:  # the CPU target: merged loops see tensors as views (cpu.merge)
-            merged = merge_loops(ranged)
+            merged = merge_loops(ranged, scratch)
             ranged, views = merged.ranged, merged.views
     params = ranged.checked.size_params
     extents = tensor_extents(ranged)
@@ -293,7 +303,7 @@ def _nests_of(
     extent = extents[stmt.lhs.name]
     # A data-dependent scatter may write one element from several instances, in an
     # order only the data decides: it runs serially (never parallel, never in a register).
-    injective = poly.nonaffine_write is None and _lhs_injective(poly)
+    injective = poly.nonaffine_write is None and poly.lhs_injective()
     self_reads = list(_self_reads(facts))
     # an affine scatter runs in parallel over its plain variables (poly.partial)
     partial = not injective and poly.nonaffine_write is None and bool(plain_vars(facts))
@@ -377,13 +387,6 @@ def scatter_notes(sched: Schedule) -> tuple[str, ...]:
             how = "serial: affine scatter"
         notes.append(f"statement {sched.origin(k)} ({print_stmt(stmts[k]).strip()}): {how}")
     return tuple(notes)
-
-
-def _lhs_injective(poly: PolyStmt) -> bool:
-    """True when distinct values of the left-hand-side variables write distinct elements."""
-    n_idx, n_red = len(poly.index_vars), len(poly.reduction_vars)
-    write = poly.write.project_out(isl.dim_type.in_, n_idx, n_red)
-    return bool(write.is_injective())
 
 
 def _init_names(facts: StmtFacts, params: tuple[str, ...]) -> tuple[str, ...]:

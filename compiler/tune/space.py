@@ -27,6 +27,8 @@ Entries (CPU `Options`, see `compiler/options.py` for what each field means):
 - `vector_bits`: None (the host's) or 128, 256, 512: the vector width the CPU model
   sizes its register tiles for (other tile shapes than the host's model picks).
 - `merge`: True or False (loop merging, `compiler/cpu/merge.py`).
+- `factor`: True or False (a scatter's contraction into a scratch tensor,
+  `compiler/cpu/factor.py`).
 - `per_statement`: in a def of two or more statements, `()` half of the time, else
   entries for one or two statements, each setting one or two of the per-statement
   fields (`compiler.options.PER_STATEMENT`) drawn from their entries here with that
@@ -241,6 +243,7 @@ FIELDS: dict[str, dict[str, FieldSpace]] = {
         "gather": Choice(lambda ctx: (AUTO, "partial")),
         "vector_bits": Choice(lambda ctx: (None, 128, 256, 512)),
         "merge": Choice(lambda ctx: (True, False)),
+        "factor": Choice(lambda ctx: (True, False)),
         "per_statement": PerStatement(),
     },
 }

@@ -77,14 +77,15 @@ def test_the_split_has_one_gather_per_residue_class() -> None:
     assert "W1(m, c, 1 + 2 * kh_t, 2 * kw_t)" in text
     assert "kh_t in max(0, h_kh - HO + 1):min(KH / 2, h_kh + 1)" in text
     assert split.origins == (0,) * 6
-    sched = schedule(ranged, pad=True)
+    sched = schedule(ranged, Options(factor=False), pad=True)  # the fallback unfactored
     notes = scatter_notes(sched)
     assert sum("strided gather (cpu.parity)" in n for n in notes) == 4
     assert sum("partial scatter" in n for n in notes) == 1  # the guarded fallback
     # the classes read zero-padded copies: constant window bounds
     assert len(sched.scratch) == 4
     # with gather="partial" the scatter stays whole
-    assert len(schedule(ranged, Options(gather="partial"), pad=True).ranged.checked.stmts) == 1
+    whole = Options(gather="partial", factor=False)
+    assert len(schedule(ranged, whole, pad=True).ranged.checked.stmts) == 1
 
 
 def test_what_is_not_split() -> None:
