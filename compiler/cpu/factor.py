@@ -107,7 +107,10 @@ def factor_scatters(ranged: RangedDef) -> Factored:
         facts = dataclasses.replace(facts, stmt=stmt)
         with isl_failures(stmt):
             plan = _plan(facts, poly, checked.size_params)
-        if plan is not None and expr_type(stmt.rhs, stmt_env(checked, facts)) != dtypes[stmt.lhs.name]:
+        if (
+            plan is not None
+            and expr_type(stmt.rhs, stmt_env(checked, facts)) != dtypes[stmt.lhs.name]
+        ):
             plan = None  # the sum would change type: a float64 sum into a float32 output
         if plan is None:
             stmts.append(stmt)
@@ -137,7 +140,9 @@ def factor_scatters(ranged: RangedDef) -> Factored:
     try:
         rechecked = check_def(definition)
     except TCError as e:
-        raise InternalError(f"the factored scatter does not check:\n{print_def(definition)}\n{e}") from e
+        raise InternalError(
+            f"the factored scatter does not check:\n{print_def(definition)}\n{e}"
+        ) from e
     factored = RangedDef(rechecked, tuple(bounds), ranged.warnings, ranged.preconditions)
     return Factored(factored, tuple(p.name for p in outputs), tuple(origins))
 

@@ -164,7 +164,11 @@ def _plan(
         viewed = {t for t in torn & scratch if len(wanted[t] - {None}) == 1}
         dropped = [s for s, (_, _, where) in plan.items() if set(where) & (torn - viewed)]
         for t in torn & scratch - viewed:  # the writer's view first: drop the others'
-            at = {plan[s][2][t] for s in plan if checked.stmts[s].stmt.lhs.name == t and t in plan[s][2]}
+            at = {
+                plan[s][2][t]
+                for s in plan
+                if checked.stmts[s].stmt.lhs.name == t and t in plan[s][2]
+            }
             if at:
                 dropped = [s for s in dropped if plan[s][2].get(t) not in at]
         if not dropped:
@@ -338,7 +342,9 @@ def _alias(
     new = dataclasses.replace(
         checked, definition=definition, tensors=checked.tensors + tuple(tensors), stmts=tuple(stmts)
     )
-    return dataclasses.replace(ranged, checked=new, output_bounds=ranged.output_bounds + tuple(bounds)), plan
+    return dataclasses.replace(
+        ranged, checked=new, output_bounds=ranged.output_bounds + tuple(bounds)
+    ), plan
 
 
 class _Rename(Mutator):
@@ -351,7 +357,6 @@ class _Rename(Mutator):
         e = self.generic(e)  # type: ignore[assignment]
         name = self.names.get(e.name)
         return e if name is None else dataclasses.replace(e, name=name)
-
 
 
 def _apply(

@@ -41,8 +41,12 @@ def _numpy_transposed(i: np.ndarray, w: np.ndarray, strides: tuple[int, ...]) ->
     _, m, *ks = w.shape
     out = np.zeros((n, m, *[s * (x - 1) + k for s, x, k in zip(strides, xs, ks, strict=True)]))
     for offs in itertools.product(*[range(k) for k in ks]):
-        part = np.einsum("nc...,cm->nm...", i.astype(np.float64), w[(..., *offs)].astype(np.float64))
-        where = tuple(slice(o, o + s * (x - 1) + 1, s) for o, s, x in zip(offs, strides, xs, strict=True))
+        part = np.einsum(
+            "nc...,cm->nm...", i.astype(np.float64), w[(..., *offs)].astype(np.float64)
+        )
+        where = tuple(
+            slice(o, o + s * (x - 1) + 1, s) for o, s, x in zip(offs, strides, xs, strict=True)
+        )
         out[(slice(None), slice(None), *where)] += part
     return out
 

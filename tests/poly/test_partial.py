@@ -114,7 +114,7 @@ def test_schedule_is_parallel_over_the_plain_variables_only() -> None:
     assert init.parallel and main.parallel and not main.accumulate
     assert main.outer == ("n", "c")
     # fused, `n` joins the init's loop; "auto" would split it by parity (cpu.parity)
-    f = compiler.pipeline.lower(ranged, Options(fuse=False, gather="partial"))
+    f = compiler.pipeline.lower(ranged, Options(fuse=False, gather="partial", factor=False))
     loops = [s for s in _walk(f.function.body) if isinstance(s, L.For)]
     parallel = [s.var for s in loops if s.kind is L.LoopKind.PARALLEL]
     assert "n" in parallel and "w" not in parallel and "m" not in parallel
