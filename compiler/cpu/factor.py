@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from compiler.diagnostics import InternalError, TCError
+from compiler.cpu.scratch import rechecked
 from compiler.frontend.ast import (
     Access,
     AssignOp,
@@ -68,9 +68,7 @@ from compiler.frontend.ast import (
     ScalarType,
     Var,
 )
-from compiler.frontend.check import check_def
 from compiler.frontend.checked import Bound, RangedDef, StmtFacts
-from compiler.frontend.printer import print_def
 from compiler.frontend.types import expr_type, stmt_env
 from compiler.frontend.visit import walk
 from compiler.poly.build import PolyStmt, build_statements, domain_of
@@ -132,18 +130,7 @@ def factor_scatters(ranged: RangedDef) -> Factored:
         bounds.append((name, tuple(Bound(zero, d) for d in dims)))
     if not outputs:
         return Factored(ranged, (), tuple(range(len(stmts))))
-    definition = dataclasses.replace(
-        checked.definition,
-        outputs=checked.definition.outputs + tuple(outputs),
-        stmts=tuple(stmts),
-    )
-    try:
-        rechecked = check_def(definition)
-    except TCError as e:
-        raise InternalError(
-            f"the factored scatter does not check:\n{print_def(definition)}\n{e}"
-        ) from e
-    factored = RangedDef(rechecked, tuple(bounds), ranged.warnings, ranged.preconditions)
+    factored = rechecked(ranged, stmts, outputs, bounds, "factored scatter")
     return Factored(factored, tuple(p.name for p in outputs), tuple(origins))
 
 

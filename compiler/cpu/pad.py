@@ -50,7 +50,7 @@ import dataclasses
 
 import islpy as isl
 
-from compiler.diagnostics import InternalError, TCError
+from compiler.cpu.scratch import rechecked
 from compiler.frontend.ast import (
     Access,
     AssignOp,
@@ -68,9 +68,7 @@ from compiler.frontend.ast import (
     UnaryOp,
     Var,
 )
-from compiler.frontend.check import check_def
 from compiler.frontend.checked import Bound, RangedDef, StmtFacts
-from compiler.frontend.printer import print_def
 from compiler.frontend.scopes import is_dimension
 from compiler.frontend.visit import walk
 from compiler.poly.failures import isl_failures
@@ -123,18 +121,7 @@ def pad_gathers(ranged: RangedDef, always: frozenset[int] = frozenset()) -> Padd
         origins += [k] * len(made)
     if not outputs:
         return Padded(ranged, (), tuple(range(len(stmts))))
-    definition = dataclasses.replace(
-        checked.definition,
-        outputs=checked.definition.outputs + tuple(outputs),
-        stmts=tuple(stmts),
-    )
-    try:
-        rechecked = check_def(definition)
-    except TCError as e:
-        raise InternalError(
-            f"the padded gather does not check:\n{print_def(definition)}\n{e}"
-        ) from e
-    padded = RangedDef(rechecked, tuple(bounds), ranged.warnings, ranged.preconditions)
+    padded = rechecked(ranged, stmts, outputs, bounds, "padded gather")
     return Padded(padded, tuple(p.name for p in outputs), tuple(origins))
 
 
