@@ -84,7 +84,9 @@ def check_gradients(p: Program, seed: int, targets: tuple) -> list[Outcome]:
     # `<c, f(up) - f(down)>` carries up to about `ulps * eps * sum |c * f|` of noise, over
     # `2 * STEP` (seed 40464: a derivative of 5e-5 beside outputs of 6 had 1.4e-9)
     magnitude = sum(
-        float(np.abs(c * values[o]).sum()) for c, o in zip(cots, p.outputs, strict=True) if c is not None
+        float(np.abs(c * values[o]).sum())
+        for c, o in zip(cots, p.outputs, strict=True)
+        if c is not None
     )
     noise = 16 * np.finfo(np.float64).eps * magnitude / (2 * STEP)
     fd[NOISE] = noise if np.isfinite(noise) else 0.0  # never a bound that passes anything
