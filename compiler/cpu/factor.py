@@ -68,7 +68,8 @@ from compiler.frontend.ast import (
     ScalarType,
     Var,
 )
-from compiler.frontend.checked import Bound, RangedDef, StmtFacts
+from compiler.frontend.checked import Bound, CheckedDef, RangedDef, StmtFacts
+from compiler.frontend.scopes import name_supply, var_uses
 from compiler.frontend.types import expr_type, stmt_env
 from compiler.frontend.visit import walk
 from compiler.poly.build import PolyStmt, build_statements, domain_of
@@ -95,54 +96,54 @@ def factor_scatters(ranged: RangedDef) -> Factored:
     """`ranged` with every scatter that qualifies factored (the module doc); `ranged`
     itself, no scratch, when none does."""
     checked = ranged.checked
-    taken = {t.name for t in checked.tensors} | set(checked.size_params)
-    dtypes = {t.name: t.dtype for t in checked.tensors}
+    params = checked.size_params
+    stmts = [
+        dataclasses.replace(f, stmt=s)
+        for f, s in zip(checked.stmts, checked.definition.stmts, strict=True)
+    ]
+    candidates = {k: c for k, f in enumerate(stmts) if (c := _candidate(checked, f)) is not None}
+    if not candidates:  # most defs: no isl work at all
+        return Factored(ranged, (), tuple(range(len(stmts))))
     polys = build_statements(ranged)
-    stmts, origins, outputs = [], [], []
+    supply = name_supply(checked.definition)
+    dtypes = {t.name: t.dtype for t in checked.tensors}
+    made, origins, outputs = [], [], []
     bounds = list(ranged.output_bounds)
-    for k, (facts, poly) in enumerate(zip(checked.stmts, polys, strict=True)):
-        stmt = checked.definition.stmts[k]
-        facts = dataclasses.replace(facts, stmt=stmt)
-        with isl_failures(stmt):
-            plan = _plan(facts, poly, checked.size_params)
-        if (
-            plan is not None
-            and expr_type(stmt.rhs, stmt_env(checked, facts)) != dtypes[stmt.lhs.name]
-        ):
-            plan = None  # the sum would change type: a float64 sum into a float32 output
-        if plan is None:
-            stmts.append(stmt)
+    for k, facts in enumerate(stmts):
+        stmt = facts.stmt
+        if k not in candidates or not _proved(facts, polys[k], params, candidates[k][1]):
+            made.append(stmt)
             origins.append(k)
             continue
-        name = _fresh(stmt.lhs.name + SCRATCH_SUFFIX, taken)
-        taken.add(name)
-        order, ranges, shared = plan
+        ranges, shared, reads = candidates[k]
+        name = supply.fresh(stmt.lhs.name + SCRATCH_SUFFIX)
+        order = _order(facts, reads)
         dims = tuple(_sub(hi, lo) for lo, hi in (ranges[v] for v in order))
         index = tuple(_sub(Var(v), ranges[v][0]) for v in order)
         contraction = dataclasses.replace(
             stmt, lhs=Access(name, index), op=AssignOp.PLUS_INIT, equivalent=None
         )
-        scatter = dataclasses.replace(stmt, rhs=Access(name, index), where=shared)
-        stmts += [contraction, scatter]
+        made += [contraction, dataclasses.replace(stmt, rhs=Access(name, index), where=shared)]
         origins += [k, k]
         outputs.append(Param(name, dtypes[stmt.lhs.name], dims))
         zero = Const(0, ScalarType.INT32)
         bounds.append((name, tuple(Bound(zero, d) for d in dims)))
     if not outputs:
-        return Factored(ranged, (), tuple(range(len(stmts))))
-    factored = rechecked(ranged, stmts, outputs, bounds, "factored scatter")
+        return Factored(ranged, (), tuple(origins))
+    factored = rechecked(ranged, made, outputs, bounds, "factored scatter")
     return Factored(factored, tuple(p.name for p in outputs), tuple(origins))
 
 
-def _plan(
-    facts: StmtFacts, poly: PolyStmt, params: tuple[str, ...]
-) -> tuple[tuple[str, ...], dict[str, tuple[Expr, Expr]], tuple] | None:
-    """The scratch tensor's variable order, each left-hand-side variable's range, and
-    the where clauses the scatter keeps; None when the statement does not qualify."""
-    stmt = facts.stmt
+def _candidate(
+    checked: CheckedDef, facts: StmtFacts
+) -> tuple[dict[str, tuple[Expr, Expr]], tuple, list[Access]] | None:
+    """What the text of the statement says (no isl): each left-hand-side variable's
+    range, the where clauses the scatter keeps, and the reads; None when the statement
+    does not qualify (the module doc's conditions, all but isl's proofs)."""
+    stmt, sizes = facts.stmt, set(checked.size_params)
     if stmt.op not in (AssignOp.PLUS, AssignOp.PLUS_INIT) or stmt.equivalent is not None:
         return None
-    if not facts.reduction_vars or not facts.index_vars or poly.nonaffine_write is not None:
+    if not facts.reduction_vars or not facts.index_vars:
         return None
     if any(isinstance(n, Access) for a in stmt.lhs.args for n in walk(a)):
         return None
@@ -151,33 +152,43 @@ def _plan(
         return None
     if any(isinstance(c, Exists) for c in stmt.where):
         return None
-    index, sizes = set(facts.index_vars), set(params)
+    output = next(t.dtype for t in checked.tensors if t.name == stmt.lhs.name)
+    if expr_type(stmt.rhs, stmt_env(checked, facts)) != output:
+        return None  # the sum would change type: a float64 sum into a float32 output
+    index = set(facts.index_vars)
     lets = {c.name for c in stmt.where if isinstance(c, Let)}
     ranges: dict[str, tuple[Expr, Expr]] = {}
     shared = []
     for c in stmt.where:
         if not isinstance(c, RangeConstraint):
             continue
-        names = _names(c.expr) | _names(c.lo) | _names(c.hi)
+        bounds = _names(c.lo) | _names(c.hi)
         if isinstance(c.expr, Var) and c.expr.name in index:
-            if c.expr.name in ranges or not (_names(c.lo) | _names(c.hi)) <= sizes:
+            if c.expr.name in ranges or not bounds <= sizes:
                 return None
             ranges[c.expr.name] = (c.lo, c.hi)
             shared.append(c)
-        elif names <= index | sizes and not names & lets:
+        elif (names := _names(c.expr) | bounds) <= index | sizes and not names & lets:
             shared.append(c)  # a condition of the left-hand side's variables only
     if set(ranges) != index:
         return None
-    try:
-        if poly.lhs_injective():
-            return None
-        space = StmtSpace(facts.index_vars, params)
-        scatter = dataclasses.replace(stmt, where=tuple(shared))
-        if not domain_of(scatter, space, poly.name).is_equal(poly.lhs_domain()):
-            return None
-    except NotAffine:
-        return None
-    return _order(facts, reads), ranges, tuple(shared)
+    return ranges, tuple(shared), reads
+
+
+def _proved(facts: StmtFacts, poly: PolyStmt, params: tuple[str, ...], shared: tuple) -> bool:
+    """isl's part: the write is affine and not injective, and the scatter's domain
+    (`shared`) is the statement's domain with the reduction variables projected out."""
+    if poly.nonaffine_write is not None:
+        return False
+    with isl_failures(facts.stmt):
+        try:
+            if poly.lhs_injective():
+                return False
+            scatter = dataclasses.replace(facts.stmt, where=shared)
+            space = StmtSpace(facts.index_vars, params)
+            return bool(domain_of(scatter, space, poly.name).is_equal(poly.lhs_domain()))
+        except NotAffine:
+            return False
 
 
 def _order(facts: StmtFacts, reads: list[Access]) -> tuple[str, ...]:
@@ -196,20 +207,13 @@ def _order(facts: StmtFacts, reads: list[Access]) -> tuple[str, ...]:
 
 
 def _names(e: Expr) -> set[str]:
-    return {n.name for n in walk(e) if isinstance(n, Var)}
+    return {v.name for v in var_uses((e,))}
 
 
 def _sub(a: Expr, b: Expr) -> Expr:
     if isinstance(b, Const) and b.value == 0:
         return a
     return Binary(BinOp.SUB, a, b)
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name = base
-    while name in taken:
-        name += "_"
-    return name
 
 
 __all__ = ["SCRATCH_SUFFIX", "Factored", "factor_scatters"]

@@ -62,6 +62,7 @@ from compiler.frontend.ast import (
 )
 from compiler.frontend.checked import Bound, RangedDef, StmtFacts
 from compiler.frontend.printer import print_expr
+from compiler.frontend.scopes import name_supply
 from compiler.frontend.visit import Mutator, walk
 from compiler.poly.build import tensor_extents
 from compiler.poly.isl_bridge import NotAffine, expr_to_aff, params_space
@@ -313,16 +314,13 @@ def _alias(
     under a name of its own (an output declared with the tensor's shape), and `plan`
     in those names; `aliases` records each name -> the tensor it views."""
     checked = ranged.checked
-    taken = {t.name for t in checked.tensors} | set(checked.size_params) | set(aliases)
+    supply = name_supply(checked.definition)
     infos = {t.name: t for t in checked.tensors}
     params = {p.name: p for p in checked.definition.outputs}
     renames: dict[int, dict[str, str]] = {}
     outputs, tensors, bounds = [], [], []
     for t, users in torn.items():
-        name = t + "_view"
-        while name in taken:
-            name += "_"
-        taken.add(name)
+        name = supply.fresh(t + "_view")
         aliases[name] = aliases.get(t, t)
         outputs.append(dataclasses.replace(params[t], name=name))
         tensors.append(dataclasses.replace(infos[t], name=name))

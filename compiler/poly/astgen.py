@@ -127,7 +127,7 @@ def _zero_start(init: Nest, scratch: tuple[str, ...]) -> bool:
 
 
 def _with_scratch(
-    nests: list[L.Stmt], scratch: list[L.Buffer], views: dict[str, str] | None = None
+    nests: list[L.Stmt], scratch: list[L.Buffer], views: dict[str, str]
 ) -> list[L.Stmt]:
     """`nests` with each scratch buffer allocated (zero-filled, `L.Alloc`) around the
     nests from the first that uses it, or a merged view of it (`views`: view ->
@@ -135,7 +135,7 @@ def _with_scratch(
     buffer no nest uses (its nests ran at no size) is not allocated."""
     spans: list[tuple[int, int, list[L.Buffer]]] = []
     for b in scratch:
-        names = {b.name} | {v for v, t in (views or {}).items() if t == b.name}
+        names = {b.name} | {v for v, t in views.items() if t == b.name}
         used = [k for k, n in enumerate(nests) if any(_uses(n, name) for name in names)]
         if used:
             spans.append((used[0], used[-1], [b]))
