@@ -512,9 +512,14 @@ class Oracle:
                                  sum(v[3] for v in vals), True)  # fmt: skip
         best = max(xs) if red == "max" else min(xs)
         margin = INF
-        if len(xs) > 1:  # a tie is a kink for gradients even where it is exact; the
-            order = sorted(xs, reverse=red == "max")  # value itself is continuous
-            self.gap = min(self.gap, abs(order[0] - order[1]))
+        # A near tie is a kink for gradients (the value itself is continuous). An exact
+        # tie is not: with normal data two candidates are bit-equal when they are one
+        # value (`A(min(i + k, N - 1))` at the edge, a term without the summed variable)
+        # or both locally constant, and tcc splits the adjoint among them (each value's
+        # shares add up to its derivative). The distance is to the nearest other value.
+        others = [x for x in xs if x != best]
+        if others:
+            self.gap = min(self.gap, min(abs(best - x) for x in others))
         chosen = vals[xs.index(best)]
         return self._combine(best, tuple(vals), chosen[2], max(v[1] for v in vals), grid, True,
                              margin)  # fmt: skip

@@ -66,10 +66,12 @@ MAX_PIECES = 16  # 4 clamps in one statement; more is left to AD's error
 @dataclasses.dataclass(frozen=True)
 class Split:
     """The def with its clamps split, and per statement of it the index of the
-    statement whose previous state its reads see (the first piece of its group)."""
+    statement whose previous state its reads see (the first piece of its group), and
+    the statement it is a piece of (itself where nothing was split)."""
 
     ranged: RangedDef
     reads_before: tuple[int, ...]
+    originals: tuple[Stmt, ...]
 
 
 def split_clamps(ranged: RangedDef) -> Split:
@@ -77,17 +79,19 @@ def split_clamps(ranged: RangedDef) -> Split:
     definition = ranged.checked.definition
     stmts: list[Stmt] = []
     reads_before: list[int] = []
+    originals: list[Stmt] = []
     changed = False
     for stmt in definition.stmts:
         pieces = _split(stmt, ranged)
         changed = changed or pieces != [stmt]
         reads_before.extend([len(stmts)] * len(pieces))
+        originals.extend([stmt] * len(pieces))
         stmts.extend(pieces)
     if not changed:
-        return Split(ranged, tuple(range(len(stmts))))
+        return Split(ranged, tuple(range(len(stmts))), tuple(originals))
     rechecked = check_def(dataclasses.replace(definition, stmts=tuple(stmts)))
     kept = RangedDef(rechecked, ranged.output_bounds, ranged.warnings, ranged.preconditions)
-    return Split(kept, tuple(reads_before))
+    return Split(kept, tuple(reads_before), tuple(originals))
 
 
 def _split(stmt: Stmt, ranged: RangedDef) -> list[Stmt]:

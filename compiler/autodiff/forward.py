@@ -21,13 +21,15 @@ The derivatives come from `rules.jvp`, i.e. from the same table as reverse mode
 
 Reductions: `+=`/`=`: the tangent statement has the forward's operator.
 `max=!`/`min=!`: `O_dot(i) +=! (X(i, j) == O(i) ? X_dot(i, j) : 0)` after the forward
-statement: the tangents of every element equal to the result, summed (reverse mode's
-tie rule: on a tie every tied element receives the full adjoint, so the two stay
-adjoint). `*=!`: the sum over the terms of each term's tangent times the product of
+statement: the tangents of every element equal to the result, summed, reverse mode's
+tie rule where two terms can be equal only at a tie of distinct values
+(`products.distinct_terms`: each tied element receives the full adjoint); elsewhere
+(a clamped read's edge, the previous value) their mean, as reverse mode splits the
+adjoint (`pass_through._tie_count`), over a count of the candidates. `*=!`: the sum over the terms of each term's tangent times the product of
 the others, exact with zeros (auxiliary reductions count the zeros and multiply the
 non-zero terms, outputs of the tangent def); `*=` into previous contents: the product
-rule with the previous value and tangent. `max=`/`min=` without `!`: the previous
-value's tangent where it is still the result, plus the tied terms' as `max=!` (the
+rule with the previous value and tangent. `max=`/`min=` without `!`: the mean of the
+previous value's tangent where it is still the result and the tied terms' (the
 previous value kept in an auxiliary output). A `max=`/`min=` whose right-hand side
 reads its own left-hand side, and `*=` without `!` as a first write raise a TCError
 (not supported in forward mode, nor in reverse mode); `max=`/`min=` as a first write
@@ -49,6 +51,8 @@ from collections.abc import Iterable
 from compiler.autodiff import algebra as al
 from compiler.autodiff.algebra import MaybeExpr
 from compiler.autodiff.products import (
+    at_least_one,
+    distinct_terms,
     exact_partial,
     exact_product,
     first_write,
@@ -184,6 +188,7 @@ class _Forward:
         flat = inline_lets(stmt)
         where = tuple(c for c in flat.where if not isinstance(c, Let))
         value = self._tangent(flat.rhs)
+        ties: list[Stmt] = []  # a tie count (`max=!` / `min=!`)
         op = stmt.op
         base = op.base
         if base in (AssignOp.MAX, AssignOp.MIN):
@@ -193,11 +198,15 @@ class _Forward:
                     f"'{target}' in forward mode: not supported",
                     stmt.span,
                 )
-            result = Access(target, stmt.lhs.args)
-            value = al.select(al.eq(flat.rhs, result), value, None)
+            hit = al.eq(flat.rhs, Access(target, stmt.lhs.args))
+            value = al.select(hit, value, None)
             if not op.init:
-                return self._extremum(stmt, value, where, dot)
+                return self._extremum(stmt, value, where, dot, al.indicator(hit))
             op = AssignOp.PLUS_INIT
+            if value is not None and not distinct_terms(flat, self.checked.size_params):
+                # the tied terms' mean (reverse mode's split, `pass_through._tie_count`)
+                count = self._tmp(ties, stmt, op, al.indicator(hit), where, ScalarType.INT32)
+                value = al.div(value, at_least_one(count))
         elif base is AssignOp.TIMES:
             return self._product(stmt, flat.rhs, where, value, dot)
         if value is None:
@@ -209,7 +218,7 @@ class _Forward:
             value = Cast(dtype, value)
         lhs = dataclasses.replace(stmt.lhs, name=dot)
         tangent = Stmt(lhs, op, value, where, span=stmt.span)
-        return [locate(tangent, stmt.span)]
+        return [*ties, locate(tangent, stmt.span)]
 
     def _covers(self, stmt: Stmt) -> bool:
         """Whether a zero tangent of the `+=` `stmt` must still be written: its output's
@@ -263,48 +272,96 @@ class _Forward:
         tangent = Stmt(dataclasses.replace(stmt.lhs, name=dot), AssignOp.ASSIGN, value, outer)
         return [*stmts, locate(tangent, stmt.span)]
 
-    def _extremum(self, stmt: Stmt, value: MaybeExpr, where: tuple, dot: str) -> list[Stmt]:
-        """`max=`/`min=` without '!' (after the forward statement): the previous value's
-        tangent where it is still the result, plus the tangents of the terms equal to
-        the result (`value`), as `max=!` (every tied element's, as reverse mode)."""
+    def _extremum(
+        self, stmt: Stmt, value: MaybeExpr, where: tuple, dot: str, hit: Expr
+    ) -> list[Stmt]:
+        """`max=`/`min=` without '!' (after the forward statement): the mean of the
+        tangents of the candidates equal to the result (`value`: the terms'), the
+        previous value among them after an earlier write (`_shares`)."""
         target, lhs = stmt.lhs.name, stmt.lhs.args
         dot_lhs = dataclasses.replace(stmt.lhs, name=dot)
         if not injective(stmt, self.checked.size_params):
-            return self._colliding_extremum(stmt, value, where, dot)
+            return self._colliding_extremum(stmt, value, where, dot, hit)
         outer = lhs_where(stmt, where)
+        out: list[Stmt] = []
         if target not in self.written:  # the initial zeros: a constant, as reverse mode
             kept: Expr = al.const(0)
+            name = self._shares(out, stmt, where, hit, None)
         else:
             saved = self._tmp(self.before, stmt, AssignOp.ASSIGN, Access(target, lhs), outer)
-            kept = Select(al.eq(saved, Access(target, lhs)), Access(dot, lhs), al.const(0))
-        out = [locate(Stmt(dot_lhs, AssignOp.ASSIGN, self._typed(kept, target), outer), stmt.span)]
+            same = al.eq(saved, Access(target, lhs))
+            kept = Select(same, Access(dot, lhs), al.const(0))
+            name = self._shares(out, stmt, where, hit, (lhs, al.indicator(same), outer))
+        count = None if name is None else at_least_one(Access(name, lhs))
+        if count is not None:
+            kept = al.div(kept, count) or al.const(0)
+        out.append(Stmt(dot_lhs, AssignOp.ASSIGN, self._typed(kept, target), outer))
         if value is not None:
-            more = Stmt(dot_lhs, AssignOp.PLUS, self._typed(value, target), where)
-            out.append(locate(more, stmt.span))
-        return out
+            tied = value if count is None else al.div(value, count)
+            out.append(Stmt(dot_lhs, AssignOp.PLUS, self._typed(tied, target), where))
+        return [locate(s, stmt.span) for s in out]
 
     def _colliding_extremum(
-        self, stmt: Stmt, value: MaybeExpr, where: tuple, dot: str
+        self, stmt: Stmt, value: MaybeExpr, where: tuple, dot: str, hit: Expr
     ) -> list[Stmt]:
         """`_extremum` where the left-hand side may name one element at several points
         (`O(i + k) max= A(i, k)`): over the output's whole box, the previous tangent
         where the value is unchanged, else 0 (an element the statement does not write
-        is unchanged); then every tied point's tangent, `+=` (each point's term, summed
-        as reverse mode gives each the full adjoint). As a first write the previous
+        is unchanged); then every tied point's tangent, `+=`; each divided by the
+        number of candidates equal to the result. As a first write the previous
         value is the initial zeros, a constant: a `+=!` of the tied points' tangents."""
         dot_lhs = dataclasses.replace(stmt.lhs, name=dot)
-        tied = self._typed(value if value is not None else al.const(0), stmt.lhs.name)
+        out: list[Stmt] = []
         if stmt.lhs.name not in self.written:
-            return [locate(Stmt(dot_lhs, AssignOp.PLUS_INIT, tied, where), stmt.span)]
+            name = self._shares(out, stmt, where, hit, None)
+            count = None if name is None else at_least_one(Access(name, stmt.lhs.args))
+            tied = value if value is None or count is None else al.div(value, count)
+            tied = self._typed(tied if tied is not None else al.const(0), stmt.lhs.name)
+            out.append(Stmt(dot_lhs, AssignOp.PLUS_INIT, tied, where))
+            return [locate(s, stmt.span) for s in out]
         idx, box = self._box(stmt)
         whole = Access(stmt.lhs.name, idx)
         over = dataclasses.replace(stmt, lhs=whole)
         saved = self._tmp(self.before, over, AssignOp.ASSIGN, whole, box)
-        kept = Select(al.eq(saved, whole), Access(dot, idx), al.const(0))
-        out = [Stmt(Access(dot, idx), AssignOp.ASSIGN, self._typed(kept, stmt.lhs.name), box)]
+        same = al.eq(saved, whole)
+        name = self._shares(out, stmt, where, hit, (idx, al.indicator(same), box))
+        assert name is not None  # the previous value is a candidate
+        count = at_least_one(Access(name, stmt.lhs.args))
+        kept = Select(same, Access(dot, idx), al.const(0))
+        kept = al.div(kept, at_least_one(Access(name, idx))) or al.const(0)
+        out.append(Stmt(Access(dot, idx), AssignOp.ASSIGN, self._typed(kept, stmt.lhs.name), box))
         if value is not None:
+            tied = self._typed(al.div(value, count) or al.const(0), stmt.lhs.name)
             out.append(Stmt(dot_lhs, AssignOp.PLUS, tied, where))
         return [locate(s, stmt.span) for s in out]
+
+    def _shares(
+        self,
+        out: list[Stmt],
+        stmt: Stmt,
+        where: tuple,
+        hit: Expr,
+        previous: tuple[tuple[Expr, ...], Expr, tuple] | None,
+    ) -> str | None:
+        """The int32 output that counts the candidates equal to an extremum's result, per
+        element (reverse mode's split, `pass_through._tie_count`): the previous value
+        (`previous = (subscripts, indicator, where)`) then the terms, counted into an
+        int32 output; None where only a tie of distinct values can make two (no
+        previous value, `products.distinct_terms`)."""
+        if previous is None and distinct_terms(stmt, self.checked.size_params):
+            return None
+        target = stmt.lhs.name
+        name = self.names.fresh(f"{target}_tmp")
+        self.types[name] = ScalarType.INT32
+        self.extra.append(Param(name, None, None, span=stmt.span))
+        count = Access(name, stmt.lhs.args)
+        if previous is None:
+            out.append(Stmt(count, AssignOp.PLUS_INIT, hit, where))
+        else:
+            idx, kept, over = previous
+            out.append(Stmt(Access(name, idx), AssignOp.ASSIGN, kept, over))
+            out.append(Stmt(count, AssignOp.PLUS, hit, where))
+        return name
 
     def _box(self, stmt: Stmt) -> tuple[tuple[Var, ...], tuple[RangeConstraint, ...]]:
         """Index variables over the whole shape of `stmt`'s output (its declared dims,

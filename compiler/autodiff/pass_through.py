@@ -18,21 +18,33 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from compiler.autodiff import algebra as al
-from compiler.autodiff.products import exact_product, lhs_where, reduced
+from compiler.autodiff.emptiness import runs_never
+from compiler.autodiff.products import (
+    at_least_one,
+    distinct_terms,
+    exact_product,
+    lhs_where,
+    reduced,
+)
+from compiler.autodiff.rewrite import inline_lets, locate
 from compiler.autodiff.versions import Versions, full_box, plain_vars
 from compiler.diagnostics import TCError
 from compiler.frontend.ast import (
     Access,
     AssignOp,
+    Binary,
+    BinOp,
     CmpOp,
     Compare,
     Const,
     Expr,
     RangeConstraint,
     ScalarType,
+    Span,
     Stmt,
     Var,
 )
+from compiler.frontend.scopes import walk
 
 
 class PassThrough:
@@ -40,6 +52,10 @@ class PassThrough:
 
     v: Versions
     products: dict[tuple[str, int], tuple[Access, Access, Access]]
+    ties: dict[int, str]  # a clamp group's first piece -> its tie count (`_tie_count`)
+    originals: tuple[Stmt, ...]  # per statement, the statement it is a piece of
+    stmts: list[Stmt]
+    span: Span
 
     if TYPE_CHECKING:
 
@@ -48,7 +64,13 @@ class PassThrough:
         def _need_reads(self, expr: Expr, index: int) -> None: ...
         def _grad_tensor(self, tensor: str, version: int) -> str | None: ...
         def _tmp(
-            self, target: str, stmt: Stmt, op: AssignOp, rhs: Expr, count: bool = False
+            self,
+            target: str,
+            stmt: Stmt,
+            op: AssignOp,
+            rhs: Expr,
+            count: bool = False,
+            start: tuple[tuple[Expr, ...], Expr, tuple] | None = None,
         ) -> Access: ...
 
     def _pass_through(self, index: int, stmt: Stmt, target: str, k: int, adjoint: str) -> None:
@@ -84,6 +106,22 @@ class PassThrough:
         its bits need not equal the forward's result. A reduction compares with its
         terms' extremum, an auxiliary reduction here (fuzz seed 23479: a recomputed
         sum then `max= D(k)`); a scatter's left-hand side with the result."""
+        idx, where, same = self._keeps_previous(index, stmt, target, k)
+        value = al.mul(Access(adjoint, idx), al.indicator(same)) or Access(adjoint, idx)
+        ties = self.ties.get(index)  # the first piece's, into the statement's previous value
+        if ties is not None:
+            value = al.div(value, at_least_one(Access(ties, idx)))
+        self._emit(Access(grad, idx), value, where)
+        inside = dataclasses.replace(stmt, where=where)
+        # a condition on the written elements (a clamp's piece: `1 - i in 1:...`) is partial
+        if plain_vars(stmt.lhs) is not None and not self.v.covers_box(inside, reducing=False):
+            self._masked_pass_through(inside, target, adjoint, grad)
+
+    def _keeps_previous(
+        self, index: int, stmt: Stmt, target: str, k: int
+    ) -> tuple[tuple[Expr, ...], tuple, Expr]:
+        """(subscripts, where, test): where the previous version of a `max=` / `min=`
+        is still the extremum, over the elements the statement writes."""
         self._need(target, k - 1)
         plain = plain_vars(stmt.lhs)
         if plain is None:
@@ -91,22 +129,102 @@ class PassThrough:
         else:
             idx, where = stmt.lhs.args, lhs_where(stmt, stmt.where)
         previous = Access(self.v.name(target, k - 1), idx)
-        if plain is not None:
-            op = CmpOp.LE if stmt.op.base is AssignOp.MIN else CmpOp.GE
-            rhs = stmt.rhs
-            if reduced(stmt):
-                rhs = self._tmp(target, stmt, stmt.op.with_init, rhs)
-            same: Expr = Compare(op, previous, rhs)
-            self._need_reads(stmt.rhs, index)
-        else:
+        if plain is None:
             self._need(target, k)
-            same = al.eq(previous, Access(self.v.name(target, k), idx))
-        value = al.mul(Access(adjoint, idx), al.indicator(same)) or Access(adjoint, idx)
-        self._emit(Access(grad, idx), value, where)
-        inside = dataclasses.replace(stmt, where=where)
-        # a condition on the written elements (a clamp's piece: `1 - i in 1:...`) is partial
-        if plain is not None and not self.v.covers_box(inside, reducing=False):
-            self._masked_pass_through(inside, target, adjoint, grad)
+            return tuple(idx), where, al.eq(previous, Access(self.v.name(target, k), idx))
+        op = CmpOp.LE if stmt.op.base is AssignOp.MIN else CmpOp.GE
+        rhs = stmt.rhs
+        if reduced(stmt):
+            # The comparison runs over `where`, the written elements' clauses. A clause
+            # that also bounds a summed variable (a clamp's piece: `k - (N - 1) in
+            # 1:...`) may leave some of them with no term (fuzz seed 40260): there the
+            # extremum starts from the previous value, and since `prev <= min(prev, m)`
+            # exactly when `prev <= m`, the test is unchanged where terms exist and
+            # keeps the adjoint where none do.
+            full = self._every_element_has_terms(stmt, where)
+            start = None if full else (idx, previous, where)
+            rhs = self._tmp(target, stmt, stmt.op.with_init, rhs, start=start)
+        self._need_reads(stmt.rhs, index)
+        return tuple(idx), where, Compare(op, previous, rhs)
+
+    def _tie_count(self, index: int, stmt: Stmt, target: str) -> Expr | None:
+        """`max(count, 1)` of the candidates equal to a `max=` / `min=`'s result, per
+        element, or None where two can be equal only at a tie of distinct values.
+
+        The adjoint is split equally among those candidates: a value that is several
+        candidates at once (`A(min(i + k, N - 1))` at the edge, a term that does not
+        depend on the summed variable, the previous value) is differentiable there,
+        and its shares add up to the adjoint; at a tie of distinct values the shares
+        are a convex combination (a subgradient). The candidates are those of the
+        statement as written: the previous value after an earlier write (not the
+        initial zeros) and the terms of all its clamp pieces, each compared with the
+        last piece's result; forward mode counts the same on the unsplit statement
+        (`forward._extremum`), so the two stay adjoint. Only the pieces' terms and the
+        first piece's pass-through into the previous value divide by the count: the
+        pieces' pass-throughs to each other carry the adjoint whole."""
+        first = self.v.reads_before[index] if self.v.reads_before else index
+        if first in self.ties:
+            return at_least_one(Access(self.ties[first], stmt.lhs.args))
+        group = [i for i in range(len(self.v.stmts)) if self._first_piece(i) == first]
+        head = self.v.stmts[first]
+        k_first, k_last = self.v.written(first), self.v.written(group[-1])
+        previous = k_first > 1 and not head.op.init
+        original = inline_lets(self.originals[index]) if self.originals else stmt
+        sizes = self.v.ranged.checked.size_params
+        if not previous and len(group) == 1 and distinct_terms(original, sizes):
+            return None
+        idx, box = full_box(self.v, target)
+        final = self.v.name(target, k_last)
+        self._need(target, k_last)
+        start: Expr = Const(0, ScalarType.INT32)
+        if previous:
+            self._need(target, k_first - 1)
+            before = Access(self.v.name(target, k_first - 1), idx)
+            start = al.indicator(al.eq(before, Access(final, idx)))
+        count: Access | None = None
+        for i in group:
+            piece = self.v.versioned_reads(self.v.stmts[i], i)
+            hit = al.indicator(al.eq(piece.rhs, Access(final, piece.lhs.args)))
+            self._need_reads(piece.rhs, i)
+            if count is None:
+                count = self._tmp(
+                    target, piece, AssignOp.PLUS, hit, count=True, start=(idx, start, box)
+                )
+            else:
+                self.stmts.append(
+                    locate(
+                        Stmt(Access(count.name, piece.lhs.args), AssignOp.PLUS, hit, piece.where),
+                        self.span,
+                    )
+                )
+        assert count is not None
+        self.ties[first] = count.name
+        return at_least_one(Access(count.name, stmt.lhs.args))
+
+    def _first_piece(self, index: int) -> int:
+        return self.v.reads_before[index] if self.v.reads_before else index
+
+    def _every_element_has_terms(self, stmt: Stmt, where: tuple) -> bool:
+        """Whether each element `where` allows has a term: the clauses `where` left
+        out each range a distinct summed variable (`k in lo:hi`, bounds free of the
+        other summed variables) over an interval that is never empty under `where`."""
+        dropped = [c for c in stmt.where if c not in where]
+        lhs = {e.name for a in stmt.lhs.args for e in walk(a) if isinstance(e, Var)}
+        if not all(isinstance(c, RangeConstraint) and isinstance(c.expr, Var) for c in dropped):
+            return False
+        summed = [c.expr.name for c in dropped]
+        if len(set(summed)) != len(summed) or set(summed) & lhs:
+            return False
+        sizes = self.v.ranged.checked.size_params
+        for c in dropped:
+            used = {e.name for part in (c.lo, c.hi) for e in walk(part) if isinstance(e, Var)}
+            if used & set(summed):
+                return False
+            gap = Binary(BinOp.SUB, c.lo, c.hi)  # lo - hi >= 0: the interval is empty
+            empty = RangeConstraint(gap, al.const(0), Binary(BinOp.ADD, gap, al.const(1)))
+            if not runs_never((*where, empty), sizes):
+                return False
+        return True
 
     def _times_pass_through(
         self, index: int, stmt: Stmt, target: str, k: int, adjoint: str, grad: str

@@ -7,7 +7,9 @@ Ensures:  `exact_partial(x, count, nonzero, zeros)`: the product of the other te
 `prod_r x_r`, given auxiliary reductions over the statement's left-hand side (`count`
 zero terms, `nonzero` the product of the others, `zeros` the sum of the zero terms,
 or None); `exact_product(count, nonzero, zeros)`: the whole product from the same
-reductions; `terms(x)`: what those reductions sum or multiply; `reduced(stmt)`, `injective(stmt, sizes)`, `lhs_where(stmt, where)`, `first_write(stmt, target)`.
+reductions; `terms(x)`: what those reductions sum or multiply; `reduced(stmt)`, `injective(stmt, sizes)`, `distinct_terms(stmt, sizes)` (whether an extremum's
+tied terms can be one value), `at_least_one(count)`, `lhs_where(stmt, where)`,
+`first_write(stmt, target)`.
 
 Why `zeros`: its value is 0, but its derivative is the sum of the zero terms'
 directions, so the partial stays exact to differentiate again (`Kernel.hvp`, forward
@@ -24,7 +26,17 @@ from fractions import Fraction
 from compiler.autodiff import algebra as al
 from compiler.autodiff.emptiness import affine_cases
 from compiler.diagnostics import TCError
-from compiler.frontend.ast import Expr, RangeConstraint, Select, Stmt, Var
+from compiler.frontend.ast import (
+    Access,
+    Call,
+    Const,
+    Expr,
+    RangeConstraint,
+    ScalarType,
+    Select,
+    Stmt,
+    Var,
+)
 from compiler.frontend.scopes import walk
 
 
@@ -66,16 +78,54 @@ def injective(stmt: Stmt, sizes: tuple[str, ...] | list[str]) -> bool:
     names = sorted(
         {e.name for a in stmt.lhs.args for e in walk(a) if isinstance(e, Var)} - set(sizes)
     )
+    rows = _affine_rows(stmt.lhs.args, names, sizes)
+    return rows is not None and _rank(rows) == len(names)
+
+
+def distinct_terms(stmt: Stmt, sizes: tuple[str, ...] | list[str]) -> bool:
+    """Whether two points of `stmt` that write one element read distinct elements of
+    some tensor, so that two of an element's terms are one value only by a tie: the
+    left-hand side's subscripts and one read's, together an affine map (no min, max or
+    division) of full column rank in the statement's variables. False when unsure.
+    Not so for `A(min(i + k, N - 1))` (the edge element at several `k`), or a term
+    without the summed variable (`O(i) max=! A(i) where k in 0:3`)."""
+    reads = [e for e in walk(stmt.rhs) if isinstance(e, Access)]
+    parts = [*stmt.lhs.args, *(a for r in reads for a in r.args)]
+    parts += [p for c in stmt.where if isinstance(c, RangeConstraint) for p in (c.expr, c.lo, c.hi)]
+    names = sorted({e.name for p in parts for e in walk(p) if isinstance(e, Var)} - set(sizes))
+    lhs = _affine_rows(stmt.lhs.args, names, sizes)
+    if lhs is None:
+        return False
+    if _rank(lhs) == len(names):  # one point per element
+        return True
+    for read in reads:
+        rows = _affine_rows(read.args, names, sizes)
+        if rows is not None and _rank(lhs + rows) == len(names):
+            return True
+    return False
+
+
+def _affine_rows(
+    args: tuple[Expr, ...], names: list[str], sizes: tuple[str, ...] | list[str]
+) -> list[list[Fraction]] | None:
+    """The coefficients of `names` in each of `args`; None where one is not affine in
+    them and the sizes alone (a min, a max, a floor division's quotient)."""
     rows = []
-    for arg in stmt.lhs.args:
+    for arg in args:
         cases = affine_cases(arg)
-        if cases is None or len(cases) != 1:
-            return False
+        if cases is None or len(cases) != 1 or cases[0][0]:
+            return None
         linear = cases[0][1]
         if any(k != "" and k not in names and k not in sizes for k in linear):
-            return False
+            return None
         rows.append([linear.get(n, Fraction(0)) for n in names])
-    return _rank(rows) == len(names)
+    return rows
+
+
+def at_least_one(count: Expr) -> Expr:
+    """`max(count, 1)`, the divisor of a tie count: a recomputed candidate whose bits
+    differ from the forward's result leaves none counted, and then no share (not 0/0)."""
+    return Call("max", (count, Const(1, ScalarType.INT32)))
 
 
 def _rank(rows: list[list[Fraction]]) -> int:
@@ -130,6 +180,8 @@ def first_write(stmt: Stmt, target: str) -> TCError:
 
 
 __all__ = [
+    "at_least_one",
+    "distinct_terms",
     "exact_partial",
     "exact_product",
     "first_write",

@@ -109,6 +109,7 @@ def grad_def(
 
     split = split_clamps(ranged)
     reverse = _Reverse(split.ranged, wrt, supply, _zeros(ranged, zeros), split.reads_before)
+    reverse.originals = split.originals
     return merge_contributions(propagate_copies(reverse.run(), keep=len(reverse.wrt)))
 
 
@@ -151,6 +152,8 @@ class _Reverse(PassThrough):
         self.zero_started: set[str] = set()  # accumulators of a zero cotangent
         # (target, version) of a product -> its (count, nonzero, zeros) reductions
         self.products: dict[tuple[str, int], tuple[Access, Access, Access]] = {}
+        self.ties: dict[int, str] = {}  # a clamp group's first piece -> its tie count
+        self.originals: tuple[Stmt, ...] = ()  # per statement, what it is a piece of
 
     # ------------------------------------------------------------------ driver
 
@@ -253,7 +256,7 @@ class _Reverse(PassThrough):
         self.span = forward.span  # generated statements point at their forward statement
         seed_access = Access(adjoint, stmt.lhs.args, span=stmt.lhs.span)
         self.types[adjoint] = self.v.dtype(target)
-        seed = self._seed(stmt, target, k, seed_access)
+        seed = self._seed(index, stmt, target, k, seed_access)
         quotient = split_quotient(stmt)
         if quotient is None:
             parts = [(stmt, stmt.rhs, seed)]
@@ -280,14 +283,17 @@ class _Reverse(PassThrough):
         idx, where = full_box(self.v, target)
         self._emit(Access(adjoint, idx), Const(0, ScalarType.INT32), where)
 
-    def _seed(self, stmt: Stmt, target: str, k: int, adjoint: Access) -> Expr:
+    def _seed(self, index: int, stmt: Stmt, target: str, k: int, adjoint: Access) -> Expr:
         base = stmt.op.base
         if base in (AssignOp.ASSIGN, AssignOp.PLUS):
             return adjoint
         if base in (AssignOp.MAX, AssignOp.MIN):
             result = Access(self.v.name(target, k), stmt.lhs.args, span=stmt.lhs.span)
             self._need(target, k)
-            return al.mul(adjoint, al.indicator(al.eq(stmt.rhs, result))) or adjoint
+            hit = al.indicator(al.eq(stmt.rhs, result))
+            seed = al.mul(adjoint, hit) or adjoint
+            ties = self._tie_count(index, stmt, target)
+            return seed if ties is None else al.div(seed, ties)
         if not stmt.op.init:
             return self._times_seed(stmt, target, k, adjoint)
         return self._product_seed(stmt, target, k, adjoint)
@@ -325,15 +331,31 @@ class _Reverse(PassThrough):
         self.products[(target, k)] = (count, nonzero, zeros)  # `_times_pass_through`
         return al.mul(adjoint, exact_partial(rhs, count, nonzero, zeros)) or adjoint
 
-    def _tmp(self, target: str, stmt: Stmt, op: AssignOp, rhs: Expr, count: bool = False) -> Access:
+    def _tmp(
+        self,
+        target: str,
+        stmt: Stmt,
+        op: AssignOp,
+        rhs: Expr,
+        count: bool = False,
+        start: tuple[tuple[Expr, ...], Expr, tuple] | None = None,
+    ) -> Access:
         """An auxiliary reduction over `stmt`'s left-hand side: an int32 `count`, else
-        of the target's type."""
+        of the target's type. With `start = (subscripts, value, where)` the reduction
+        starts from `value` over `where` (`T(subscripts) = value where ...` then
+        `T op rhs`, `op` without its '!'), so it has an element wherever `where` does,
+        even one with no term."""
         self.tmp_count += 1
         name = self.names.fresh(f"{target}_tmp{self.tmp_count}")
         self.extra.append(Param(name, None, None, span=self._span(target)))
         dtype = ScalarType.INT32 if count else self.v.dtype(target)
         self.types[name] = dtype
         access = Access(name, stmt.lhs.args)
+        if start is not None:
+            idx, value, where = start
+            first = Stmt(Access(name, idx), AssignOp.ASSIGN, value, where)
+            self.stmts.append(locate(first, self.span))
+            op = op.base
         self.stmts.append(locate(Stmt(access, op, rhs, stmt.where), self.span))
         return access
 

@@ -25,19 +25,15 @@ GRAD_SEEDS += (22623, 22680, 22909)  # the oracle's differences, output by outpu
 GRAD_SEEDS += (22920, 22988)  # a piece's hull beyond the declared shape it writes inside
 GRAD_SEEDS += (23479,)  # max= with a reduction after recomputed pieces
 GRAD_SEEDS += (26009,)  # a pad piecewise in the sizes (`--seeds 26000:26120 --grad`)
-# `--seeds 40000:40500 --grad`: a clamp-piece gradient (F1); the tester's own rounding
+# `--seeds 40000:40500 --grad`: a clamp piece with elements of no term (F1, fixed); the
+# tester's own rounding
 GRAD_SEEDS += (40260, 40464)
 CFG = fuzz.Config(cuda_fraction=0.1)
 GRAD_CFG = fuzz.Config(targets=("interp", "llvm", "llvm-rand"), grad=True, cuda_fraction=0.0)
 
 # (mode, seed) -> the failure signature seen when the entry was added (strict xfail).
 # F<n>: the failure class it belongs to (named in the commit that fixes it).
-KNOWN_FAILURES: dict[tuple[str, int], str] = {
-    # F1: the gradient of a `min=!` over three clamped reads of one tensor (clamp
-    # pieces of every read) is refused at the call with a ShapeError "this def reads
-    # ... out of bounds with N=13, M=2"; the forward runs.
-    ("grad", 40260): "rejected:grad-interp:ShapeError (F1, clamp pieces of a min=!)",
-}
+KNOWN_FAILURES: dict[tuple[str, int], str] = {}
 
 
 def _params(mode: str, seeds: tuple) -> list:

@@ -1,0 +1,181 @@
+"""The tie rule of `max=` / `min=` gradients (docs/language.md): where one value can be
+several candidates of an element (a clamped read's edge, a term without the summed
+variable, the previous value), the adjoint is split among the candidates equal to the
+result, so the gradient is that value's derivative; forward mode takes their
+tangents' mean, so <jvp(t), c> == <t, vjp(c)>. The references are NumPy, differenced
+centrally in float64."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import compiler
+from compiler.autodiff.products import distinct_terms
+from compiler.frontend.parser import parse
+
+N = 7
+
+
+def _edge_pool(a: np.ndarray) -> np.ndarray:  # replicate padding, window 3
+    idx = np.clip(np.arange(N)[:, None] + np.arange(3)[None, :] - 1, 0, N - 1)
+    return a[idx].max(axis=1)
+
+
+def _repeated(a: np.ndarray) -> np.ndarray:  # the same term three times
+    return a.copy()
+
+
+def _after_previous(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # O = B, then max=
+    idx = np.clip(np.arange(N)[:, None] + np.arange(3)[None, :], 0, N - 1)
+    return np.maximum(b, a[idx].max(axis=1))
+
+
+def _scatter_same(a: np.ndarray) -> np.ndarray:  # O(i + k) max=! A(0)
+    return np.full(N + 2, a[0])
+
+
+CASES = {
+    "clamped edge": (
+        "def f(double(N) A) -> (O) {\n"
+        "  O(i) max=! A(min(max(i + k - 1, 0), N - 1)) where i in 0:N, k in 0:3\n}",
+        _edge_pool,
+    ),
+    "term without the summed variable": (
+        "def f(double(N) A) -> (O) { O(i) max=! A(i) where i in 0:N, k in 0:3 }",
+        _repeated,
+    ),
+    "previous value and a clamp": (
+        "def f(double(N) A, double(N) B) -> (O) {\n"
+        "  O(i) = B(i)\n"
+        "  O(i) max= A(min(i + k, N - 1)) where i in 0:N, k in 0:3\n}",
+        _after_previous,
+    ),
+    "scatter of one value": (
+        "def f(double(N) A) -> (O) { O(i + k) max=! A(0) where i in 0:N, k in 0:3 }",
+        _scatter_same,
+    ),
+}
+
+
+def _arrays(case: str) -> list[np.ndarray]:
+    rng = np.random.default_rng(7)
+    a = rng.permutation(N).astype(np.float64)  # distinct values: no tie of two values
+    if "previous" in case:
+        # B ties with A's edge value at row N - 1 (the clamp reads A(N - 1) three times)
+        b = rng.standard_normal(N) - 10.0
+        b[N - 1] = a[N - 1]
+        return [a, b]
+    return [a]
+
+
+@pytest.mark.parametrize("target", ["interp", "llvm"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_vjp_is_the_derivative_where_one_value_is_several_candidates(
+    case: str, target: str
+) -> None:
+    src, ref = CASES[case]
+    arrays = _arrays(case)
+    if "previous" in case:
+        arrays[1][N - 1] = -100.0  # here: no tie with B, so the function is smooth
+    kernel = compiler.define(src, target=target)
+    (out,) = kernel(*arrays)
+    np.testing.assert_array_equal(out, ref(*arrays))
+    c = np.random.default_rng(1).standard_normal(out.shape)
+    grads = kernel.vjp(*arrays, grad_outputs=(c,))
+    grads = grads if isinstance(grads, tuple) else (grads,)
+    h = 1e-6
+    for i, g in enumerate(grads):
+        fd = np.zeros_like(arrays[i])
+        for j in range(arrays[i].size):
+            up = [a.copy() for a in arrays]
+            down = [a.copy() for a in arrays]
+            up[i][j] += h
+            down[i][j] -= h
+            fd[j] = np.vdot(ref(*up) - ref(*down), c) / (2 * h)
+        np.testing.assert_allclose(g, fd, rtol=1e-7, atol=1e-8)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_jvp_and_vjp_stay_adjoint_at_ties(case: str) -> None:
+    src, _ = CASES[case]
+    arrays = _arrays(case)  # "previous": B ties with the edge value: a three-way tie
+    kernel = compiler.define(src, target="llvm")
+    rng = np.random.default_rng(3)
+    tangents = [rng.standard_normal(a.shape) for a in arrays]
+    _, (dot,) = kernel.jvp(*arrays, tangents=tuple(tangents))
+    c = rng.standard_normal(dot.shape)
+    grads = kernel.vjp(*arrays, grad_outputs=(c,))
+    grads = grads if isinstance(grads, tuple) else (grads,)
+    pairing = sum(float(np.vdot(t, g)) for t, g in zip(tangents, grads, strict=True))
+    assert float(np.vdot(dot, c)) == pytest.approx(pairing, rel=1e-12, abs=1e-12)
+
+
+def test_a_previous_value_tied_with_a_term_shares_the_adjoint() -> None:
+    """B(N - 1) equals the only candidate value of A at the last row (A(N - 1), read
+    three times by the clamp): four candidates, the adjoint split in four shares."""
+    src, _ = CASES["previous value and a clamp"]
+    a, b = _arrays("previous value and a clamp")
+    c = np.zeros(N)
+    c[N - 1] = 1.0
+    ga, gb = compiler.define(src, target="llvm").vjp(a, b, grad_outputs=(c,))
+    assert gb[N - 1] == 0.25 and ga[N - 1] == 0.75
+
+
+def test_the_pieces_of_a_clamped_min_with_elements_of_no_term() -> None:
+    """Fuzz seed 40260, reduced: the clamp's second piece (`k >= N`) has terms only
+    when M > N, so for N = 13, M = 2 its auxiliary reduction has no element; the
+    gradient was refused with a ShapeError. The comparison now starts from the
+    previous value there."""
+    src = (
+        "def f(double(N, M, 1) A) -> (O) {\n"
+        "  O(i1, i2, i3) min=! A(min(k4, N - 1), min(i2, M - 1), 0)"
+        " where i1 in 0:N, k4 in 0:M, i2 in 0:1, i3 in 0:i1 + 1\n}"
+    )
+    rng = np.random.default_rng(0)
+    for n, m in ((13, 2), (2, 3)):
+        a = rng.standard_normal((n, m, 1))
+
+        def ref(x: np.ndarray, n: int = n, m: int = m) -> np.ndarray:
+            rows = np.minimum(np.arange(m), n - 1)
+            out = np.full((n, 1, n), np.inf)
+            tri = np.arange(n)[None, :] <= np.arange(n)[:, None]
+            out[:, 0, :] = np.where(tri, x[rows, 0, 0].min(), np.inf)
+            return out
+
+        kernel = compiler.define(src, target="llvm")
+        (out,) = kernel(a)
+        np.testing.assert_array_equal(np.isfinite(out), np.isfinite(ref(a)))
+        c = rng.standard_normal(out.shape) * np.isfinite(ref(a))
+        (g,) = kernel.vjp(a, grad_outputs=(c,))
+        want = np.zeros_like(a)
+        rows = np.minimum(np.arange(m), n - 1)
+        want[rows[np.argmin(a[rows, 0, 0])], 0, 0] = c.sum()
+        np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-12)
+
+
+def _stmt(src: str):  # noqa: ANN202
+    return parse(src).defs[0].stmts[-1]
+
+
+@pytest.mark.parametrize(
+    "src, distinct",
+    [
+        ("def f(float(N, H) I) -> (O) { O(n, h) max=! I(n, 2 * h + kh) where kh in 0:3 }", True),
+        ("def f(float(N) A) -> (O) { O(i) max=! A(min(i + k, N - 1)) where k in 0:3 }", False),
+        ("def f(float(N) A) -> (O) { O(i) max=! A(i) where i in 0:N, k in 0:3 }", False),
+        ("def f(float(N) A) -> (O) { O(i + k) max=! A(i) where i in 0:N, k in 0:3 }", True),
+        ("def f(float(N) A) -> (O) { O(i + k) max=! A(0) where i in 0:N, k in 0:3 }", False),
+        ("def f(float(N) A) -> (O) { O(i) max=! A((i + k) / 2) where k in 0:3 }", False),
+    ],
+)
+def test_distinct_terms(src: str, distinct: bool) -> None:
+    assert distinct_terms(_stmt(src), ("N", "H")) is distinct
+
+
+def test_max_pooling_keeps_its_one_pass_gradient() -> None:
+    """A one-to-one window read needs no count: the printed gradient is unchanged."""
+    text = compiler.grad((Path(__file__).parents[2] / "examples" / "maxpool.tc").read_text())
+    assert "_tmp" not in text and "max(" not in text
