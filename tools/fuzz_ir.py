@@ -319,6 +319,7 @@ class Oracle:
         self.p, self.sizes, self.eps, self.mant = p, sizes, eps, mant
         self.state: dict = {}
         self.gap = INF  # smallest distance to a kink or tie seen anywhere
+        self.float32 = False  # whether a double program computed a float32 value
         self.types: dict[int, str] = {}
         self.let_types: dict[str, str] = {}
         self.dtypes = {t.name: t.dtype for t in p.inputs}
@@ -359,6 +360,7 @@ class Oracle:
         if (self.p.dtype == "double" and isinstance(n, (Bin, Call, Un, Cond))
                 and self.type_of(n) == "float"):  # fmt: skip
             r = float(np.float32(v[0]))
+            self.float32 = True
             # float32 rounding errors, in the double tolerance's units (2**29 ulps)
             v = (r, v[1] * 2.0**29, v[2] + 1, v[3], v[4] and r == v[0], v[5], v[6])
         return v
@@ -534,6 +536,7 @@ class Expected:
     stable: dict  # name -> bool array
     gap: float  # smallest distance to a kink/tie (gradient checks skip below a bound)
     dtypes: dict  # name -> "float" | "double": TC's type of the output (its first write)
+    float32: bool = False  # a double program computed a float32 value (`sin(2.0)`)
 
 
 def evaluate(p: Program, sizes: dict, inputs: dict) -> Expected:
@@ -564,7 +567,7 @@ def evaluate(p: Program, sizes: dict, inputs: dict) -> Expected:
             if meta.size
             else np.ones(arr.shape, bool)
         )
-    return Expected(values, tol, stable, o.gap, {n: o.dtypes[n] for n in p.outputs})
+    return Expected(values, tol, stable, o.gap, {n: o.dtypes[n] for n in p.outputs}, o.float32)
 
 
 def values_only(p: Program, sizes: dict, inputs: dict) -> dict:

@@ -203,7 +203,7 @@ class _Forward:
             if not op.init:
                 return self._extremum(stmt, value, where, dot, al.indicator(hit))
             op = AssignOp.PLUS_INIT
-            if value is not None and not distinct_terms(flat, self.checked.size_params):
+            if value is not None and not distinct_terms(flat, *self._independent()):
                 # the tied terms' mean (reverse mode's split, `pass_through._tie_count`)
                 count = self._tmp(ties, stmt, op, al.indicator(hit), where, ScalarType.INT32)
                 value = al.div(value, at_least_one(count))
@@ -348,7 +348,7 @@ class _Forward:
         (`previous = (subscripts, indicator, where)`) then the terms, counted into an
         int32 output; None where only a tie of distinct values can make two (no
         previous value, `products.distinct_terms`)."""
-        if previous is None and distinct_terms(stmt, self.checked.size_params):
+        if previous is None and distinct_terms(stmt, *self._independent()):
             return None
         target = stmt.lhs.name
         name = self.names.fresh(f"{target}_tmp")
@@ -362,6 +362,11 @@ class _Forward:
             out.append(Stmt(Access(name, idx), AssignOp.ASSIGN, kept, over))
             out.append(Stmt(count, AssignOp.PLUS, hit, where))
         return name
+
+    def _independent(self) -> tuple[tuple[str, ...], frozenset[str]]:
+        """The sizes and the float inputs, for `products.distinct_terms`."""
+        floats = frozenset(t.name for t in self.checked.inputs if t.dtype.is_float)
+        return self.checked.size_params, floats
 
     def _box(self, stmt: Stmt) -> tuple[tuple[Var, ...], tuple[RangeConstraint, ...]]:
         """Index variables over the whole shape of `stmt`'s output (its declared dims,

@@ -170,8 +170,9 @@ class PassThrough:
         k_first, k_last = self.v.written(first), self.v.written(group[-1])
         previous = k_first > 1 and not head.op.init
         original = inline_lets(self.originals[index]) if self.originals else stmt
-        sizes = self.v.ranged.checked.size_params
-        if not previous and len(group) == 1 and distinct_terms(original, sizes):
+        checked = self.v.ranged.checked
+        floats = {t.name for t in checked.inputs if t.dtype.is_float}
+        if not previous and distinct_terms(original, checked.size_params, floats):
             return None
         idx, box = full_box(self.v, target)
         final = self.v.name(target, k_last)

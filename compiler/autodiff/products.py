@@ -7,7 +7,7 @@ Ensures:  `exact_partial(x, count, nonzero, zeros)`: the product of the other te
 `prod_r x_r`, given auxiliary reductions over the statement's left-hand side (`count`
 zero terms, `nonzero` the product of the others, `zeros` the sum of the zero terms,
 or None); `exact_product(count, nonzero, zeros)`: the whole product from the same
-reductions; `terms(x)`: what those reductions sum or multiply; `reduced(stmt)`, `injective(stmt, sizes)`, `distinct_terms(stmt, sizes)` (whether an extremum's
+reductions; `terms(x)`: what those reductions sum or multiply; `reduced(stmt)`, `injective(stmt, sizes)`, `distinct_terms(stmt, sizes, inputs)` (whether an extremum's
 tied terms can be one value), `at_least_one(count)`, `lhs_where(stmt, where)`,
 `first_write(stmt, target)`.
 
@@ -82,13 +82,17 @@ def injective(stmt: Stmt, sizes: tuple[str, ...] | list[str]) -> bool:
     return rows is not None and _rank(rows) == len(names)
 
 
-def distinct_terms(stmt: Stmt, sizes: tuple[str, ...] | list[str]) -> bool:
+def distinct_terms(
+    stmt: Stmt, sizes: tuple[str, ...] | list[str], inputs: frozenset[str] | set[str]
+) -> bool:
     """Whether two points of `stmt` that write one element read distinct elements of
-    some tensor, so that two of an element's terms are one value only by a tie: the
-    left-hand side's subscripts and one read's, together an affine map (no min, max or
-    division) of full column rank in the statement's variables. False when unsure.
-    Not so for `A(min(i + k, N - 1))` (the edge element at several `k`), or a term
-    without the summed variable (`O(i) max=! A(i) where k in 0:3`)."""
+    some float input (`inputs`: independent values, unlike an intermediate's elements
+    or an index tensor's), so that two of an element's terms are one value only by a
+    tie: the left-hand side's subscripts and that read's, together an affine map (no
+    min, max or division) of full column rank in the statement's variables. False when
+    unsure. Not so for `A(min(i + k, N - 1))` (the edge element at several `k`), a term
+    without the summed variable (`O(i) max=! A(i) where k in 0:3`), or `B(idx(k))`
+    (fuzz seed 50080: `idx` may repeat a value)."""
     reads = [e for e in walk(stmt.rhs) if isinstance(e, Access)]
     parts = [*stmt.lhs.args, *(a for r in reads for a in r.args)]
     parts += [p for c in stmt.where if isinstance(c, RangeConstraint) for p in (c.expr, c.lo, c.hi)]
@@ -99,6 +103,8 @@ def distinct_terms(stmt: Stmt, sizes: tuple[str, ...] | list[str]) -> bool:
     if _rank(lhs) == len(names):  # one point per element
         return True
     for read in reads:
+        if read.name not in inputs:
+            continue
         rows = _affine_rows(read.args, names, sizes)
         if rows is not None and _rank(lhs + rows) == len(names):
             return True

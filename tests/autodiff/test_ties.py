@@ -71,7 +71,7 @@ def _arrays(case: str) -> list[np.ndarray]:
     return [a]
 
 
-@pytest.mark.parametrize("target", ["interp", "llvm"])
+@pytest.mark.parametrize("target", ["interp", "llvm", "cuda-emulated"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_vjp_is_the_derivative_where_one_value_is_several_candidates(
     case: str, target: str
@@ -169,10 +169,15 @@ def _stmt(src: str):  # noqa: ANN202
         ("def f(float(N) A) -> (O) { O(i + k) max=! A(i) where i in 0:N, k in 0:3 }", True),
         ("def f(float(N) A) -> (O) { O(i + k) max=! A(0) where i in 0:N, k in 0:3 }", False),
         ("def f(float(N) A) -> (O) { O(i) max=! A((i + k) / 2) where k in 0:3 }", False),
+        # an index tensor's distinct elements may hold one value (fuzz seed 50080)
+        ("def f(float(N) A, int32(N) X) -> (O) { O(i) max=! A(X(k)) where k in 0:N }", False),
+        # an intermediate's distinct elements too
+        ("def f(float(N) A) -> (T, O) { T(k) = A(0)\n O(i) max=! T(k) where k in 0:N }", False),
+        ("def f(float(N) A, float(N) B) -> (O) { O(i) max=! B(min(k, 2)) * A(k) }", True),
     ],
 )
 def test_distinct_terms(src: str, distinct: bool) -> None:
-    assert distinct_terms(_stmt(src), ("N", "H")) is distinct
+    assert distinct_terms(_stmt(src), ("N", "H"), {"I", "A", "B"}) is distinct
 
 
 def test_max_pooling_keeps_its_one_pass_gradient() -> None:

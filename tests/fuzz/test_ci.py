@@ -28,6 +28,9 @@ GRAD_SEEDS += (26009,)  # a pad piecewise in the sizes (`--seeds 26000:26120 --g
 # `--seeds 40000:40500 --grad`: a clamp piece with elements of no term (F1, fixed); the
 # tester's own rounding
 GRAD_SEEDS += (40260, 40464)
+# `--seeds 50000:50100 --grad`: an index tensor's repeated value as tied candidates; a
+# float32 constant an ulp apart in the jvp and vjp kernels (the pairing's tolerance)
+GRAD_SEEDS += (50010, 50080)
 CFG = fuzz.Config(cuda_fraction=0.1)
 GRAD_CFG = fuzz.Config(targets=("interp", "llvm", "llvm-rand"), grad=True, cuda_fraction=0.0)
 

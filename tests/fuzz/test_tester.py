@@ -287,7 +287,7 @@ def test_finite_differences_keep_a_small_output_beside_a_huge_one() -> None:
     from tools.fuzz_ir import show_program
 
     p = generate(22680, exact=False, grad=True)
-    inputs, values = fuzz_grad._data(p, 22680)
+    inputs, values, _ = fuzz_grad._data(p, 22680)
     cots = [np.ones_like(values[o]) for o in p.outputs]
     step = fuzz_grad.STEP
     up = dict(inputs, A=inputs["A"] + step)
