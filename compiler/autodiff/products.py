@@ -28,6 +28,8 @@ from compiler.autodiff.emptiness import affine_cases
 from compiler.diagnostics import TCError
 from compiler.frontend.ast import (
     Access,
+    Binary,
+    BinOp,
     Call,
     Const,
     Expr,
@@ -35,6 +37,8 @@ from compiler.frontend.ast import (
     ScalarType,
     Select,
     Stmt,
+    Unary,
+    UnaryOp,
     Var,
 )
 from compiler.frontend.scopes import walk
@@ -85,14 +89,19 @@ def injective(stmt: Stmt, sizes: tuple[str, ...] | list[str]) -> bool:
 def distinct_terms(
     stmt: Stmt, sizes: tuple[str, ...] | list[str], inputs: frozenset[str] | set[str]
 ) -> bool:
-    """Whether two points of `stmt` that write one element read distinct elements of
-    some float input (`inputs`: independent values, unlike an intermediate's elements
-    or an index tensor's), so that two of an element's terms are one value only by a
-    tie: the left-hand side's subscripts and that read's, together an affine map (no
-    min, max or division) of full column rank in the statement's variables. False when
-    unsure. Not so for `A(min(i + k, N - 1))` (the edge element at several `k`), a term
-    without the summed variable (`O(i) max=! A(i) where k in 0:3`), or `B(idx(k))`
-    (fuzz seed 50080: `idx` may repeat a value)."""
+    """Whether two points of `stmt` that write one element have distinct terms, so
+    that two of an element's terms are one value only by a tie of distinct values.
+
+    The term must be one read of a float input (independent values, unlike an
+    intermediate's elements or an index tensor's), plus or minus what is the same at
+    every point of the element, negated or scaled by a nonzero literal: `I(n, c, 2 *
+    h + kh, 2 * w + kw)`, `S(i, k) - M(i)`. The left-hand side's subscripts and that
+    read's together are an affine map (no min, max or division) of full column rank in
+    the statement's variables. False when unsure. Not so for `A(min(i + k, N - 1))`
+    (the edge element at several `k`), a term without the summed variable (`O(i) max=!
+    A(i) where k in 0:3`), `B(idx(k))` (fuzz seed 50080: `idx` may repeat a value), or
+    a term whose read a ternary may skip or a factor may zero (seed 50381: `c ? 2.0 :
+    A(k3, k4)` is one value at every `k4` where `c` holds)."""
     reads = [e for e in walk(stmt.rhs) if isinstance(e, Access)]
     parts = [*stmt.lhs.args, *(a for r in reads for a in r.args)]
     parts += [p for c in stmt.where if isinstance(c, RangeConstraint) for p in (c.expr, c.lo, c.hi)]
@@ -102,13 +111,34 @@ def distinct_terms(
         return False
     if _rank(lhs) == len(names):  # one point per element
         return True
-    for read in reads:
-        if read.name not in inputs:
-            continue
-        rows = _affine_rows(read.args, names, sizes)
-        if rows is not None and _rank(lhs + rows) == len(names):
-            return True
-    return False
+    plain = {a.name for a in stmt.lhs.args if isinstance(a, Var)}
+    fixed = set(sizes) | (plain if len(plain) == len(stmt.lhs.args) else set())
+    read = _witness(stmt.rhs, fixed)
+    if read is None or read.name not in inputs:
+        return False
+    rows = _affine_rows(read.args, names, sizes)
+    return rows is not None and _rank(lhs + rows) == len(names)
+
+
+def _witness(e: Expr, fixed: set[str]) -> Access | None:
+    """The read a term is, up to adding what uses only `fixed` names (the same at
+    every point of an element), negating, and scaling by a nonzero literal."""
+    if isinstance(e, Access):
+        return e
+    if isinstance(e, Unary) and e.op is UnaryOp.NEG:
+        return _witness(e.operand, fixed)
+    if isinstance(e, Binary) and e.op in (BinOp.ADD, BinOp.SUB):
+        for side, other in ((e.lhs, e.rhs), (e.rhs, e.lhs)):
+            if {v.name for v in walk(other) if isinstance(v, Var)} <= fixed:
+                return _witness(side, fixed)
+        return None
+    if isinstance(e, Binary) and e.op in (BinOp.MUL, BinOp.DIV):
+        if isinstance(e.rhs, Const) and e.rhs.value != 0:
+            return _witness(e.lhs, fixed)
+        if e.op is BinOp.MUL and isinstance(e.lhs, Const) and e.lhs.value != 0:
+            return _witness(e.rhs, fixed)
+    return None
+
 
 
 def _affine_rows(

@@ -173,11 +173,15 @@ def _stmt(src: str):  # noqa: ANN202
         ("def f(float(N) A, int32(N) X) -> (O) { O(i) max=! A(X(k)) where k in 0:N }", False),
         # an intermediate's distinct elements too
         ("def f(float(N) A) -> (T, O) { T(k) = A(0)\n O(i) max=! T(k) where k in 0:N }", False),
-        ("def f(float(N) A, float(N) B) -> (O) { O(i) max=! B(min(k, 2)) * A(k) }", True),
+        ("def f(float(N, N) S, float(N) M) -> (O) { O(i) max=! S(i, k) - M(i) }", True),
+        ("def f(float(N) A) -> (O) { O(i) max=! -A(k) * 2.0 }", True),
+        # a factor may be zero, a ternary may skip the read (fuzz seed 50381)
+        ("def f(float(N) A, float(N) B) -> (O) { O(i) max=! B(min(k, 2)) * A(k) }", False),
+        ("def f(float(N) A, float(N) B) -> (O) { O(i) max=! B(i) > 0 ? 2.0 : A(k) }", False),
     ],
 )
 def test_distinct_terms(src: str, distinct: bool) -> None:
-    assert distinct_terms(_stmt(src), ("N", "H"), {"I", "A", "B"}) is distinct
+    assert distinct_terms(_stmt(src), ("N", "H"), {"I", "A", "B", "S", "M"}) is distinct
 
 
 def test_max_pooling_keeps_its_one_pass_gradient() -> None:

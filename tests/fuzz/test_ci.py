@@ -31,6 +31,7 @@ GRAD_SEEDS += (40260, 40464)
 # `--seeds 50000:50100 --grad`: an index tensor's repeated value as tied candidates; a
 # float32 constant an ulp apart in the jvp and vjp kernels (the pairing's tolerance)
 GRAD_SEEDS += (50010, 50080)
+GRAD_SEEDS += (50381, 50396, 50406)  # one value at several points: a ternary, a scatter
 CFG = fuzz.Config(cuda_fraction=0.1)
 GRAD_CFG = fuzz.Config(targets=("interp", "llvm", "llvm-rand"), grad=True, cuda_fraction=0.0)
 
