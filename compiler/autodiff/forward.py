@@ -52,6 +52,7 @@ from compiler.autodiff import algebra as al
 from compiler.autodiff.algebra import MaybeExpr
 from compiler.autodiff.products import (
     at_least_one,
+    distinct_tensors,
     distinct_terms,
     exact_partial,
     exact_product,
@@ -365,8 +366,10 @@ class _Forward:
 
     def _independent(self) -> tuple[tuple[str, ...], frozenset[str]]:
         """The sizes and the float inputs, for `products.distinct_terms`."""
+        sizes = self.checked.size_params
         floats = frozenset(t.name for t in self.checked.inputs if t.dtype.is_float)
-        return self.checked.size_params, floats
+        stmts = self.checked.definition.stmts
+        return sizes, floats | distinct_tensors(stmts, sizes, floats)
 
     def _box(self, stmt: Stmt) -> tuple[tuple[Var, ...], tuple[RangeConstraint, ...]]:
         """Index variables over the whole shape of `stmt`'s output (its declared dims,

@@ -21,6 +21,7 @@ from compiler.autodiff import algebra as al
 from compiler.autodiff.emptiness import runs_never
 from compiler.autodiff.products import (
     at_least_one,
+    distinct_tensors,
     distinct_terms,
     exact_product,
     lhs_where,
@@ -171,7 +172,8 @@ class PassThrough:
         previous = k_first > 1 and not head.op.init
         original = inline_lets(self.originals[index]) if self.originals else stmt
         checked = self.v.ranged.checked
-        floats = {t.name for t in checked.inputs if t.dtype.is_float}
+        floats = frozenset(t.name for t in checked.inputs if t.dtype.is_float)
+        floats |= distinct_tensors(checked.definition.stmts, checked.size_params, floats)
         if not previous and distinct_terms(original, checked.size_params, floats):
             return None
         idx, box = full_box(self.v, target)

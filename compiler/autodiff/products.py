@@ -28,6 +28,7 @@ from compiler.autodiff.emptiness import affine_cases
 from compiler.diagnostics import TCError
 from compiler.frontend.ast import (
     Access,
+    AssignOp,
     Binary,
     BinOp,
     Call,
@@ -120,6 +121,69 @@ def distinct_terms(
     return rows is not None and _rank(lhs + rows) == len(names)
 
 
+# builtins that are nowhere locally constant (zero only on a set of measure zero)
+_SMOOTH = frozenset(
+    "exp expf exp2 expm1 log logf log2 log10 log1p sqrt rsqrt cbrt sin cos tan sinh cosh"
+    " tanh asinh atan sigmoid erf".split()
+)
+
+
+def distinct_tensors(
+    stmts: tuple[Stmt, ...], sizes: tuple[str, ...] | list[str], inputs: frozenset[str]
+) -> frozenset[str]:
+    """Intermediates whose elements are distinct functions of the float `inputs`, so a
+    later extremum over them ties only at a tie of distinct values
+    (`distinct_terms`): written by one statement, `=` or `+=!`, with plain distinct
+    left-hand-side variables and a right-hand side built from the inputs' reads,
+    nonzero literals, `+ - * /` and builtins nowhere locally constant; and two of its
+    elements read different elements of some input (the reads' subscripts that use
+    only left-hand-side variables, together of full rank: attention's `scores(b, t,
+    s) +=! Q(b, t, d) * K(b, s, d)` tells `t` by Q and `s` by K)."""
+    writes: dict[str, int] = {}
+    for stmt in stmts:
+        writes[stmt.lhs.name] = writes.get(stmt.lhs.name, 0) + 1
+    found: set[str] = set()
+    for stmt in stmts:
+        lhs = [a.name for a in stmt.lhs.args if isinstance(a, Var)]
+        if (
+            writes[stmt.lhs.name] != 1
+            or stmt.op not in (AssignOp.ASSIGN, AssignOp.PLUS_INIT)
+            or len(lhs) != len(stmt.lhs.args)
+            or len(set(lhs)) != len(lhs)
+            or set(lhs) & set(sizes)
+            or not _analytic(stmt.rhs, inputs | found)
+        ):
+            continue
+        rows: list[list[Fraction]] = []
+        for read in (e for e in walk(stmt.rhs) if isinstance(e, Access)):
+            for arg in read.args:
+                used = {v.name for v in walk(arg) if isinstance(v, Var)} - set(sizes)
+                if used <= set(lhs):
+                    row = _affine_rows((arg,), lhs, sizes)
+                    rows += row or []
+        if _rank(rows) == len(lhs):
+            found.add(stmt.lhs.name)
+    return frozenset(found)
+
+
+def _analytic(e: Expr, inputs: frozenset[str] | set[str]) -> bool:
+    """Whether `e` is built from reads of `inputs`, nonzero literals, `+ - * /`,
+    negation and `_SMOOTH` builtins: nowhere locally constant, so it is zero, or equal
+    to another such expression of other elements, only on a set of measure zero."""
+    if isinstance(e, Access):
+        return e.name in inputs
+    if isinstance(e, Const):
+        return e.value != 0
+    if isinstance(e, Unary):
+        return e.op is UnaryOp.NEG and _analytic(e.operand, inputs)
+    if isinstance(e, Binary):
+        ops = (BinOp.ADD, BinOp.SUB, BinOp.MUL, BinOp.DIV)
+        return e.op in ops and _analytic(e.lhs, inputs) and _analytic(e.rhs, inputs)
+    if isinstance(e, Call):
+        return e.fn in _SMOOTH and all(_analytic(a, inputs) for a in e.args)
+    return False
+
+
 def _witness(e: Expr, fixed: set[str]) -> Access | None:
     """The read a term is, up to adding what uses only `fixed` names (the same at
     every point of an element), negating, and scaling by a nonzero literal."""
@@ -138,7 +202,6 @@ def _witness(e: Expr, fixed: set[str]) -> Access | None:
         if e.op is BinOp.MUL and isinstance(e.lhs, Const) and e.lhs.value != 0:
             return _witness(e.rhs, fixed)
     return None
-
 
 
 def _affine_rows(
@@ -217,6 +280,7 @@ def first_write(stmt: Stmt, target: str) -> TCError:
 
 __all__ = [
     "at_least_one",
+    "distinct_tensors",
     "distinct_terms",
     "exact_partial",
     "exact_product",

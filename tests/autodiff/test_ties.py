@@ -188,3 +188,22 @@ def test_max_pooling_keeps_its_one_pass_gradient() -> None:
     """A one-to-one window read needs no count: the printed gradient is unchanged."""
     text = compiler.grad((Path(__file__).parents[2] / "examples" / "maxpool.tc").read_text())
     assert "_tmp" not in text and "max(" not in text
+
+
+@pytest.mark.parametrize(
+    "src, distinct",
+    [
+        # attention's scores: t told apart by Q's read, s by K's
+        ("def f(float(B, T, D) Q, float(B, S, D) K) -> (C) "
+         "{ C(b, t, s) +=! Q(b, t, d) * K(b, s, d) * 0.5 }", True),
+        ("def f(float(N) A) -> (C) { C(k) = A(0) where k in 0:N }", False),  # one value
+        ("def f(float(N) A) -> (C) { C(k) = fmax(A(k), 0.0) }", False),  # zero on a region
+        ("def f(float(N) A) -> (C) { C(k) = A(k) > 0 ? A(k) : 1.0 }", False),  # a constant
+    ],
+)  # fmt: skip
+def test_distinct_tensors(src: str, distinct: bool) -> None:
+    from compiler.autodiff.products import distinct_tensors
+
+    d = parse(src).defs[0]
+    names = distinct_tensors(d.stmts, ("B", "T", "D", "S", "N"), frozenset({"Q", "K", "A"}))
+    assert ("C" in names) is distinct
