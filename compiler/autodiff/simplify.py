@@ -189,6 +189,9 @@ def _renamed(later: Stmt, first: Stmt) -> Expr | None:
     ranged = [c for c in later.where if isinstance(c, RangeConstraint)]
     if len(names) != len(pairs) or len(ranged) != len(later.where):
         return None
+    if len({b.name for _, b in pairs}) != len(pairs):  # type: ignore[union-attr]
+        # `T(i6, i6)` is a diagonal, not `T(i0, i1)`'s box renamed (fuzz seed 50674)
+        return None
     if {c.expr.name for c in ranged if isinstance(c.expr, Var)} != set(names):
         return None  # a reduction variable or a let: not renamed here
     where = {dataclasses.replace(c, expr=substitute(c.expr, names)) for c in ranged}

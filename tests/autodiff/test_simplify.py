@@ -215,3 +215,24 @@ def g(float(N, K) A, float(N) O, float(N) O_grad) -> (float(N, K) A_grad) {
     out = print_def(simplify(parse(text).get()))
     assert "(tanh(A(i, k)) == O(i) ? 1 : 0) * (1.0 - t0 * t0)" in out
     assert "t0 = tanh(A(i, k))" in out
+
+
+def test_a_diagonal_write_is_not_merged_with_the_whole_box() -> None:
+    """Fuzz seed 50674, reduced: `O_grad_acc(i6, i6) +=! P_grad(i6)` then the caller's
+    `O_grad_acc(i0, i1) += O_grad(i0, i1)` over the whole box; renaming i0 and i1 to
+    i6 made the two look alike, and the merged statement kept O's cotangent on the
+    diagonal only."""
+    import warnings
+
+    import numpy as np
+
+    src = """def f(double(N) A) -> (O, P) {
+        O(i3, i4) += A(k5) where i3 in 0:N, i4 in 0:N, k5 in 0:N
+        P(i6) +=! O(i6, i6) where i6 in 0:N
+    }"""
+    kernel = compiler.define(src, target="interp")
+    a = np.arange(1.0, 4.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # O accumulates into zeros
+        (g,) = kernel.vjp(a, grad_outputs=(np.ones((3, 3)), np.ones(3)))
+    np.testing.assert_array_equal(g, [12.0, 12.0, 12.0])  # 9 from O, 3 from P

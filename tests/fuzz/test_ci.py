@@ -32,6 +32,7 @@ GRAD_SEEDS += (40260, 40464)
 # float32 constant an ulp apart in the jvp and vjp kernels (the pairing's tolerance)
 GRAD_SEEDS += (50010, 50080)
 GRAD_SEEDS += (50381, 50396, 50406)  # one value at several points: a ternary, a scatter
+GRAD_SEEDS += (50674,)  # simplify merged a diagonal write with the whole box
 CFG = fuzz.Config(cuda_fraction=0.1)
 GRAD_CFG = fuzz.Config(targets=("interp", "llvm", "llvm-rand"), grad=True, cuda_fraction=0.0)
 
