@@ -25,7 +25,8 @@ statement: the tangents of every element equal to the result, summed, reverse mo
 tie rule where two terms can be equal only at a tie of distinct values
 (`products.distinct_terms`: each tied element receives the full adjoint); elsewhere
 (a clamped read's edge, the previous value) their mean, as reverse mode splits the
-adjoint (`pass_through._tie_count`), over a count of the candidates. `*=!`: the sum over the terms of each term's tangent times the product of
+adjoint (`pass_through._tie_count`), over a count of the candidates. `*=!`: the sum
+over the terms of each term's tangent times the product of
 the others, exact with zeros (auxiliary reductions count the zeros and multiply the
 non-zero terms, outputs of the tangent def); `*=` into previous contents: the product
 rule with the previous value and tangent. `max=`/`min=` without `!`: the mean of the
@@ -46,17 +47,18 @@ left-hand side raises a TCError.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable
 
 from compiler.autodiff import algebra as al
 from compiler.autodiff.algebra import MaybeExpr
 from compiler.autodiff.products import (
     at_least_one,
-    distinct_tensors,
     distinct_terms,
     exact_partial,
     exact_product,
     first_write,
+    independent,
     injective,
     lhs_where,
     terms,
@@ -204,7 +206,7 @@ class _Forward:
             if not op.init:
                 return self._extremum(stmt, value, where, dot, al.indicator(hit))
             op = AssignOp.PLUS_INIT
-            if value is not None and not distinct_terms(flat, *self._independent()):
+            if value is not None and not distinct_terms(flat, *self._independent):
                 # the tied terms' mean (reverse mode's split, `pass_through._tie_count`)
                 count = self._tmp(ties, stmt, op, al.indicator(hit), where, ScalarType.INT32)
                 value = al.div(value, at_least_one(count))
@@ -349,7 +351,7 @@ class _Forward:
         (`previous = (subscripts, indicator, where)`) then the terms, counted into an
         int32 output; None where only a tie of distinct values can make two (no
         previous value, `products.distinct_terms`)."""
-        if previous is None and distinct_terms(stmt, *self._independent()):
+        if previous is None and distinct_terms(stmt, *self._independent):
             return None
         target = stmt.lhs.name
         name = self.names.fresh(f"{target}_tmp")
@@ -364,12 +366,10 @@ class _Forward:
             out.append(Stmt(count, AssignOp.PLUS, hit, where))
         return name
 
+    @functools.cached_property
     def _independent(self) -> tuple[tuple[str, ...], frozenset[str]]:
-        """The sizes and the float inputs, for `products.distinct_terms`."""
-        sizes = self.checked.size_params
-        floats = frozenset(t.name for t in self.checked.inputs if t.dtype.is_float)
-        stmts = self.checked.definition.stmts
-        return sizes, floats | distinct_tensors(stmts, sizes, floats)
+        """The sizes and `products.independent`, for `products.distinct_terms`."""
+        return self.checked.size_params, independent(self.checked)
 
     def _box(self, stmt: Stmt) -> tuple[tuple[Var, ...], tuple[RangeConstraint, ...]]:
         """Index variables over the whole shape of `stmt`'s output (its declared dims,

@@ -15,15 +15,16 @@ Worked example: `O(i) = A(i) where i in 2:N` after `O(i) = B(i)` keeps O_v1 at i
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import TYPE_CHECKING
 
 from compiler.autodiff import algebra as al
 from compiler.autodiff.emptiness import runs_never
 from compiler.autodiff.products import (
     at_least_one,
-    distinct_tensors,
     distinct_terms,
     exact_product,
+    independent,
     lhs_where,
     reduced,
 )
@@ -163,7 +164,7 @@ class PassThrough:
         (`forward._extremum`), so the two stay adjoint. Only the pieces' terms and the
         first piece's pass-through into the previous value divide by the count: the
         pieces' pass-throughs to each other carry the adjoint whole."""
-        first = self.v.reads_before[index] if self.v.reads_before else index
+        first = self._first_piece(index)
         if first in self.ties:
             return at_least_one(Access(self.ties[first], stmt.lhs.args))
         group = [i for i in range(len(self.v.stmts)) if self._first_piece(i) == first]
@@ -171,10 +172,8 @@ class PassThrough:
         k_first, k_last = self.v.written(first), self.v.written(group[-1])
         previous = k_first > 1 and not head.op.init
         original = inline_lets(self.originals[index]) if self.originals else stmt
-        checked = self.v.ranged.checked
-        floats = frozenset(t.name for t in checked.inputs if t.dtype.is_float)
-        floats |= distinct_tensors(checked.definition.stmts, checked.size_params, floats)
-        if not previous and distinct_terms(original, checked.size_params, floats):
+        sizes = self.v.ranged.checked.size_params
+        if not previous and distinct_terms(original, sizes, self._independent):
             return None
         idx, box = full_box(self.v, target)
         final = self.v.name(target, k_last)
@@ -203,6 +202,10 @@ class PassThrough:
         assert count is not None
         self.ties[first] = count.name
         return at_least_one(Access(count.name, stmt.lhs.args))
+
+    @functools.cached_property
+    def _independent(self) -> frozenset[str]:
+        return independent(self.v.ranged.checked)
 
     def _first_piece(self, index: int) -> int:
         return self.v.reads_before[index] if self.v.reads_before else index

@@ -42,6 +42,7 @@ from compiler.frontend.ast import (
     UnaryOp,
     Var,
 )
+from compiler.frontend.checked import CheckedDef
 from compiler.frontend.scopes import walk
 
 
@@ -166,6 +167,13 @@ def distinct_tensors(
     return frozenset(found)
 
 
+def independent(checked: CheckedDef) -> frozenset[str]:
+    """The tensors of `checked` whose distinct elements are distinct values for
+    `distinct_terms`: the float inputs and `distinct_tensors` of them."""
+    floats = frozenset(t.name for t in checked.inputs if t.dtype.is_float)
+    return floats | distinct_tensors(checked.definition.stmts, checked.size_params, floats)
+
+
 def _analytic(e: Expr, inputs: frozenset[str] | set[str]) -> bool:
     """Whether `e` is built from reads of `inputs`, nonzero literals, `+ - * /`,
     negation and `_SMOOTH` builtins: nowhere locally constant, so it is zero, or equal
@@ -282,6 +290,7 @@ __all__ = [
     "at_least_one",
     "distinct_tensors",
     "distinct_terms",
+    "independent",
     "exact_partial",
     "exact_product",
     "first_write",

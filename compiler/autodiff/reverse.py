@@ -108,8 +108,8 @@ def grad_def(
     from compiler.autodiff.clamps import split_clamps  # reads through min/max: pieces
 
     split = split_clamps(ranged)
-    reverse = _Reverse(split.ranged, wrt, supply, _zeros(ranged, zeros), split.reads_before)
-    reverse.originals = split.originals
+    zero = _zeros(ranged, zeros)
+    reverse = _Reverse(split.ranged, wrt, supply, zero, split.reads_before, split.originals)
     return merge_contributions(propagate_copies(reverse.run(), keep=len(reverse.wrt)))
 
 
@@ -123,6 +123,7 @@ class _Reverse(PassThrough):
         names: NameSupply,
         zeros: frozenset[str] = frozenset(),
         reads_before: tuple[int, ...] = (),
+        originals: tuple[Stmt, ...] = (),
     ) -> None:
         self.ranged = ranged
         self.zeros = zeros
@@ -153,7 +154,7 @@ class _Reverse(PassThrough):
         # (target, version) of a product -> its (count, nonzero, zeros) reductions
         self.products: dict[tuple[str, int], tuple[Access, Access, Access]] = {}
         self.ties: dict[int, str] = {}  # a clamp group's first piece -> its tie count
-        self.originals: tuple[Stmt, ...] = ()  # per statement, what it is a piece of
+        self.originals = originals  # per statement, the statement it is a piece of
 
     # ------------------------------------------------------------------ driver
 
