@@ -44,7 +44,7 @@ Worked example (strided conv input gradient, tests/golden/gather/strided_conv_gr
     I_grad(n, c, 2 * h + kh, 2 * w + kw) +=! O_grad(n, m, h, w) * W1(m, c, kh, kw)
   ==>
     I_grad(n, c, y, x) += O_grad(n, m, h, w) * W1(m, c, y - 2 * h, x - 2 * w)
-        where ..., m in 0:M, h in max(0, y - (y + KH + 1) / 2 + 1):min(HO, y / 2 + 1), ...
+        where ..., m in 0:M, h in max(0, (y - KH) / 2 + 1):min(HO, y / 2 + 1), ...
 
 (after an `I_grad(n, c, y, x) = 0` over the whole output when the windows miss its
 last row or column).

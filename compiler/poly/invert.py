@@ -142,7 +142,7 @@ def unit_inner(rows: Sequence[Sequence[int]], candidates: Sequence[int]) -> tupl
     subscripts and the inner variables (`y = 2 * h + kh` gives `kh = y - 2 * h`), so
     the schedule `[subscripts..., inner...]` is injective and its image needs no
     divisibility constraint. Each subscript must keep at most one inner variable
-    (`_one_window_each`), so every range is one floor division (`h in max(0, y - (y + KH + 1) / 2 + 1):...`; with two,
+    (`_one_window_each`), so every range is one floor division (`h in max(0, (y - KH) / 2 + 1):...`; with two,
     `2 * h + 3 * w + kh`, isl's exact bounds on `h` say which `h` some integer `w`
     completes: a case split that takes it seconds). Among the valid choices, the one
     that eliminates the least preferred variables wins (`h + kh` eliminates `h`,

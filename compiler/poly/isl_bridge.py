@@ -28,6 +28,7 @@ and `pwaff_to_expr(that + 1)` is the TC expression `(N + 122) / 123`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Mapping, Sequence
@@ -52,6 +53,7 @@ from compiler.frontend.ast import (
     UnaryOp,
     Var,
 )
+from compiler.poly.floors import Floor, Lin, readable
 
 _SET = isl.dim_type.set
 _PARAM = isl.dim_type.param
@@ -237,31 +239,51 @@ def _const(value: int) -> Const:
 
 
 def _terms(aff: isl.Aff, params: Sequence[str]) -> tuple[list[tuple[Fraction, Expr]], Fraction]:
-    """The (coefficient, atom) terms of a parameter-only aff and its constant."""
+    """The (coefficient, atom) terms of a parameter-only aff and its constant, as a
+    person writes them (`floors.readable`)."""
+    return _rendered(readable(_lin(aff, params)), params)
+
+
+def _lin(aff: isl.Aff, params: Sequence[str]) -> Lin:
+    """A parameter-only aff as sizes and floor divisions (integer numerators)."""
     if any(not aff.get_coefficient_val(_IN, k).is_zero() for k in range(aff.dim(_IN))):
         raise InternalError(f"bound still depends on an index variable: {aff}")
-    order = {p: k for k, p in enumerate(params)}
     named = []
     for k in range(aff.dim(_PARAM)):
         c = _val(aff.get_coefficient_val(_PARAM, k))
         if c:
-            name = aff.get_dim_name(_PARAM, k)
-            named.append((order.get(name, len(order)), c, Var(name)))
-    named.sort(key=lambda t: t[0])
-    terms: list[tuple[Fraction, Expr]] = [(c, atom) for _, c, atom in named]
+            named.append((aff.get_dim_name(_PARAM, k), c))
+    floors = []
     for k in range(aff.dim(_DIV)):
         c = _val(aff.get_coefficient_val(_DIV, k))
         if c:
-            terms.append((c, _floor_div(aff.get_div(k), params)))
-    return terms, _val(aff.get_constant_val())
+            inner = _lin(aff.get_div(k), params)
+            den = functools.reduce(
+                math.lcm,
+                [a.denominator for _, a in inner.named]
+                + [f.coeff.denominator for f in inner.floors]
+                + [inner.const.denominator],
+                1,
+            )
+            num = Lin(
+                tuple((n, a * den) for n, a in inner.named),
+                tuple(dataclasses.replace(f, coeff=f.coeff * den) for f in inner.floors),
+                inner.const * den,
+            )
+            floors.append(Floor(c, readable(num), den))
+    return Lin(tuple(named), tuple(floors), _val(aff.get_constant_val()))
 
 
-def _floor_div(div: isl.Aff, params: Sequence[str]) -> Expr:
-    """floor(div) where `div` has rational coefficients: `(num) / den`."""
-    terms, const = _terms(div, params)
-    den = functools.reduce(math.lcm, [c.denominator for c, _ in terms] + [const.denominator], 1)
-    scaled = [(c * den, atom) for c, atom in terms]
-    return Binary(BinOp.DIV, _sum(scaled, const * den), _const(den))
+def _rendered(lin: Lin, params: Sequence[str]) -> tuple[list[tuple[Fraction, Expr]], Fraction]:
+    """`lin`'s terms in the sizes' order, then its floor divisions, and its constant."""
+    order = {p: k for k, p in enumerate(params)}
+    named = sorted(lin.named, key=lambda t: order.get(t[0], len(order)))
+    terms: list[tuple[Fraction, Expr]] = [(c, Var(n)) for n, c in named if c]
+    for f in lin.floors:
+        if f.coeff:
+            inner, const = _rendered(f.num, params)
+            terms.append((f.coeff, Binary(BinOp.DIV, _sum(inner, const), _const(f.den))))
+    return terms, lin.const
 
 
 def _scaled(c: Fraction, atom: Expr) -> Expr:

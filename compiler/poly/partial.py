@@ -21,7 +21,7 @@ schedule gives it.
 
 Why (measured, tracker issues 11 and 47, `examples/strided_conv.tc`'s gradient): the
 exact gather of `I_grad(n, c, 2 * h + kh, 2 * w + kw) += ...` has floor-divided ranges
-(`h in max(0, y - (y + KH + 1) / 2 + 1):min(..., y / 2 + 1)`) that the CPU schedule
+(`h in max(0, (y - KH) / 2 + 1):min(..., y / 2 + 1)`) that the CPU schedule
 splits into cases, with the window loop `x in 2 * w:2 * w + KW` innermost: the
 gradient kernel of `tools/bench`'s stride-2 case took 7.3 ms (2 threads) against 3.2
 as the partial scatter, whose domain is a box. (The gather itself compiles in a
