@@ -1,7 +1,7 @@
 """Normal forms of gradient expressions: folded index arithmetic, signs, like terms.
 
     fold_index(e)          -> Expr   an integer affine expression, folded (`H + (y - H)` -> `y`)
-    tidy(e, is_float)      -> Expr   signs pulled out, like terms collected, zeros dropped
+    tidy(e, type_of)       -> Expr   signs pulled out, like terms collected, zeros dropped
 
 Both are pure and return `e` itself (the same object) when they change nothing, so a
 def nothing applies to prints as before. Every rewrite keeps the value:
@@ -43,8 +43,9 @@ from compiler.frontend.ast import (
 )
 from compiler.frontend.visit import children, walk, with_children
 
-IsFloat = Callable[[Expr], bool]
-"""Whether an expression of the statement being simplified has a float type."""
+TypeOf = Callable[[Expr], ScalarType]
+"""The scalar type of an expression of the statement being simplified (an index's for
+one whose type cannot be told)."""
 
 _SUMS = (BinOp.ADD, BinOp.SUB)
 _INT64 = (-(2**63), 2**63 - 1)
@@ -141,17 +142,25 @@ def _map_children(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
 # ------------------------------------------------------------ signs and terms
 
 
-def tidy(e: Expr, is_float: IsFloat) -> Expr:
+def tidy(e: Expr, type_of: TypeOf) -> Expr:
     """`e` with signs pulled out, like terms collected and zeros dropped (bottom-up;
-    see the module doc); an access's subscripts are folded by `fold_index`."""
+    see the module doc); an access's subscripts are folded by `fold_index`. A float
+    subexpression keeps its type: where the rewrite leaves no operand of that type
+    (`A(i) - A(i)` of a double `A` is `double(0)`, not the int32 literal `0`), it is
+    cast back, so nothing above it is computed in another precision."""
     if isinstance(e, Access):
         return _map_children(e, fold_index)
     if not children(e):
         return e
-    e = _map_children(e, lambda c: tidy(c, is_float))
-    e = _signs(e, is_float)
+    original = e
+    e = _map_children(e, lambda c: tidy(c, type_of))
+    e = _signs(e, lambda x: type_of(x).is_float)
     if isinstance(e, Binary) and e.op in _SUMS:
         e = _collect(e)
+    if e is not original:
+        want = type_of(original)
+        if want.is_float and type_of(e) is not want:
+            e = Cast(want, e)
     return e
 
 
@@ -163,7 +172,7 @@ def _is_neg(e: Expr) -> bool:
     return isinstance(e, Unary) and e.op is UnaryOp.NEG
 
 
-def _signs(e: Expr, is_float: IsFloat) -> Expr:
+def _signs(e: Expr, is_float: Callable[[Expr], bool]) -> Expr:
     """One node's sign rules and units (`-(-a)`, `(-a) * b`, `a + -b`, `x * 1`, `x + 0`)."""
     if isinstance(e, Unary) and e.op is UnaryOp.NEG and _is_neg(e.operand):
         return e.operand.operand  # type: ignore[attr-defined]
@@ -192,7 +201,7 @@ def _signs(e: Expr, is_float: IsFloat) -> Expr:
     return e
 
 
-def _unit(e: Expr, value: int, other: Expr, is_float: IsFloat) -> bool:
+def _unit(e: Expr, value: int, other: Expr, is_float: Callable[[Expr], bool]) -> bool:
     """Whether `e` is the literal `value` and dropping it keeps `other`'s type (a float
     literal makes an integer `other` a float: `i * 1.0` stays)."""
     if not (isinstance(e, Const) and e.value == value):
@@ -235,4 +244,4 @@ def _numeric(e: Expr) -> int | None:
     return None
 
 
-__all__ = ["IsFloat", "fold_index", "tidy"]
+__all__ = ["TypeOf", "fold_index", "tidy"]

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from compiler.autodiff.normal import IsFloat, fold_index, tidy
+from compiler.autodiff.normal import TypeOf, fold_index, tidy
 from compiler.diagnostics import InternalError
 from compiler.frontend.ast import (
     Access,
@@ -83,8 +83,7 @@ def _normalise(s: Stmt, types: dict[str, ScalarType]) -> Stmt:
     """Steps 1 and 2 on one statement."""
     lhs = with_children(s.lhs, tuple(fold_index(a) for a in s.lhs.args))
     where = tuple(_fold_clause(c) for c in s.where)
-    is_float = _typer(s, types)
-    rhs = tidy(s.rhs, is_float)
+    rhs = tidy(s.rhs, _typer(s, types))
     if lhs is s.lhs and rhs is s.rhs and all(a is b for a, b in zip(where, s.where, strict=True)):
         return s
     assert isinstance(lhs, Access)
@@ -98,10 +97,10 @@ def _fold_clause(c: WhereClause) -> WhereClause:
     return c if lo is c.lo and hi is c.hi else dataclasses.replace(c, lo=lo, hi=hi)
 
 
-def _typer(s: Stmt, types: dict[str, ScalarType]) -> IsFloat:
-    """Whether an expression of `s` is a float: tensors by their declared types, lets
-    by their values', every other name an index. An expression whose type cannot be
-    told counts as an integer (the float-only rewrites then do not apply)."""
+def _typer(s: Stmt, types: dict[str, ScalarType]) -> TypeOf:
+    """The type of an expression of `s`: tensors by their declared types, lets by their
+    values', every other name an index. An expression whose type cannot be told counts
+    as an index (the float-only rewrites then do not apply)."""
     env = dict(types)
     for clause in s.where:
         if isinstance(clause, Let):
@@ -111,10 +110,10 @@ def _typer(s: Stmt, types: dict[str, ScalarType]) -> IsFloat:
             if isinstance(e, Var) and e.name not in env:
                 env[e.name] = INDEX_TYPE
 
-    def is_float(e: Expr) -> bool:
-        return _type_or_index(e, env).is_float
+    def type_of(e: Expr) -> ScalarType:
+        return _type_or_index(e, env)
 
-    return is_float
+    return type_of
 
 
 def _type_or_index(e: Expr, env: dict[str, ScalarType]) -> ScalarType:

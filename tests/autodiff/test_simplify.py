@@ -18,6 +18,7 @@ from compiler.autodiff.simplify import simplify
 from compiler.frontend.ast import Binary, BinOp, Call, Const, Expr, ScalarType, Unary, UnaryOp, Var
 from compiler.frontend.parser import parse
 from compiler.frontend.printer import print_def, print_expr
+from compiler.frontend.types import INDEX_TYPE, expr_type
 from compiler.frontend.visit import walk
 from tests.autodiff.kit import reparse
 
@@ -106,7 +107,7 @@ def test_tidied_float_expression_equals_the_original(e: Expr, point: list[float]
         want = _eval(e, env, integer=False)
     except ZeroDivisionError:
         return
-    got = _eval(tidy(e, lambda _: True), env, integer=False)
+    got = _eval(tidy(e, lambda _: ScalarType.FLOAT64), env, integer=False)
     assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-9)
 
 
@@ -119,7 +120,7 @@ def test_index_arithmetic_folds() -> None:
 
 def test_signs_like_terms_and_zeros() -> None:
     def tidied(text: str) -> str:
-        return print_expr(tidy(_rhs(text), lambda _: True))
+        return print_expr(tidy(_rhs(text), lambda _: ScalarType.FLOAT64))
 
     assert tidied("a * b + a * b") == "2 * (a * b)"
     assert tidied("-(-(x / (b * b)) * e)") == "x / (b * b) * e"
@@ -129,10 +130,29 @@ def test_signs_like_terms_and_zeros() -> None:
 
 
 def test_integer_division_keeps_its_sign_and_float_units_their_type() -> None:
-    integer = lambda _: False  # noqa: E731
+    integer = lambda _: INDEX_TYPE  # noqa: E731
     assert print_expr(tidy(_rhs("(-i) / 2"), integer)) == "-i / 2"
     assert print_expr(tidy(_rhs("i * 1.0"), integer)) == "i * 1.0"
     assert print_expr(tidy(_rhs("i * 1"), integer)) == "i"
+
+
+def test_a_cancelled_double_term_keeps_its_type() -> None:
+    """`A(i) - A(i)` of a double `A` is `double(0)`: as the int32 literal `0` it made
+    `rsqrt(0 * 0 + 0.5)` a float32 and the jvp's outputs float32 (fuzz seed 61157)."""
+    env = {"A": ScalarType.FLOAT64, "i": INDEX_TYPE}
+    tidied = tidy(_rhs("(A(i) - A(i)) * (A(i) - A(i)) + 0.5"), lambda e: expr_type(e, env))
+    assert print_expr(tidied) == "double(0) * double(0) + 0.5"
+    src = """def f(double(N) A) -> (O) {
+        O(i) = rsqrt((A(i) - A(i)) * (A(i) - A(i)) + 0.5)
+        O(i) += A(k) where k in 0:i + 1
+    }"""
+    a = np.linspace(-1.0, 1.0, 7)
+    t = np.linspace(0.5, -0.25, 7)
+    k = compiler.define(src, "f", target="interp", cache=None)
+    (o,), (o_dot,) = k.jvp(a, tangents=(t,))
+    assert o.dtype == np.float64 and o_dot.dtype == np.float64
+    np.testing.assert_allclose(o, 1 / np.sqrt(0.5) + np.cumsum(a), rtol=1e-15)
+    np.testing.assert_allclose(o_dot, np.cumsum(t), rtol=1e-15, atol=1e-15)
 
 
 MERGE_DOWN = """
