@@ -244,7 +244,7 @@ class _Forward:
         target, lhs = stmt.lhs.name, stmt.lhs.args
         if not stmt.op.init and target not in self.written:
             raise first_write(stmt, target)
-        outer = lhs_where(stmt, where)
+        outer = lhs_where(stmt, where, self.ranged.bounds_of(stmt.lhs.name))
         one_to_one = injective(stmt, self.checked.size_params)
         if not stmt.op.init and not one_to_one:
             raise self._colliding(stmt)
@@ -285,7 +285,7 @@ class _Forward:
         dot_lhs = dataclasses.replace(stmt.lhs, name=dot)
         if not injective(stmt, self.checked.size_params):
             return self._colliding_extremum(stmt, value, where, dot, hit)
-        outer = lhs_where(stmt, where)
+        outer = lhs_where(stmt, where, self.ranged.bounds_of(stmt.lhs.name))
         out: list[Stmt] = []
         if target not in self.written:  # the initial zeros: a constant, as reverse mode
             kept: Expr = al.const(0)

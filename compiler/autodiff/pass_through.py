@@ -129,7 +129,7 @@ class PassThrough:
         if plain is None:
             idx, where = full_box(self.v, target)
         else:
-            idx, where = stmt.lhs.args, lhs_where(stmt, stmt.where)
+            idx, where = stmt.lhs.args, lhs_where(stmt, stmt.where, self.v.ranged.bounds_of(target))
         previous = Access(self.v.name(target, k - 1), idx)
         if plain is None:
             self._need(target, k)
@@ -241,7 +241,7 @@ class PassThrough:
         where = stmt.where
         if reduced(stmt):
             factor = exact_product(*self.products[(target, k)])
-            where = lhs_where(stmt, stmt.where)
+            where = lhs_where(stmt, stmt.where, self.v.ranged.bounds_of(target))
         value = al.mul(Access(adjoint, stmt.lhs.args), factor) or Access(adjoint, stmt.lhs.args)
         self._need_reads(value, index)
         self._emit(Access(grad, stmt.lhs.args), value, where)

@@ -42,7 +42,7 @@ from compiler.frontend.ast import (
     UnaryOp,
     Var,
 )
-from compiler.frontend.checked import CheckedDef
+from compiler.frontend.checked import Bound, CheckedDef
 from compiler.frontend.scopes import walk
 
 
@@ -256,12 +256,15 @@ def reduced(stmt: Stmt) -> bool:
     return len(lhs_where(stmt, stmt.where)) != len(stmt.where)
 
 
-def lhs_where(stmt: Stmt, where: tuple) -> tuple:
+def lhs_where(stmt: Stmt, where: tuple, bounds: tuple[Bound, ...] | None = None) -> tuple:
     """The clauses of `where` over the left-hand side's variables only (the range
     constraints of the reduction's variables dropped). The index variables are the
     left-hand side's and those a clause ranges (`k in 0:M`); any other name is a size,
     so a clamp piece's condition on the written elements (`M - 1 - i in 0:M - i`) is
-    kept."""
+    kept. A left-hand-side variable whose own range is dropped (it names a reduction
+    variable: `i in 0:k + 1`) gets its dimension's range in `bounds`, the output's
+    written bounds (`RangedDef.bounds_of`): a superset of the elements the statement
+    writes, inside the output."""
     names = {e.name for a in stmt.lhs.args for e in walk(a) if isinstance(e, Var)}
     index = names | {
         c.expr.name for c in where if isinstance(c, RangeConstraint) and isinstance(c.expr, Var)
@@ -271,7 +274,18 @@ def lhs_where(stmt: Stmt, where: tuple) -> tuple:
         used = {e.name for part in (c.expr, c.lo, c.hi) for e in walk(part) if isinstance(e, Var)}
         return used & index <= names
 
-    return tuple(c for c in where if not isinstance(c, RangeConstraint) or over_lhs(c))
+    kept = tuple(c for c in where if not isinstance(c, RangeConstraint) or over_lhs(c))
+    if bounds is None:
+        return kept
+    ranged = {
+        c.expr.name for c in kept if isinstance(c, RangeConstraint) and isinstance(c.expr, Var)
+    }
+    boxed = []
+    for a, b in zip(stmt.lhs.args, bounds, strict=True):
+        if isinstance(a, Var) and a.name not in ranged:
+            ranged.add(a.name)
+            boxed.append(RangeConstraint(Var(a.name), b.lo, b.hi))
+    return (*kept, *boxed)
 
 
 def first_write(stmt: Stmt, target: str) -> TCError:

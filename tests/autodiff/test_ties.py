@@ -37,6 +37,14 @@ def _scatter_same(a: np.ndarray) -> np.ndarray:  # O(i + k) max=! A(0)
     return np.full(N + 2, a[0])
 
 
+def _suffix_max(a: np.ndarray) -> np.ndarray:  # O(i) = max of A(k) over k >= i
+    return np.maximum.accumulate(a[::-1])[::-1]
+
+
+def _previous_suffix_max(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.maximum(b, _suffix_max(a))
+
+
 CASES = {
     "clamped edge": (
         "def f(double(N) A) -> (O) {\n"
@@ -52,6 +60,18 @@ CASES = {
         "  O(i) = B(i)\n"
         "  O(i) max= A(min(i + k, N - 1)) where i in 0:N, k in 0:3\n}",
         _after_previous,
+    ),
+    # the written index ranged through the summed variable (`i in 0:k + 1`): its
+    # tangent's first write covers the output's bounds (fuzz seed 61308)
+    "triangular range": (
+        "def f(double(N) A) -> (O) { O(i) max=! A(k) where k in 0:N, i in 0:k + 1 }",
+        _suffix_max,
+    ),
+    "previous value and a triangular range": (
+        "def f(double(N) A, double(N) B) -> (O) {\n"
+        "  O(i) = B(i)\n"
+        "  O(i) max= A(k) where k in 0:N, i in 0:k + 1\n}",
+        _previous_suffix_max,
     ),
     "scatter of one value": (
         "def f(double(N) A) -> (O) { O(i + k) max=! A(0) where i in 0:N, k in 0:3 }",
