@@ -40,6 +40,8 @@ from compiler.frontend.ast import (
     Compare,
     Const,
     Expr,
+    Logical,
+    LogicOp,
     RangeConstraint,
     ScalarType,
     Span,
@@ -47,6 +49,7 @@ from compiler.frontend.ast import (
     Var,
 )
 from compiler.frontend.scopes import walk
+from compiler.frontend.visit import substitute
 
 
 class PassThrough:
@@ -110,14 +113,60 @@ class PassThrough:
         sum then `max= D(k)`); a scatter's left-hand side with the result."""
         idx, where, same = self._keeps_previous(index, stmt, target, k)
         value = al.mul(Access(adjoint, idx), al.indicator(same)) or Access(adjoint, idx)
-        ties = self.ties.get(index)  # the first piece's, into the statement's previous value
-        if ties is not None:
-            value = al.div(value, at_least_one(Access(ties, idx)))
+        value = self._divided_by_ties(index, stmt, idx, value)
         self._emit(Access(grad, idx), value, where)
         inside = dataclasses.replace(stmt, where=where)
         # a condition on the written elements (a clamp's piece: `1 - i in 1:...`) is partial
         if plain_vars(stmt.lhs) is not None and not self.v.covers_box(inside, reducing=False):
             self._masked_pass_through(inside, target, adjoint, grad)
+
+    def _divided_by_ties(self, index: int, stmt: Stmt, idx: tuple[Expr, ...], value: Expr) -> Expr:
+        """`value` (the adjoint into the previous value) divided by the tie count of the
+        statement's clamp group, on the elements where this piece is the group's first
+        to write (`_tie_count`): along a chain of pieces that write one element, exactly
+        one pass-through divides. Pieces split over a summed variable all write every
+        element, so the first piece divides alone; pieces split over a written index
+        (`O(i, j) max= A(min(j, 1), k)`: `j in 0:2` and `j in 2:N`) write apart, and each
+        divides on its own elements (fuzz seed 61545: the second piece's previous value
+        kept the whole adjoint at a tie with its terms, 1.5 times the gradient)."""
+        first = self._first_piece(index)
+        ties = self.ties.get(first)
+        if ties is None:
+            return value
+        divided = al.div(value, at_least_one(Access(ties, idx)))
+        if index == first:
+            return divided
+        plain = plain_vars(stmt.lhs)
+        if plain is None:  # a scatter's pieces: the first piece divides
+            return value
+        earlier: Expr | None = None
+        for j in range(first, index):
+            if self._first_piece(j) != first:
+                continue
+            written = self._written_by(j, idx)
+            if written is None:  # piece j writes every element this one does
+                return value
+            earlier = written if earlier is None else Logical(LogicOp.OR, earlier, written)
+        return divided if earlier is None else al.select(earlier, value, divided) or divided
+
+    def _written_by(self, j: int, idx: tuple[Expr, ...]) -> Expr | None:
+        """The condition, at the elements `idx`, that piece `j` writes them (its clauses
+        over its left-hand side's variables), or None when it writes every element of
+        the output's box that a piece of its group can (no such clause)."""
+        piece = self.v.stmts[j]
+        names = [a.name for a in piece.lhs.args if isinstance(a, Var)]
+        if len(names) != len(piece.lhs.args) or len(set(names)) != len(names):
+            return None
+        target = piece.lhs.name
+        where = lhs_where(piece, piece.where, self.v.ranged.bounds_of(target))
+        rename = dict(zip(names, idx, strict=True))
+        written: Expr | None = None
+        for clause in where:
+            if isinstance(clause, RangeConstraint):
+                e, lo, hi = (substitute(x, rename) for x in (clause.expr, clause.lo, clause.hi))
+                inside = al.conj(Compare(CmpOp.LE, lo, e), Compare(CmpOp.LT, e, hi))
+                written = al.conj(written, inside)
+        return written
 
     def _keeps_previous(
         self, index: int, stmt: Stmt, target: str, k: int

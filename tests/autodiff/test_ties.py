@@ -227,3 +227,41 @@ def test_distinct_tensors(src: str, distinct: bool) -> None:
     d = parse(src).defs[0]
     names = distinct_tensors(d.stmts, ("B", "T", "D", "S", "N"), frozenset({"Q", "K", "A"}))
     assert ("C" in names) is distinct
+
+
+def _rows_after_previous(a: np.ndarray) -> np.ndarray:
+    """O(i, j) = A(i, 0), then max= A(min(j, 1), k) for j < N + 1 (N = a.shape[1])."""
+    n = a.shape[1]
+    out = np.repeat(a[:, :1], n + 2, axis=1)
+    for j in range(n + 1):
+        out[:, j] = np.maximum(out[:, j], a[min(j, 1)].max())
+    return out
+
+
+@pytest.mark.parametrize("target", ["interp", "llvm", "cuda-emulated"])
+def test_a_clamp_split_over_a_written_index_divides_the_previous_values_share(
+    target: str,
+) -> None:
+    """The clamp `min(j, 1)` splits the `max=` into pieces over `j` (0:2 and 2:N + 1)
+    that write different elements; at row 1 the previous value A(1, 0) is also a term,
+    and the largest: the adjoint goes half to each candidate, one value, so A(1, 0)'s
+    gradient is the whole adjoint. The second piece's pass-through into the previous
+    value kept the whole adjoint (1.5 times the derivative, fuzz seed 61545)."""
+    src = (
+        "def f(double(2, N) A) -> (O) {\n"
+        "  O(i, j) = A(i, 0) where i in 0:2, j in 0:N + 2\n"
+        "  O(i, j) max= A(min(j, 1), k) where i in 0:2, j in 0:N + 1, k in 0:N\n}"
+    )
+    a = np.array([[0.5, -1.25, 0.25, -0.75, 0.125], [3.0, 1.5, -2.0, 0.75, 2.25]])
+    kernel = compiler.define(src, target=target)
+    (out,) = kernel(a)
+    np.testing.assert_array_equal(out, _rows_after_previous(a))
+    c = np.random.default_rng(5).standard_normal(out.shape)
+    (g,) = kernel.vjp(a, grad_outputs=(c,))
+    fd = np.zeros_like(a)
+    for idx in np.ndindex(a.shape):
+        up, down = a.copy(), a.copy()
+        up[idx] += 1e-6
+        down[idx] -= 1e-6
+        fd[idx] = np.vdot(_rows_after_previous(up) - _rows_after_previous(down), c) / 2e-6
+    np.testing.assert_allclose(g, fd, rtol=1e-7, atol=1e-8)

@@ -35,6 +35,7 @@ GRAD_SEEDS += (50381, 50396, 50406)  # one value at several points: a ternary, a
 GRAD_SEEDS += (50674,)  # simplify merged a diagonal write with the whole box
 GRAD_SEEDS += (61157,)  # `A - A` of a double folded to an int32 0: a float32 jvp
 GRAD_SEEDS += (61308,)  # `max=` with `i in 0:k + 1`: the tangent's first write had no range of i
+GRAD_SEEDS += (61545,)  # a clamp split over a written index: the second piece kept the tie share
 CFG = fuzz.Config(cuda_fraction=0.1)
 GRAD_CFG = fuzz.Config(targets=("interp", "llvm", "llvm-rand"), grad=True, cuda_fraction=0.0)
 
