@@ -289,6 +289,21 @@ def box_tree(
     return If(_truth(ast_expr(outer.expr_from_set(guard))), tree, None)
 
 
+def nonempty_guard(tree: Tree, domain: isl.Set, context: isl.Set, positive: isl.Set) -> Tree:
+    """`tree` under the sizes for which `domain` is not empty, where `context` does not
+    imply them. For a nest with a `reduce` mark: the loops outside the mark load and
+    store the accumulator, and isl lets an outer loop run iterations whose inner loops
+    are empty (no statement instance runs there). With a bound that only the inner
+    loops imply dropped (`i1 < N - 1` beside `i1 < M` and `M <= k2 < N`), such
+    iterations ran past the output's end (fuzz seed 61918, M > N - 1)."""
+    nonempty, implied = domain.params(), context.params()
+    if implied.is_subset(nonempty):
+        return tree
+    guard = nonempty.gist(implied)
+    build = isl.AstBuild.from_context(positive)
+    return If(_truth(ast_expr(build.expr_from_set(guard))), tree, None)
+
+
 def _box_bounds(
     domain: isl.Set, context: isl.Set, order: tuple[str, ...]
 ) -> tuple[dict[str, tuple[isl.Aff, isl.Aff]], isl.Set | None] | None:
@@ -346,5 +361,6 @@ __all__ = [
     "box_tree",
     "first_user",
     "from_isl",
+    "nonempty_guard",
     "simplify",
 ]

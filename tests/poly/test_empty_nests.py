@@ -59,3 +59,39 @@ def test_the_nest_is_dropped() -> None:
     # the statement is still in the def: only its nest is gone
     scheduled = {n.index for n in sched.nests}
     assert len(scheduled) < len(gradient.checked.stmts)
+
+
+# The summed `k in M:N` implies M < N, under which isl drops `i < N` beside `i < M`.
+ACCUMULATE = """def f(double(N) A, double(M) B) -> (O) {
+  O(i) = A(i) where i in 0:N
+  O(i) += B(i) * A(k) where i in 0:N, M - 1 - i in 0:M, k in M:N
+}"""
+
+
+def _accumulate(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    n, m = a.size, b.size
+    out = a.copy()
+    for i in range(min(n, m)):
+        out[i] += sum(b[i] * a[k] for k in range(m, n))
+    return out
+
+
+@pytest.mark.parametrize(("n", "m"), [(2, 7), (7, 2), (3, 3), (1, 1)])
+def test_a_register_sum_runs_only_where_its_domain_is_not_empty(n: int, m: int) -> None:
+    """A register accumulator is loaded and stored outside the summed loops, which isl
+    lets run over outer iterations with no statement instance: with M > N - 1 the loop
+    over `i` ran to M, past O's end (fuzz seed 61918 corrupted the heap). The lowered
+    loops run in the loop-IR interpreter, which raises on any access outside a buffer,
+    and on llvm and cuda-emulated against NumPy."""
+    from compiler.loops.interp import run_function
+    from compiler.pipeline import lower
+
+    a, b = np.arange(1.0, n + 1), np.arange(1.0, m + 1) * 0.5
+    want = _accumulate(a, b)
+    lowered = lower(run(ACCUMULATE, None, upto="ranges"), Options(threads=1))
+    out = np.zeros(n)
+    run_function(lowered.function, {"A": a, "B": b, "O": out}, {"N": n, "M": m})
+    np.testing.assert_array_equal(out, want)
+    for target in ("llvm", "cuda-emulated"):
+        (got,) = compiler.define(ACCUMULATE, target=target)(a, b)
+        np.testing.assert_array_equal(got, want)
