@@ -147,7 +147,7 @@ class PassThrough:
             if written is None:  # piece j writes every element this one does
                 return value
             earlier = written if earlier is None else Logical(LogicOp.OR, earlier, written)
-        return divided if earlier is None else al.select(earlier, value, divided) or divided
+        return divided if earlier is None else al.select(earlier, value, divided)
 
     def _written_by(self, j: int, idx: tuple[Expr, ...]) -> Expr | None:
         """The condition, at the elements `idx`, that piece `j` writes them (its clauses
@@ -157,16 +157,9 @@ class PassThrough:
         names = [a.name for a in piece.lhs.args if isinstance(a, Var)]
         if len(names) != len(piece.lhs.args) or len(set(names)) != len(names):
             return None
-        target = piece.lhs.name
-        where = lhs_where(piece, piece.where, self.v.ranged.bounds_of(target))
+        where = lhs_where(piece, piece.where, self.v.ranged.bounds_of(piece.lhs.name))
         rename = dict(zip(names, idx, strict=True))
-        written: Expr | None = None
-        for clause in where:
-            if isinstance(clause, RangeConstraint):
-                e, lo, hi = (substitute(x, rename) for x in (clause.expr, clause.lo, clause.hi))
-                inside = al.conj(Compare(CmpOp.LE, lo, e), Compare(CmpOp.LT, e, hi))
-                written = al.conj(written, inside)
-        return written
+        return _inside(where, rename)
 
     def _keeps_previous(
         self, index: int, stmt: Stmt, target: str, k: int
@@ -308,14 +301,7 @@ class PassThrough:
                 "side is not plain index variables: not supported yet",
                 stmt.span,
             )
-        written: Expr | None = None
-        for clause in stmt.where:
-            if isinstance(clause, RangeConstraint):
-                inside = al.conj(
-                    Compare(CmpOp.LE, clause.lo, clause.expr),
-                    Compare(CmpOp.LT, clause.expr, clause.hi),
-                )
-                written = al.conj(written, inside)
+        written = _inside(stmt.where)
         idx = tuple(Var(n) for n in names)
         where = tuple(
             RangeConstraint(v, Const(0, ScalarType.INT32), d)
@@ -323,6 +309,17 @@ class PassThrough:
         )
         kept = al.select(written, None, Access(adjoint, idx)) if written else Access(adjoint, idx)
         self._emit(Access(grad, idx), kept or Access(adjoint, idx), where)
+
+
+def _inside(where: tuple, rename: dict[str, Expr] | None = None) -> Expr | None:
+    """`lo <= e && e < hi` of every range clause `e in lo:hi` of `where` (its variables
+    renamed by `rename`), or None when it has none."""
+    written: Expr | None = None
+    for clause in where:
+        if isinstance(clause, RangeConstraint):
+            e, lo, hi = (substitute(x, rename or {}) for x in (clause.expr, clause.lo, clause.hi))
+            written = al.conj(written, al.conj(Compare(CmpOp.LE, lo, e), Compare(CmpOp.LT, e, hi)))
+    return written
 
 
 __all__ = ["PassThrough"]

@@ -262,14 +262,15 @@ def nest_tree(nest: Nest, context: isl.Set, tiled: TileBand | None) -> tree.Tree
     """The Tree of one nest: built directly for a box (`poly.ast_tree.box_tree`), else
     converted from isl's AST (`build_ast`)."""
     made: tree.Tree | None = None
+    positive = _positive_sizes(context)
     if tiled is None:
         order = nest.outer + nest.inner + nest.innermost
         mark = len(nest.outer) if nest.accumulate else None
-        made = tree.box_tree(nest.domain, context, _positive_sizes(context), order, mark)
+        made = tree.box_tree(nest.domain, context, positive, order, mark)
     if made is None:
         made = tree.from_isl(build_ast(nest, context, tiled))
     if nest.accumulate:  # the accumulator's loads and stores run outside isl's statements
-        made = tree.nonempty_guard(made, nest.domain, context, _positive_sizes(context))
+        made = tree.nonempty_guard(made, nest.domain, context, positive)
     return made
 
 
