@@ -6,6 +6,7 @@ in float64 against central differences on every CPU target.
 - the pieces of a statement that reads its own output read it as it was before the
   statement, as the forward does (`O(i) += O(0) * A(min(k + 1, N - 1))`);
 - a statement with lets is split like one without;
+- a piece is dropped when one of its reads alone bounds it empty;
 - the last piece of a `max=` / `min=` passes the adjoint on to the elements it does
   not write (its condition makes it partial).
 """
@@ -68,6 +69,16 @@ DEFS = {
     "let": (
         "def f(double(N) A) -> (O) { O(i) = A(min(i, N - 1)) + t where i in 0:3, t = 0.5 }",
         (2,),
+    ),
+    # a piece whose reads keep it empty (k5 >= N against i3 + 2 * k5 < N), which
+    # Fourier-Motzkin could not decide over all reads at once (fuzz seed 62358)
+    "empty through one of many reads": (
+        "def f(double(N, N, M) A) -> (P) {\n"
+        "    P(i3, i4) +=! t0 + tanh(A(i3 / 2, i4 / 2, min(max(i3 - 1, 0), M - 1)))"
+        " / (A(i3 + 2 * k5, i4, min(i3, M - 1)) * A(i3 + 2 * k5, i4, min(i3, M - 1)) + 1.0)"
+        " where i3 in 0:N - 2, k5 in 0:M, i4 in 0:i3 + 1,"
+        " t0 = A(min(i4, N - 1), min(k5, N - 1), M - 1 - k5)\n}",
+        (3, 3, 2),
     ),
     "let read through": (
         "def f(double(N) A) -> (O) {\n"
