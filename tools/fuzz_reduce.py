@@ -71,6 +71,20 @@ def _simpler(n: object) -> Iterator[object]:
             yield _rebuild(n, [*kids[:i], s, *kids[i + 1 :]])
 
 
+def _inline_let(s: Stmt, j: int) -> Stmt:
+    """`s` without its let `j`, its value substituted where the statement uses it (a
+    let dropped while the right-hand side still names it is no program)."""
+    name, value = s.lets[j]
+
+    def sub(n: object) -> object:
+        if isinstance(n, Var) and n.name == name:
+            return value
+        return _rebuild(n, [sub(k) for k in _children(n)])
+
+    lets = tuple((m, sub(e)) for m, e in s.lets[:j] + s.lets[j + 1 :])
+    return dataclasses.replace(s, rhs=sub(s.rhs), lets=lets)
+
+
 def _reads_tensor(n: object, name: str) -> bool:
     if isinstance(n, Read):
         return n.tensor == name or any(_reads_tensor(s, name) for s in n.subs)
@@ -133,8 +147,8 @@ def candidates(p: Program) -> Iterator[Program]:
         for r in _simpler(s.rhs):
             yield dataclasses.replace(p, stmts=(*p.stmts[:k], dataclasses.replace(s, rhs=r),
                                                 *p.stmts[k + 1 :]))  # fmt: skip
-        if s.lets:
-            yield dataclasses.replace(p, stmts=(*p.stmts[:k], dataclasses.replace(s, lets=()),
+        for j in range(len(s.lets)):
+            yield dataclasses.replace(p, stmts=(*p.stmts[:k], _inline_let(s, j),
                                                 *p.stmts[k + 1 :]))  # fmt: skip
     for k, s in enumerate(p.stmts):
         for c in _fewer_wheres(p, s):

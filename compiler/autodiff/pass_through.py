@@ -58,6 +58,7 @@ class PassThrough:
     v: Versions
     products: dict[tuple[str, int], tuple[Access, Access, Access]]
     ties: dict[int, str]  # a clamp group's first piece -> its tie count (`_tie_count`)
+    results: dict[int, str]  # ... -> the name its result is compared from (`_result`)
     originals: tuple[Stmt, ...]  # per statement, the statement it is a piece of
     stmts: list[Stmt]
     span: Span
@@ -68,6 +69,8 @@ class PassThrough:
         def _need(self, tensor: str, version: int) -> None: ...
         def _need_reads(self, expr: Expr, index: int) -> None: ...
         def _grad_tensor(self, tensor: str, version: int) -> str | None: ...
+        def _origin(self, name: str, index: int) -> tuple[str, int]: ...
+        def _fresh_tmp(self, target: str) -> str: ...
         def _tmp(
             self,
             target: str,
@@ -209,17 +212,16 @@ class PassThrough:
         first = self._first_piece(index)
         if first in self.ties:
             return at_least_one(Access(self.ties[first], stmt.lhs.args))
-        group = [i for i in range(len(self.v.stmts)) if self._first_piece(i) == first]
+        group = self._group(index)
         head = self.v.stmts[first]
-        k_first, k_last = self.v.written(first), self.v.written(group[-1])
+        k_first = self.v.written(first)
         previous = k_first > 1 and not head.op.init
         original = inline_lets(self.originals[index]) if self.originals else stmt
         sizes = self.v.ranged.checked.size_params
         if not previous and distinct_terms(original, sizes, self._independent):
             return None
         idx, box = full_box(self.v, target)
-        final = self.v.name(target, k_last)
-        self._need(target, k_last)
+        final = self._result(index, target)
         start: Expr = Const(0, ScalarType.INT32)
         if previous:
             self._need(target, k_first - 1)
@@ -244,6 +246,54 @@ class PassThrough:
         assert count is not None
         self.ties[first] = count.name
         return at_least_one(Access(count.name, stmt.lhs.args))
+
+    def _result(self, index: int, target: str) -> str:
+        """The name the candidates of statement `index`'s clamp group are compared
+        with: the output after the group's last piece, or that result recomputed here
+        where a candidate reads a version whose recomputation may round apart from the
+        forward's (`Versions.rounds_apart`). A term of the gradient's recomputed sum
+        then never equals the forward's result, and the tie count compared with one
+        while the pieces compared with the other (fuzz seed 61890: N equal terms each
+        kept the whole adjoint, 4.7 times the gradient). Recomputed, every comparison
+        reads the same bits: a copy of the previous version where the group starts
+        from it, then the pieces with their own operators."""
+        first = self._first_piece(index)
+        if first in self.results:
+            return self.results[first]
+        group = self._group(index)
+        head = self.v.stmts[first]
+        k_first, k_last = self.v.written(first), self.v.written(group[-1])
+        previous = k_first > 1 and not head.op.init
+        pieces = [self.v.versioned_reads(self.v.stmts[i], i) for i in group]
+        reads = [
+            self._origin(e.name, i)
+            for p, i in zip(pieces, group, strict=True)
+            for e in walk(p.rhs)
+            if isinstance(e, Access)
+        ]
+        if previous:
+            reads.append((target, k_first - 1))
+        name = self.v.name(target, k_last)
+        if any(self.v.rounds_apart(t, k) for t, k in reads):
+            name = self._fresh_tmp(target)
+            if previous:
+                self._need(target, k_first - 1)
+                idx, box = full_box(self.v, target)
+                before = Access(self.v.name(target, k_first - 1), idx)
+                self.stmts.append(
+                    locate(Stmt(Access(name, idx), AssignOp.ASSIGN, before, box), self.span)
+                )
+            for piece, i in zip(pieces, group, strict=True):
+                self._need_reads(piece.rhs, i)
+                lhs = dataclasses.replace(piece.lhs, name=name)
+                self.stmts.append(locate(dataclasses.replace(piece, lhs=lhs), self.span))
+        self.results[first] = name
+        return name
+
+    def _group(self, index: int) -> list[int]:
+        """The statements of `index`'s clamp group (itself where nothing was split)."""
+        first = self._first_piece(index)
+        return [i for i in range(len(self.v.stmts)) if self._first_piece(i) == first]
 
     @functools.cached_property
     def _independent(self) -> frozenset[str]:

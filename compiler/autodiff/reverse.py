@@ -154,6 +154,7 @@ class _Reverse(PassThrough):
         # (target, version) of a product -> its (count, nonzero, zeros) reductions
         self.products: dict[tuple[str, int], tuple[Access, Access, Access]] = {}
         self.ties: dict[int, str] = {}  # a clamp group's first piece -> its tie count
+        self.results: dict[int, str] = {}  # ... -> its result as compared (`_result`)
         self.originals = originals  # per statement, the statement it is a piece of
 
     # ------------------------------------------------------------------ driver
@@ -289,7 +290,9 @@ class _Reverse(PassThrough):
         if base in (AssignOp.ASSIGN, AssignOp.PLUS):
             return adjoint
         if base in (AssignOp.MAX, AssignOp.MIN):
-            result = Access(self.v.name(target, k), stmt.lhs.args, span=stmt.lhs.span)
+            last = k == self.v.written(self._group(index)[-1])
+            name = self._result(index, target) if last else self.v.name(target, k)
+            result = Access(name, stmt.lhs.args, span=stmt.lhs.span)
             self._need(target, k)
             hit = al.indicator(al.eq(stmt.rhs, result))
             seed = al.mul(adjoint, hit) or adjoint
@@ -346,11 +349,7 @@ class _Reverse(PassThrough):
         starts from `value` over `where` (`T(subscripts) = value where ...` then
         `T op rhs`, `op` without its '!'), so it has an element wherever `where` does,
         even one with no term."""
-        self.tmp_count += 1
-        name = self.names.fresh(f"{target}_tmp{self.tmp_count}")
-        self.extra.append(Param(name, None, None, span=self._span(target)))
-        dtype = ScalarType.INT32 if count else self.v.dtype(target)
-        self.types[name] = dtype
+        name = self._fresh_tmp(target, ScalarType.INT32 if count else None)
         access = Access(name, stmt.lhs.args)
         if start is not None:
             idx, value, where = start
@@ -359,6 +358,14 @@ class _Reverse(PassThrough):
             op = op.base
         self.stmts.append(locate(Stmt(access, op, rhs, stmt.where), self.span))
         return access
+
+    def _fresh_tmp(self, target: str, dtype: ScalarType | None = None) -> str:
+        """A new auxiliary output `<target>_tmp<k>` of `dtype` (the target's if None)."""
+        self.tmp_count += 1
+        name = self.names.fresh(f"{target}_tmp{self.tmp_count}")
+        self.extra.append(Param(name, None, None, span=self._span(target)))
+        self.types[name] = dtype or self.v.dtype(target)
+        return name
 
     def _need(self, tensor: str, version: int) -> None:
         if version < self.v.final(tensor):

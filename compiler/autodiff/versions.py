@@ -154,6 +154,36 @@ class Versions:
         """Whether the version statement `index` writes depends on the previous one."""
         return not self.covers(index)
 
+    def rounds_apart(self, tensor: str, version: int) -> bool:
+        """Whether the gradient's recomputation of an intermediate version may differ
+        in its last bits from the forward's: it, or a version it reads, sums or
+        multiplies floating values over a reduction variable, which the gradient's
+        schedule may combine in another order (an extremum is exact in any order, an
+        elementwise statement computes the same operations)."""
+        todo, seen = [(tensor, version)], set()
+        while todo:
+            t, k = todo.pop()
+            if (t, k) in seen or not 0 < k < self.final(t):
+                continue
+            seen.add((t, k))
+            index = self.writes[t][k - 1]
+            stmt = self.stmts[index]
+            written = {e.name for a in stmt.lhs.args for e in walk(a) if isinstance(e, Var)}
+            summed = any(
+                isinstance(c, RangeConstraint)
+                and isinstance(c.expr, Var)
+                and c.expr.name not in written
+                for c in stmt.where
+            )
+            if (
+                summed
+                and stmt.op.base in (AssignOp.PLUS, AssignOp.TIMES)
+                and self.dtype(t).is_float
+            ):
+                return True
+            todo.extend(_deps(self, index, t, k))
+        return False
+
 
 def analyse(ranged: RangedDef, names: NameSupply, reads_before: tuple[int, ...] = ()) -> Versions:
     """Versions of every output of `ranged`, and the shape dims of every output;

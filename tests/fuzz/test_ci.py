@@ -37,17 +37,13 @@ GRAD_SEEDS += (61157,)  # `A - A` of a double folded to an int32 0: a float32 jv
 GRAD_SEEDS += (61308,)  # `max=` with `i in 0:k + 1`: the tangent's first write had no range of i
 GRAD_SEEDS += (61545,)  # a clamp split over a written index: the second piece kept the tie share
 GRAD_SEEDS += (62358,)  # a clamp piece empty through one of many reads was kept
-GRAD_SEEDS += (61890,)  # open: KNOWN_FAILURES
+GRAD_SEEDS += (61890,)  # ties of a recomputed sum compared with the forward's result
 CFG = fuzz.Config(cuda_fraction=0.1)
 GRAD_CFG = fuzz.Config(targets=("interp", "llvm", "llvm-rand"), grad=True, cuda_fraction=0.0)
 
 # (mode, seed) -> the failure signature seen when the entry was added (strict xfail).
 # F<n>: the failure class it belongs to (named in the commit that fixes it).
-KNOWN_FAILURES: dict[tuple[str, int], str] = {
-    # `P(i) max=! O(N - 1 - i)` of an overwritten `O(i) += exp(A(k))`: the llvm
-    # targets' A_grad is about 4.7x interp's (which is right); open
-    ("grad", 61890): "wrong:grad-llvm:A_grad",
-}
+KNOWN_FAILURES: dict[tuple[str, int], str] = {}
 
 
 def _params(mode: str, seeds: tuple) -> list:

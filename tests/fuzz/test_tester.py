@@ -4,6 +4,7 @@ failure, and its verdicts on deliberately wrong "systems" (fake kernels)."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
@@ -26,7 +27,7 @@ from tools.fuzz_ir import (
     evaluate,
     show_program,
 )
-from tools.fuzz_reduce import reduce, size_of
+from tools.fuzz_reduce import _inline_let, reduce, size_of
 
 V, S = Var, Size
 
@@ -154,6 +155,23 @@ def test_reducer_shrinks_a_synthetic_failure() -> None:
     assert fails(small)
     assert len(small.stmts) == 1 and size_of(small) < size_of(p)
     assert len(small.inputs) <= len(p.inputs)
+
+
+def test_the_reducer_inlines_a_let_it_removes() -> None:
+    """A let is dropped with its value substituted where it is used: dropped alone, the
+    right-hand side still named it (a KeyError that ended the reduction of fuzz seed
+    62358). The inlined program means the same."""
+    p = next(q for q in (generate(s, grad=True) for s in range(200))
+             if any(len(x.lets) == 1 for x in q.stmts))  # fmt: skip
+    k = next(i for i, x in enumerate(p.stmts) if len(x.lets) == 1)
+    inlined = dataclasses.replace(
+        p, stmts=(*p.stmts[:k], _inline_let(p.stmts[k], 0), *p.stmts[k + 1 :])
+    )
+    assert not inlined.stmts[k].lets and p.stmts[k].lets[0][0] not in show_program(inlined)
+    inputs = fuzz_run.make_inputs(p, 0, exact=False)
+    want, got = evaluate(p, dict(p.sizes), inputs), evaluate(inlined, dict(p.sizes), inputs)
+    for name, values in want.values.items():
+        np.testing.assert_array_equal(got.values[name], values)
 
 
 class _Wrong:
