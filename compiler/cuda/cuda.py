@@ -31,7 +31,7 @@ from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 
 from compiler.cuda.cuda_lanes import emit_lane_loop
-from compiler.cuda.cuda_map import AtomicAdd, GpuKernel, GpuProgram, PosDiv, PosMod
+from compiler.cuda.cuda_nodes import AtomicAdd, GpuKernel, GpuProgram, PosDiv, PosMod
 from compiler.cuda.cuda_options import DEFAULT_BLOCKS
 from compiler.cuda.cuda_preamble import PREAMBLE
 from compiler.cuda.cuda_rows import WarpSync, is_lane_loop

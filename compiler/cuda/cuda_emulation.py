@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compiler.cuda.cuda_fibers import FIBER_HEADER, race_source, uses_barriers
-from compiler.cuda.cuda_map import GpuKernel, GpuProgram
+from compiler.cuda.cuda_nodes import GpuKernel, GpuProgram
 from compiler.diagnostics import InternalError, OptionsError
 
 _BASE = r"""// tcc's CUDA emulation header: the generated CUDA C, compiled by g++ for the CPU

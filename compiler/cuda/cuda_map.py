@@ -52,8 +52,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from compiler.cuda.cuda_nodes import AtomicAdd, GpuKernel, GpuProgram, PosDiv, PosMod
 from compiler.cuda.cuda_options import CudaOptions
 from compiler.cuda.cuda_rows import plan_rows
 from compiler.cuda.cuda_shared import shared_variant
@@ -91,73 +91,6 @@ from compiler.loops import (
 
 I64 = DType.INT64
 ATOMIC_DTYPES = (DType.FLOAT32, DType.FLOAT64)
-
-
-# ------------------------------------------------------------ CUDA-only nodes
-
-
-@dataclass(frozen=True, slots=True)
-class AtomicAdd(Stmt):
-    """`atomicAdd(&buffer[index], value)`: the one write of a data-dependent scatter."""
-
-    buffer: Buffer
-    index: tuple[Expr, ...]
-    value: Expr
-
-
-@dataclass(frozen=True, slots=True)
-class PosDiv(Expr):
-    """`a / b` for int64 operands known to be >= 0 and b >= 1 (index decomposition)."""
-
-    a: Expr
-    b: Expr
-
-    @property
-    def dtype(self) -> DType:
-        return I64
-
-
-@dataclass(frozen=True, slots=True)
-class PosMod(Expr):
-    """`a % b` for int64 operands known to be >= 0 and b >= 1."""
-
-    a: Expr
-    b: Expr
-
-    @property
-    def dtype(self) -> DType:
-        return I64
-
-
-# ------------------------------------------------------------ the result
-
-
-@dataclass(frozen=True)
-class GpuKernel:
-    name: str
-    body: Stmt
-    mode: str  # "parallel" | "atomic" | "serial"
-    block: int  # threads per block (x)
-    grid: tuple[Expr | None, Expr | None, Expr | None]  # blocks in x, y, z (None: DEFAULT_BLOCKS)
-    dims: tuple[tuple[str, str], ...]  # GPU_BLOCK loop variable -> "y" | "z"
-    temps: tuple[Buffer, ...]  # allocated by the host, zero-filled
-    phase: int = 0  # the phase of the Function it runs (several kernels may share one)
-    when: Expr | None = None  # runs only where this int64 size expression is > 0
-    # "tile" (cuda_tile), "warp" (lanes combine values), "split" (cuda_split), "rows" (cuda_rows)
-    variant: str = ""
-    reason: str = ""  # why a "serial" kernel runs on one thread
-
-
-@dataclass(frozen=True)
-class GpuProgram:
-    name: str
-    buffers: tuple[Buffer, ...]
-    size_params: tuple[str, ...]
-    kernels: tuple[GpuKernel, ...]
-
-    def buffers_of(self, kernel: GpuKernel) -> tuple[Buffer, ...]:
-        """The kernel's pointer parameters, in order: the Function's, then its temps."""
-        return self.buffers + kernel.temps
 
 
 def map_to_gpu(

@@ -60,6 +60,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from compiler import loops as L
+from compiler.cuda.cuda_nodes import PosDiv, PosMod
 from compiler.cuda.cuda_tile import extent, fresh
 from compiler.cuda.cuda_warp import LANES, warp_reduce
 from compiler.loops.ir import var_names, walk
@@ -297,7 +298,6 @@ def _spread(inner: list[L.For], body: L.Stmt, lane: L.Expr, taken: set[str]) -> 
 
 def _collapsed(inner: list[L.For], body: L.Stmt, lane: L.Expr, taken: set[str]) -> L.Stmt:
     """`for t in lane:prod(extents) step 32`, each loop variable bound from t."""
-    from compiler.cuda.cuda_map import PosDiv, PosMod  # cuda_map imports this module
 
     t = fresh("tcc_t", taken)
     exts = [fresh(f"tcc_e{k}", taken) for k in range(len(inner))]

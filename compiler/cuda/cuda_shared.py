@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compiler import loops as L
+from compiler.cuda.cuda_nodes import GpuKernel, PosDiv, PosMod
 from compiler.cuda.cuda_tile import extent, fresh
 from compiler.loops.ir import var_names, walk
 
@@ -227,7 +228,6 @@ def _extent(d: Dim) -> L.Expr:
 def _decode(dims: tuple[Dim, ...], flat: str, body: L.Stmt) -> L.Stmt:
     """`body` under Lets binding each of `dims`' variables from the flat index `flat`
     (row-major: the last dim varies fastest)."""
-    from compiler.cuda.cuda_map import PosDiv, PosMod
 
     stride: L.Expr | None = None
     lets: list[tuple[str, L.Expr]] = []
@@ -317,7 +317,6 @@ def shared_variant(
     """(when, [kernel]) of the band's shared-memory kernel (`cuda_map`'s variants), or
     None: off (`CudaOptions.shared_memory`), not a contraction of the module doc's
     form, or extents that read more than the sizes."""
-    from compiler.cuda.cuda_map import GpuKernel
     from compiler.cuda.cuda_options import MAX_GRID_X, MAX_GRID_YZ
 
     if not options.shared_memory or not band:

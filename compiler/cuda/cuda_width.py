@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Collection, Mapping
 
-from compiler.cuda.cuda_map import AtomicAdd, GpuKernel, GpuProgram, PosDiv, PosMod
+from compiler.cuda.cuda_nodes import AtomicAdd, GpuKernel, GpuProgram, PosDiv, PosMod
 from compiler.loops import (
     Assign,
     Bin,
