@@ -160,7 +160,15 @@ class PassThrough:
         names = [a.name for a in piece.lhs.args if isinstance(a, Var)]
         if len(names) != len(piece.lhs.args) or len(set(names)) != len(names):
             return None
-        where = lhs_where(piece, piece.where, self.v.ranged.bounds_of(piece.lhs.name))
+        bounds = self.v.ranged.bounds_of(piece.lhs.name)
+        where = lhs_where(piece, piece.where, bounds)
+        # a clause over a whole dimension of the output holds at every element
+        whole = {(Var(n), b.lo, b.hi) for n, b in zip(names, bounds, strict=True)}
+        where = tuple(
+            c
+            for c in where
+            if not (isinstance(c, RangeConstraint) and (c.expr, c.lo, c.hi) in whole)
+        )
         rename = dict(zip(names, idx, strict=True))
         return _inside(where, rename)
 

@@ -322,3 +322,28 @@ def test_the_ties_of_a_recomputed_sum_share_the_adjoint(target: str) -> None:
                 / 2e-6
             )
         np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-7)
+
+
+CLAMPED_OVER_A_SUM = (
+    "def f(double(N) A, double(M) C) -> (P) {\n"
+    "  P(i) max=! C(min(k, M - 1)) * A(i) where i in 0:N - 2, k in 0:3\n}"
+)
+
+
+def test_a_piece_over_the_whole_output_needs_no_select() -> None:
+    """The clamp splits the summed `k`: both pieces write every element of `P`, so the
+    second piece's pass-through into the first's result is whole, and is printed so
+    (not `0 <= i && i < N - 2 ? v : v / count`, a select that always takes `v`)."""
+    text = compiler.grad(CLAMPED_OVER_A_SUM)
+    (line,) = [s for s in text.splitlines() if s.strip().startswith("P_v1_grad(i) +=!")]
+    assert "?" not in line.split("*", 1)[0] and "max(P_tmp" not in line
+
+
+@pytest.mark.parametrize("target", ["interp", "llvm", "cuda-emulated"])
+def test_a_clamp_over_a_sum_with_ties_is_the_derivative(target: str) -> None:
+    """M = 2: `k` = 1 and 2 read C(1), one value twice; at each element it ties with
+    itself, and the shares add up to its derivative."""
+    kernel = compiler.define(CLAMPED_OVER_A_SUM, target=target)
+    rng = np.random.default_rng(7)
+    a, c = rng.standard_normal(9), np.array([0.25, 1.5])
+    compiler.gradcheck(kernel, a, c)
