@@ -79,7 +79,9 @@ def _failure(target: str, exc: BaseException) -> Outcome:
     return Outcome(kind, target, signature(kind, target, exc), "".join(tb)[-1500:])
 
 
-def _options(target: str, kernel: object, p: Program, seed: int) -> object:
+def _options(target: str, ranged: object, p: Program, seed: int) -> object:
+    """The Options of a CPU target; `llvm-rand`'s are drawn from the tuner's space of
+    `ranged` (the ranged def) at the program's sizes."""
     from compiler.options import Options
     from compiler.tune.space import Space, SpaceContext
 
@@ -87,22 +89,23 @@ def _options(target: str, kernel: object, p: Program, seed: int) -> object:
         return Options(threads=1)
     if target == "llvm-t2":
         return Options(threads=2)
-    ctx = SpaceContext.of(kernel.ranged, dict(p.sizes), cores=2)
+    ctx = SpaceContext.of(ranged, dict(p.sizes), cores=2)
     return Space.for_options(Options, ctx).sample(random.Random(seed))
 
 
 def compile_for(p: Program, target: str, seed: int) -> tuple[object, str]:
-    """The kernel for `target` and a description of its options."""
+    """The kernel for `target` and a description of its options. Only the target's own
+    kernel is compiled: `llvm-rand` draws its options from the ranged def alone."""
     import compiler
+    from compiler import pipeline
 
     text = show_program(p)
     if target == "interp" or target == "cuda-emulated":
         return compiler.define(text, "f", target=target, cache=None), ""
-    base = compiler.define(text, "f", options=_options("llvm", None, p, seed), cache=None)
-    if target == "llvm":
-        return base, "Options(threads=1)"
-    opts = _options(target, base, p, seed)
-    return compiler.define(text, "f", options=opts, cache=None), repr(opts)
+    ranged = pipeline.run(text, "f", upto="ranges") if target == "llvm-rand" else None
+    opts = _options(target, ranged, p, seed)
+    kernel = compiler.define(text, "f", options=opts, cache=None)
+    return kernel, "Options(threads=1)" if target == "llvm" else repr(opts)
 
 
 def compare(name: str, got: np.ndarray, exp: Expected) -> str | None:

@@ -14,7 +14,7 @@ from tools.fuzz_gen import generate
 def test_every_options_field_is_drawn_with_several_values() -> None:
     p = next(q for q in (generate(s) for s in range(50)) if len(q.stmts) >= 2)
     kernel, _ = fuzz_run.compile_for(p, "llvm", 0)
-    drawn = [fuzz_run._options("llvm-rand", kernel, p, seed) for seed in range(200)]
+    drawn = [fuzz_run._options("llvm-rand", kernel.ranged, p, seed) for seed in range(200)]
     for f in dataclasses.fields(Options):
         values = {repr(getattr(o, f.name)) for o in drawn}
         assert len(values) >= 2, f"Options.{f.name} is never varied by llvm-rand: {values}"
