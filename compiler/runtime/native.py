@@ -307,7 +307,10 @@ def program_key(ranged: RangedDef, options: Options) -> dict[str, str]:
     bounds = [
         [n, [[print_expr(b.lo), print_expr(b.hi)] for b in bs]] for n, bs in ranged.output_bounds
     ]
-    opts = {f.name: repr(getattr(options, f.name)) for f in dataclasses.fields(options)}
+    # the thread count is an argument of the code (`cpu.llvm_parallel`), not part of it:
+    # kernels that differ only in it share one compile
+    fields = (f.name for f in dataclasses.fields(options) if f.name != "threads")
+    opts = {name: repr(getattr(options, name)) for name in fields}
     return {
         "source": print_def(checked.definition),
         "entry": ranged.name,

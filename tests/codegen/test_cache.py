@@ -111,7 +111,7 @@ def test_each_key_component_changes_the_entry() -> None:
         (MATMUL.replace("A(m, k) * B", "A(m, k) + B"), None, Options(), "source"),
         (MATMUL + MATMUL.replace("matmul", "mm"), "mm", Options(), "entry"),
         (MATMUL.replace("float(K, N) B", "double(K, N) B"), None, Options(), "dtypes"),
-        (MATMUL, None, Options(threads=3), "options"),
+        (MATMUL, None, Options(block=16), "options"),
         (MATMUL, None, Options(innermost=None), "options"),
     ],
 )
@@ -383,3 +383,20 @@ def test_cli_cache_info_and_clear(tmp_path: Path) -> None:
     assert "entries: 0" in _tcc("cache", "info", home=tmp_path).stdout
     bad = _tcc("cache", "frobnicate", home=tmp_path)
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
+
+
+def test_kernels_that_differ_in_threads_alone_share_their_code() -> None:
+    """The thread count is an argument of the compiled code, not part of it: a kernel
+    for 2 threads reuses the code of one for 1 thread, and each runs on its own."""
+    cache = C.CompileCache(None)
+    one = compiler.define(MATMUL, options=Options(threads=1), cache=cache)
+    two = compiler.define(MATMUL, options=Options(threads=2), cache=cache)
+    assert native.program_key(one.ranged, one.options) == native.program_key(
+        two.ranged, two.options
+    )
+    assert one._native.code is two._native.code
+    assert (one.info()["threads"], two.info()["threads"]) == (1, 2)
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((67, 33), np.float32), rng.standard_normal((33, 41), np.float32)
+    for k in (one, two):
+        np.testing.assert_allclose(k(a, b)[0], a @ b, rtol=1e-5, atol=1e-5)
