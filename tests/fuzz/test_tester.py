@@ -174,6 +174,16 @@ def test_the_reducer_inlines_a_let_it_removes() -> None:
         np.testing.assert_array_equal(got.values[name], values)
 
 
+def test_a_tiny_product_of_normal_values_is_not_taken_for_exact() -> None:
+    """`P *=! A(k2, k3, 0)` over 33 x 33 normal values is about 3e-303: its binary
+    places pass the oracle's cap of 400, below which a small magnitude looked exact
+    (tolerance 0, and llvm's last bit failed it: fuzz seed 70750)."""
+    p = generate(70750, exact=False, grad=True)
+    expected = evaluate(p, dict(p.sizes), fuzz_run.make_inputs(p, 70750, exact=False))
+    assert 0 < abs(float(expected.values["P"])) < 1e-290
+    assert float(expected.tol["P"]) > 0
+
+
 class _Wrong:
     """A fake kernel: the real interp kernel with one output element perturbed."""
 
