@@ -50,8 +50,10 @@ KNOWN_FAILURES: dict[tuple[str, int], str] = {
     # the tangent def compares the simplified candidate `2 * A(..) - A(..)` with the
     # forward's `O`, computed as `(a - b) + a`: no hit, a zero tangent; open
     ("grad", 71118): "wrong:jvp-interp:dot-product",
-    # four statements with clamps and a strided `O(i10 + k12, 2 * i11 + 2 * k13)`: the
-    # gradient def "reads out of bounds for every size"; open, not reduced
+    # reduced (M = 1, N = 3): `O(i1, i2) min=! B(k3) / A(i1, i2)`, `P(i4, i5) max=! O(k6, i4)
+    # where i5 in 1:N, ...`, `R(i10, i11) max= O(i10 + k12, 2 * i11 + 2 * k13) *
+    # O(min(k13, N - 1), min(max(k13 - 2, 0), N - 1)) where ...`: the gradient def
+    # "reads out of bounds for every size"; open
     ("grad", 71149): "rejected:grad-interp:RangeError",
 }
 
