@@ -220,10 +220,8 @@ class PassThrough:
         first = self._first_piece(index)
         if first in self.ties:
             return at_least_one(Access(self.ties[first], stmt.lhs.args))
-        group = self._group(index)
-        head = self.v.stmts[first]
         k_first = self.v.written(first)
-        previous = k_first > 1 and not head.op.init
+        previous = self._starts_from_previous(first)
         original = inline_lets(self.originals[index]) if self.originals else stmt
         sizes = self.v.ranged.checked.size_params
         if not previous and distinct_terms(original, sizes, self._independent):
@@ -236,7 +234,7 @@ class PassThrough:
             before = Access(self.v.name(target, k_first - 1), idx)
             start = al.indicator(al.eq(before, Access(final, idx)))
         count: Access | None = None
-        for i in group:
+        for i in self._group(index):
             piece = self.v.versioned_reads(self.v.stmts[i], i)
             hit = al.indicator(al.eq(piece.rhs, Access(final, piece.lhs.args)))
             self._need_reads(piece.rhs, i)
@@ -269,9 +267,8 @@ class PassThrough:
         if first in self.results:
             return self.results[first]
         group = self._group(index)
-        head = self.v.stmts[first]
         k_first, k_last = self.v.written(first), self.v.written(group[-1])
-        previous = k_first > 1 and not head.op.init
+        previous = self._starts_from_previous(first)
         pieces = [self.v.versioned_reads(self.v.stmts[i], i) for i in group]
         reads = [
             self._origin(e.name, i)
@@ -297,6 +294,11 @@ class PassThrough:
                 self.stmts.append(locate(dataclasses.replace(piece, lhs=lhs), self.span))
         self.results[first] = name
         return name
+
+    def _starts_from_previous(self, first: int) -> bool:
+        """Whether the clamp group starting at `first` extends an earlier write (its
+        previous value is a candidate), rather than starting with `op!`."""
+        return self.v.written(first) > 1 and not self.v.stmts[first].op.init
 
     def _group(self, index: int) -> list[int]:
         """The statements of `index`'s clamp group (itself where nothing was split)."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Mapping
 
+from compiler.autodiff.products import reduced
 from compiler.autodiff.rewrite import inline_lets, locate, rename_reads
 from compiler.diagnostics import TCError
 from compiler.frontend.ast import (
@@ -168,18 +169,8 @@ class Versions:
             seen.add((t, k))
             index = self.writes[t][k - 1]
             stmt = self.stmts[index]
-            written = {e.name for a in stmt.lhs.args for e in walk(a) if isinstance(e, Var)}
-            summed = any(
-                isinstance(c, RangeConstraint)
-                and isinstance(c.expr, Var)
-                and c.expr.name not in written
-                for c in stmt.where
-            )
-            if (
-                summed
-                and stmt.op.base in (AssignOp.PLUS, AssignOp.TIMES)
-                and self.dtype(t).is_float
-            ):
+            combined = stmt.op.base in (AssignOp.PLUS, AssignOp.TIMES)
+            if combined and reduced(stmt) and self.dtype(t).is_float:
                 return True
             todo.extend(_deps(self, index, t, k))
         return False
