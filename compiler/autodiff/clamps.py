@@ -46,9 +46,13 @@ from compiler.frontend.ast import (
     Binary,
     BinOp,
     Call,
+    CmpOp,
+    Compare,
     Const,
     Expr,
     Let,
+    Logical,
+    LogicOp,
     RangeConstraint,
     ScalarType,
     Stmt,
@@ -183,17 +187,57 @@ def _choices(stmt: Stmt, clamp: Call, ranged: RangedDef) -> list[Stmt]:
 
 def _empty(where: tuple, rhs: Expr, ranged: RangedDef) -> bool:
     """Whether a piece never runs: by its where clauses alone, with one read's bounds
-    or with every read's. Each smaller system decides alone when it is empty (the
-    domain only shrinks as bounds are added), and `runs_never` gives up on a larger
-    system that Fourier-Motzkin blows up (fuzz seed 62358: twelve reads, two of them
-    floor-divided, hid `i3 + 2 * k5 in 0:N` against `k5 >= N`)."""
+    or with every read's, under each case of the def's preconditions (the relations of
+    the sizes every call checks: fuzz seed 71149's `M <= 2`, without which a piece
+    with `k13 in 2:M` reads out of bounds for every size). Each smaller system decides
+    alone when it is empty (the domain only shrinks as bounds are added), and
+    `runs_never` gives up on a larger system that Fourier-Motzkin blows up (fuzz seed
+    62358: twelve reads, two of them floor-divided, hid `i3 + 2 * k5 in 0:N` against
+    `k5 >= N`)."""
     sizes = ranged.checked.size_params
-    if runs_never(where, sizes):
-        return True
     reads = _in_bounds(rhs, ranged)
-    if any(runs_never((*where, *read), sizes) for read in reads):
-        return True
-    return runs_never((*where, *(c for read in reads for c in read)), sizes)
+    for case in _size_cases(ranged):
+        domain = (*where, *case)
+        if runs_never(domain, sizes) or any(runs_never((*domain, *r), sizes) for r in reads):
+            continue
+        if not runs_never((*domain, *(c for read in reads for c in read)), sizes):
+            return False
+    return True
+
+
+_MAX_CASES = 8
+
+
+def _size_cases(ranged: RangedDef) -> list[tuple[RangeConstraint, ...]]:
+    """The def's preconditions as a disjunction of conjunctions of range constraints
+    (`a <= b` as `a in a:b + 1`); a condition that is not a comparison, `!=`, or a
+    disjunction past `_MAX_CASES` cases is left out (the domain only grows)."""
+    cases: list[tuple[RangeConstraint, ...]] = [()]
+    for pre in ranged.preconditions:
+        alternatives = _cases(pre.cond)
+        if alternatives is None or len(cases) * len(alternatives) > _MAX_CASES:
+            continue
+        cases = [(*case, *alt) for case in cases for alt in alternatives]
+    return cases
+
+
+def _cases(e: Expr) -> list[tuple[RangeConstraint, ...]] | None:
+    if isinstance(e, Logical):
+        lhs, rhs = _cases(e.lhs), _cases(e.rhs)
+        if e.op is LogicOp.OR:
+            return None if lhs is None or rhs is None else lhs + rhs
+        lhs, rhs = lhs or [()], rhs or [()]
+        return [(*a, *b) for a in lhs for b in rhs]
+    if not isinstance(e, Compare) or e.op is CmpOp.NE:
+        return None
+    one = Const(1, ScalarType.INT32)
+    a, b = e.lhs, e.rhs
+    if e.op in (CmpOp.GT, CmpOp.GE):
+        a, b = b, a
+    if e.op is CmpOp.EQ:
+        return [(RangeConstraint(a, b, Binary(BinOp.ADD, b, one)),)]
+    hi = b if e.op in (CmpOp.LT, CmpOp.GT) else Binary(BinOp.ADD, b, one)
+    return [(RangeConstraint(a, a, hi),)]
 
 
 def _in_bounds(rhs: Expr, ranged: RangedDef) -> list[tuple[RangeConstraint, ...]]:

@@ -17,7 +17,8 @@ def nothing applies to prints as before. Every rewrite keeps the value:
   `a + -b` to `a - b`, `x * 1` to `x`, `x + 0` to `x`; and collects like terms of a sum:
   `e + e` -> `2 * e`, `e - e` -> nothing, `2 * e + e` -> `3 * e`. Sign changes and
   `x + x == 2 * x` are exact in IEEE arithmetic; regrouping a sum's terms changes a
-  value by rounding only.
+  value by rounding only, so it is never made where bits matter: inside a
+  comparison's operands, or with `exact` (a recomputed value that is compared).
 
 Worked example (layernorm's two contributions of `(X - mean) * (X - mean)`)::
 
@@ -35,6 +36,7 @@ from compiler.frontend.ast import (
     Binary,
     BinOp,
     Cast,
+    Compare,
     Const,
     Expr,
     ScalarType,
@@ -142,20 +144,26 @@ def _map_children(e: Expr, f: Callable[[Expr], Expr]) -> Expr:
 # ------------------------------------------------------------ signs and terms
 
 
-def tidy(e: Expr, type_of: TypeOf) -> Expr:
+def tidy(e: Expr, type_of: TypeOf, exact: bool = False) -> Expr:
     """`e` with signs pulled out, like terms collected and zeros dropped (bottom-up;
     see the module doc); an access's subscripts are folded by `fold_index`. A float
     subexpression keeps its type: where the rewrite leaves no operand of that type
     (`A(i) - A(i)` of a double `A` is `double(0)`, not the int32 literal `0`), it is
-    cast back, so nothing above it is computed in another precision."""
+    cast back, so nothing above it is computed in another precision.
+
+    With `exact`, and always inside a comparison's operands, only the rewrites that
+    keep every bit are made (signs and units): a candidate `(a - b) + a` of a `max=`
+    is compared with the result computed in that order, and `2 * a - b` rounds
+    differently, so the tie would be missed (fuzz seed 71118)."""
     if isinstance(e, Access):
         return _map_children(e, fold_index)
     if not children(e):
         return e
     original = e
-    e = _map_children(e, lambda c: tidy(c, type_of))
+    inner = exact or isinstance(e, Compare)
+    e = _map_children(e, lambda c: tidy(c, type_of, inner))
     e = _signs(e, lambda x: type_of(x).is_float)
-    if isinstance(e, Binary) and e.op in _SUMS:
+    if not exact and isinstance(e, Binary) and e.op in _SUMS:
         e = _collect(e)
     if e is not original:
         want = type_of(original)

@@ -67,8 +67,9 @@ _FIRST_WRITES = (AssignOp.ASSIGN, AssignOp.PLUS_INIT, AssignOp.PLUS)
 def simplify(d: Def) -> Def:
     """`d` simplified (see the module doc); `d` itself when nothing applies."""
     types = {p.name: p.dtype for p in (*d.params, *d.outputs) if p.dtype is not None}
-    stmts = [_normalise(s, types) for s in d.stmts]
-    stmts = _merge(stmts, types)
+    exact = _compared(d.stmts)
+    stmts = [_normalise(s, types, s.lhs.name in exact) for s in d.stmts]
+    stmts = _merge(stmts, types, exact)
     taken = _names(d)
     stmts = [_share(s, taken) for s in stmts]
     if all(a is b for a, b in zip(stmts, d.stmts, strict=False)) and len(stmts) == len(d.stmts):
@@ -79,15 +80,55 @@ def simplify(d: Def) -> Def:
 # ------------------------------------------------------------ one statement
 
 
-def _normalise(s: Stmt, types: dict[str, ScalarType]) -> Stmt:
-    """Steps 1 and 2 on one statement."""
+def _normalise(s: Stmt, types: dict[str, ScalarType], exact: bool) -> Stmt:
+    """Steps 1 and 2 on one statement (step 2 only where it keeps every bit with
+    `exact`: see `_compared`)."""
     lhs = with_children(s.lhs, tuple(fold_index(a) for a in s.lhs.args))
     where = tuple(_fold_clause(c) for c in s.where)
-    rhs = tidy(s.rhs, _typer(s, types))
+    rhs = tidy(s.rhs, _typer(s, types), exact)
     if lhs is s.lhs and rhs is s.rhs and all(a is b for a, b in zip(where, s.where, strict=True)):
         return s
     assert isinstance(lhs, Access)
     return dataclasses.replace(s, lhs=lhs, rhs=rhs, where=where)
+
+
+def _compared(stmts: tuple[Stmt, ...]) -> frozenset[str]:
+    """The tensors written in the def whose bits a comparison reads: those read in a
+    comparison's operands (a `max=` group's tie test `P_v1(i) == O_v1(i, k)`), and what
+    the statements writing them read, transitively. Their statements are neither
+    regrouped nor merged, so a recomputed result keeps the forward's bits."""
+    written = {s.lhs.name for s in stmts}
+    want: set[str] = set()
+    for s in stmts:
+        lets = {c.name: c.value for c in s.where if isinstance(c, Let)}
+        for root in (s.rhs, *where_exprs(s)):
+            for e in walk(root):
+                if isinstance(e, Compare):
+                    want |= _accesses(e, lets)
+    todo = list(want & written)
+    while todo:
+        name = todo.pop()
+        for s in stmts:
+            if s.lhs.name == name:
+                for read in _reads(s) - want:
+                    want.add(read)
+                    todo.append(read)
+    return frozenset(want & written)
+
+
+def _accesses(e: Expr, lets: dict[str, Expr]) -> set[str]:
+    """The tensors `e` reads, through the lets it names."""
+    found: set[str] = set()
+    seen: set[str] = set()
+    todo = [e]
+    while todo:
+        for x in walk(todo.pop()):
+            if isinstance(x, Access):
+                found.add(x.name)
+            elif isinstance(x, Var) and x.name in lets and x.name not in seen:
+                seen.add(x.name)
+                todo.append(lets[x.name])
+    return found
 
 
 def _fold_clause(c: WhereClause) -> WhereClause:
@@ -126,18 +167,19 @@ def _type_or_index(e: Expr, env: dict[str, ScalarType]) -> ScalarType:
 # ------------------------------------------------------------ merging statements
 
 
-def _merge(stmts: list[Stmt], types: dict[str, ScalarType]) -> list[Stmt]:
-    """Step 3: contributions merged into the first write of their element."""
+def _merge(stmts: list[Stmt], types: dict[str, ScalarType], exact: frozenset[str]) -> list[Stmt]:
+    """Step 3: contributions merged into the first write of their element (not into a
+    tensor of `exact`: merging regroups its sum)."""
     j = 1
     while j < len(stmts):
-        found = _partner(stmts, j)
+        found = _partner(stmts, j) if stmts[j].lhs.name not in exact else None
         if found is None:
             j += 1
             continue
         i, rhs, at = found
         first = stmts[i]
         merged = _normalise(
-            dataclasses.replace(first, rhs=Binary(BinOp.ADD, first.rhs, rhs)), types
+            dataclasses.replace(first, rhs=Binary(BinOp.ADD, first.rhs, rhs)), types, False
         )
         del stmts[j]
         del stmts[i]

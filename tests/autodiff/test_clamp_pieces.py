@@ -132,3 +132,19 @@ def test_emptiness_is_decided_over_integers_and_every_size() -> None:
     # N in 0:1 is empty only because every size is at least 1
     assert runs_never((_in(n, Const(0, ScalarType.INT32), one),), ("N",))
     assert not runs_never((_in(n, Const(0, ScalarType.INT32), one),), ())
+
+
+# the forward needs `M <= 2` (checked at every call) to keep `A(2 * i + 2 * k)` in
+# bounds; the clamp's piece `k in 2:M` is empty under it (fuzz seed 71149, reduced)
+PRECONDITION = """def f(double(N) A, double(M) B) -> (O) {
+    O(i) +=! A(2 * i + 2 * k) * B(max(k - 2, 0)) where i in 0:(N - 3) / 2 + 1, k in 0:M
+}"""
+
+
+@pytest.mark.parametrize("target", sorted(TARGETS))
+@pytest.mark.parametrize("sizes", [(7, 2), (6, 2), (5, 1)])
+def test_a_piece_empty_under_the_preconditions_is_dropped(sizes: tuple, target: str) -> None:
+    assert "B(k - 2)" not in compiler.grad(PRECONDITION, form="scatter")
+    k = compiler.define(PRECONDITION, cache=False, **TARGETS[target])
+    rng = np.random.default_rng(71149)
+    compiler.gradcheck(k, rng.standard_normal(sizes[0]), rng.standard_normal(sizes[1]))

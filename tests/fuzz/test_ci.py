@@ -39,27 +39,15 @@ GRAD_SEEDS += (61545,)  # a clamp split over a written index: the second piece k
 GRAD_SEEDS += (62358,)  # a clamp piece empty through one of many reads was kept
 GRAD_SEEDS += (61890,)  # ties of a recomputed sum compared with the forward's result
 GRAD_SEEDS += (70750,)  # the oracle took a product of 1089 normal values for exact
-GRAD_SEEDS += (71118, 71149, 71290)  # open: KNOWN_FAILURES (`--seeds 70000:73000 --grad`)
+GRAD_SEEDS += (71118,)  # a compared candidate regrouped by the simplifier: a missed tie
+GRAD_SEEDS += (71149,)  # a clamp piece empty only under the def's preconditions
+GRAD_SEEDS += (71290,)  # a scatter piece's pass-through compared with the forward's result
 CFG = fuzz.Config(cuda_fraction=0.1)
 GRAD_CFG = fuzz.Config(targets=("interp", "llvm", "llvm-rand"), grad=True, cuda_fraction=0.0)
 
 # (mode, seed) -> the failure signature seen when the entry was added (strict xfail).
 # F<n>: the failure class it belongs to (named in the commit that fixes it).
-KNOWN_FAILURES: dict[tuple[str, int], str] = {
-    # `O(i) max=! t0 + A(i, min(i, M - 1))`, `t0 = A(i, min(i, M - 1)) - A(i, (k + l) / 2)`:
-    # the tangent def compares the simplified candidate `2 * A(..) - A(..)` with the
-    # forward's `O`, computed as `(a - b) + a`: no hit, a zero tangent; open
-    ("grad", 71118): "wrong:jvp-interp:dot-product",
-    # reduced (M = 1, N = 3): `O(i1, i2) min=! B(k3) / A(i1, i2)`, `P(i4, i5) max=! O(k6, i4)
-    # where i5 in 1:N, ...`, `R(i10, i11) max= O(i10 + k12, 2 * i11 + 2 * k13) *
-    # O(min(k13, N - 1), min(max(k13 - 2, 0), N - 1)) where ...`: the gradient def
-    # "reads out of bounds for every size"; open
-    ("grad", 71149): "rejected:grad-interp:RangeError",
-    # `O(i1, i2, i3) +=! ...` read by `P(i6 + k8, i7) max=! ... O(k9, i7 / 2, min(max(k9 - 2,
-    # 0), M - 1))`, then overwritten by `O(i10, i11, i12) +=! ... where i11 in 1:N`: A_grad
-    # wrong on every target (interp and llvm apart too); open, not reduced
-    ("grad", 71290): "wrong:grad-interp:A_grad",
-}
+KNOWN_FAILURES: dict[tuple[str, int], str] = {}
 
 
 def _params(mode: str, seeds: tuple) -> list:
