@@ -428,6 +428,8 @@ def format_table(rows: Sequence[Row], threads: int) -> str:
         f"{'tcc/np':>7} {'tcc/torch':>9} {'compile ms':>10} {'max err':>8}"
     )
     policy = os.environ.get("OMP_WAIT_POLICY", "default")
+    spin = os.environ.get("GOMP_SPINCOUNT")
+    policy += f"; GOMP_SPINCOUNT={spin}" if spin is not None else ""
     lines = [f"threads={threads}; OMP_WAIT_POLICY={policy}; medians of interleaved blocks", head]
     ratios: dict[tuple[str, str], list[float]] = {}
     for r in rows:
@@ -473,6 +475,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=("passive", "active"),
         help="OMP_WAIT_POLICY of the libgomp torch and tcc share",
     )
+    parser.add_argument(
+        "--spin-count",
+        type=int,
+        metavar="N",
+        help="GOMP_SPINCOUNT for both (idle threads spin N rounds, then sleep; set, it "
+        "overrides the policy's: docs/internals/targets.md)",
+    )
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
     if args.threads < 1 or args.repeat < 1 or args.block < 1:
@@ -481,6 +490,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ[var] = str(args.threads)
     # torch and tcc share one libgomp (same soname): one wait policy for both
     os.environ["OMP_WAIT_POLICY"] = args.wait_policy
+    if args.spin_count is not None:
+        if args.spin_count < 0:
+            parser.error("--spin-count must be at least 0")
+        os.environ["GOMP_SPINCOUNT"] = str(args.spin_count)
     # NumPy's OpenBLAS spins its idle threads for about 0.1 s after each call (measured:
     # 60 ms of CPU in a 0.2 s sleep after a 512^3 matmul), which the next system's whole
     # block paid for; with the passive policy its threads sleep at once, as the others do

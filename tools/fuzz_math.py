@@ -188,9 +188,7 @@ def call(oracle: Any, n: Any, args: list[tuple]) -> tuple:
         # fma(x, y, z) is on the grid of x * y and of z (fuzz seed 101905: z's binary
         # places left out, a float32 sum of normal values looked exact)
         grid = (
-            max(a[3] for a in args)
-            if n.fn != "fma"
-            else max(args[0][3] + args[1][3], args[2][3])
+            max(a[3] for a in args) if n.fn != "fma" else max(args[0][3] + args[1][3], args[2][3])
         )
         cnt = max(a[2] for a in args) + 1
         return oracle._combine(v, tuple(args), cnt, max(mag, abs(v)), grid, True, margin)

@@ -3,7 +3,8 @@ into residue classes, that each class is a gather (one writer per element, no pa
 scatter), and that forward user scatters (transposed convolutions) and the gradients
 of strided convolutions equal the reference evaluator's, at odd sizes (primes, 1,
 windows of 1..5, strides 2 and 3, classes that are empty for some residues), in
-float64 and float32, with 1 and 2 threads; one gradient against central differences.
+float64 and float32, with 1 and 2 threads (alternating over the cases); one gradient
+against central differences.
 """
 
 from __future__ import annotations
@@ -120,27 +121,31 @@ FORWARD = [
 ]
 
 
-@pytest.mark.parametrize("dtype", ["double", "float"])
-@pytest.mark.parametrize("threads", [1, 2])
-def test_transposed_convolution_equals_the_evaluator(dtype: str, threads: int) -> None:
+def _alternated(cases: list) -> list:  # type: ignore[type-arg]
+    """Each case once, the dtype and the thread count alternating over the cases (every
+    case compiles its own kernels: running each in both dtypes and thread counts would
+    compile four times as much for the same coverage of the split)."""
+    return [
+        pytest.param(case, ("double", "float")[i % 2], 1 + (i // 2) % 2, id=f"case{i}")
+        for i, case in enumerate(cases)
+    ]
+
+
+@pytest.mark.parametrize(("case", "dtype", "threads"), _alternated(FORWARD))
+def test_transposed_convolution_equals_the_evaluator(case: tuple, dtype: str, threads: int) -> None:  # type: ignore[type-arg]
+    rank, strides, n, c, m, xs, ks = case
     np_dtype = np.float64 if dtype == "double" else np.float32
     tol = 1e-12 if dtype == "double" else 2e-5
     rng = np.random.default_rng(threads)
-    kernels: dict[str, tuple[object, object]] = {}
-    for rank, strides, n, c, m, xs, ks in FORWARD:
-        text = _transposed(rank, strides, dtype)
-        if text not in kernels:
-            kernels[text] = (
-                compiler.define(text, options=Options(threads=threads), cache=False),
-                compiler.define(text, target="interp"),
-            )
-        cpu, ref = kernels[text]
-        notes = cpu.info()["notes"]  # type: ignore[attr-defined]
-        assert any("strided gather (cpu.parity)" in note for note in notes)
-        i, w = _rng_inputs(rng, [(n, c, *xs), (c, m, *ks)], np_dtype)
-        (got,) = cpu(i, w)  # type: ignore[operator]
-        (want,) = ref(i, w)  # type: ignore[operator]
-        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    text = _transposed(rank, strides, dtype)
+    cpu = compiler.define(text, options=Options(threads=threads), cache=False)
+    ref = compiler.define(text, target="interp")
+    notes = cpu.info()["notes"]
+    assert any("strided gather (cpu.parity)" in note for note in notes)
+    i, w = _rng_inputs(rng, [(n, c, *xs), (c, m, *ks)], np_dtype)
+    (got,) = cpu(i, w)
+    (want,) = ref(i, w)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
 
 
 def test_transposed_convolution_accumulates_without_init() -> None:
@@ -167,23 +172,26 @@ GRADIENT = [
 ]
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_strided_gradient_equals_the_evaluator(threads: int) -> None:
-    for rank, stride, n, c, m, x, k in GRADIENT:
-        text = _conv(rank, stride)
-        rng = np.random.default_rng(rank * 100 + stride * 10 + k)
-        i = rng.standard_normal((n, c, *([x] * rank)))
-        w = rng.standard_normal((m, c, *([k] * rank)))
-        ref = compiler.define(text, target="interp")
-        (out,) = ref(i, w)
-        cot = (rng.standard_normal(out.shape),)
-        want = ref.vjp(i, w, grad_outputs=cot)
-        cpu = compiler.define(text, options=Options(threads=threads), cache=False)
-        notes = cpu.grad.info()["notes"]
-        assert any("strided gather (cpu.parity)" in note for note in notes), notes
-        got = cpu.vjp(i, w, grad_outputs=cot)
-        for g, e in zip(got, want, strict=True):
-            np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
+@pytest.mark.parametrize(
+    ("case", "threads"),
+    [pytest.param(case, 1 + i % 2, id=f"case{i}") for i, case in enumerate(GRADIENT)],
+)
+def test_strided_gradient_equals_the_evaluator(case: tuple, threads: int) -> None:  # type: ignore[type-arg]
+    rank, stride, n, c, m, x, k = case
+    text = _conv(rank, stride)
+    rng = np.random.default_rng(rank * 100 + stride * 10 + k)
+    i = rng.standard_normal((n, c, *([x] * rank)))
+    w = rng.standard_normal((m, c, *([k] * rank)))
+    ref = compiler.define(text, target="interp")
+    (out,) = ref(i, w)
+    cot = (rng.standard_normal(out.shape),)
+    want = ref.vjp(i, w, grad_outputs=cot)
+    cpu = compiler.define(text, options=Options(threads=threads), cache=False)
+    notes = cpu.grad.info()["notes"]
+    assert any("strided gather (cpu.parity)" in note for note in notes), notes
+    got = cpu.vjp(i, w, grad_outputs=cot)
+    for g, e in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
 
 
 def test_strided_gradient_in_float32() -> None:

@@ -38,7 +38,7 @@ def test_blocks_interleave_systems_and_take_block_medians() -> None:
 
 
 def test_bad_arguments_exit_with_usage() -> None:
-    for argv in (["--threads", "0"], ["--block", "0"]):
+    for argv in (["--threads", "0"], ["--block", "0"], ["--spin-count", "-1"]):
         with pytest.raises(SystemExit) as err:
             bench.main(argv)
         assert err.value.code == 2
