@@ -152,7 +152,7 @@ def _gather(ranged: Any, ctx: PassContext) -> Any:
 def _schedule(ranged: Any, ctx: PassContext) -> Any:
     """The CPU schedule: clamped gathers read zero-padded scratch copies (`cpu.pad`),
     a decision on the loop level that the def (and `--grad`) never shows."""
-    from compiler.poly.schedule import schedule
+    from compiler.cpu.model import schedule
 
     return schedule(ranged, ctx.options, pad=True)
 

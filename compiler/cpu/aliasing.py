@@ -27,12 +27,16 @@ windows `(KH, KW)`, the read `I`, `c` in its dimension 1, stride `H * W`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from compiler.cpu.cpu_model import LoopOrder, mentions, short, stmt_reads
+from compiler import loops as L
+from compiler.cpu.cpu_model import mentions, short, stmt_reads
 from compiler.frontend.ast import Binary, BinOp, Const, Expr, Let, RangeConstraint, Var
 from compiler.frontend.checked import StmtFacts
 from compiler.frontend.types import ScalarType
+from compiler.poly.lower_expr import I64, bound_to_loops, const
+from compiler.poly.order import LoopOrder
 
 ALIAS_BYTES = 1024  # a stride multiple of this many bytes maps to at most 4 set groups
 
@@ -42,6 +46,16 @@ class AliasCheck:
     windows: tuple[Expr, ...]  # the extents of the short reduction variables
     tensor: str  # the vector read whose lines may alias
     stride: Expr  # elements between consecutive values of the innermost reduction variable
+
+    def condition(self, buffers: Mapping[str, L.Buffer]) -> L.Expr:
+        """The run-time test of the module doc: the literal order runs where it holds."""
+        windows: L.Expr = const(1, I64)
+        for w in self.windows:
+            windows = L.Bin(L.BinOp.MUL, windows, bound_to_loops(w))
+        size = const(buffers[self.tensor].dtype.np.itemsize, I64)
+        stride = L.Bin(L.BinOp.MUL, bound_to_loops(self.stride), size)
+        aliases = L.Bin(L.BinOp.EQ, L.Mod(stride, const(ALIAS_BYTES, I64)), const(0, I64))
+        return L.Bin(L.BinOp.AND, L.Bin(L.BinOp.GT, windows, const(1, I64)), aliases)
 
 
 def alias_check(

@@ -84,7 +84,7 @@ Transposed panels (`transposed_panels`): a one-loop dot product whose last outpu
 variable `n` some read uses in another subscript than its last (`C(m, n) +=! A(m, k) *
 B(n, k)`) takes matmul's packed order all the same, `cpu.pack` copying `B`'s panels
 transposed; its dot tile stays as the run-time alternative for fewer than
-`panel_rows()` rows or `PANEL_LANES` columns (`poly.schedule.RowsCheck`). Compile time: the
+`panel_rows()` rows or `PANEL_LANES` columns (`cpu.alternatives.RowsCheck`). Compile time: the
 packed nest and the dot tile (with its swapped order) are both built: a linear layer
 `Y(b, o) +=! X(b, i) * W(o, i)` compiled in 2.2 s of CPU time against 0.7 s for the
 dot tile alone (measured, first compile of each, no cache).
@@ -97,7 +97,6 @@ and 32 lanes with AVX-512 (B's panel packed).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import islpy as isl
 
@@ -114,6 +113,7 @@ from compiler.frontend.checked import StmtFacts
 from compiler.frontend.scopes import children, var_uses
 from compiler.options import AUTO, Options
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff
+from compiler.poly.order import LoopOrder, literal_order
 
 UNROLL = 4  # unroll-and-jam factor of the innermost reduction loop
 SHORT = 16  # a constant extent up to this is short
@@ -121,27 +121,7 @@ DOT_TILE = (2, 4)  # jam factors of the last two output loops of a dot-product n
 WIDE_DOT_TILE = (4, 4)  # the same with 32 vector registers (AVX-512)
 MAX_STRIDE = 4  # the largest stride of a read along a register-tiled loop
 LANES = 16  # register tile width along the innermost loop (cpu/regtile.py)
-PANEL_LANES = 64  # ... and this many columns (`poly.schedule.RowsCheck`)
-
-
-@dataclass(frozen=True)
-class LoopOrder:
-    outer: tuple[str, ...]
-    inner: tuple[str, ...]
-    innermost: tuple[str, ...] = ()
-    register: bool = True  # accumulate in a register (only for reductions)
-    jams: tuple[tuple[str, int], ...] = ()  # (loop variable, factor), outermost first
-    lanes: int = 1  # register tile width along the innermost loop (1: none)
-    # a dot tile's two jammed output loops (outer first): the nest also runs with them
-    # swapped, chosen at run time by their extents (`poly.schedule`, `Nest.larger`)
-    swap: tuple[str, str] | None = None
-    # transposed panels (`transposed_panels`): the dot tile that runs instead for few
-    # rows (`outer[-1]`) or few columns (`poly.schedule.RowsCheck`, `Nest.rows`)
-    fallback: LoopOrder | None = None
-
-
-def literal_order(facts: StmtFacts) -> LoopOrder:
-    return LoopOrder(facts.index_vars, facts.reduction_vars)
+PANEL_LANES = 64  # ... and this many columns (`cpu.alternatives.RowsCheck`)
 
 
 def choose_order(
@@ -275,7 +255,7 @@ def _dot_tile(
     one_loop = len(facts.reduction_vars) == 1
     tile = WIDE_DOT_TILE if vector_bits(options) >= 512 and one_loop else DOT_TILE
     jams = tuple((v, f) for v, f in zip(outer, tile, strict=True))
-    # either loop order, picked at run time (`poly.schedule.SwapCheck`); not for a weight
+    # either loop order, picked at run time (`cpu.alternatives.SwapCheck`); not for a weight
     # gradient's `n, h, w` dot products, where the second copy of the nest cost compile
     # time (conv2d's gradient 1.6 -> 2.1-2.6 s) with no measured gain
     p, q = sorted(outer, key=literal.outer.index)
@@ -582,9 +562,7 @@ __all__ = [
     "BLOCK",
     "SHORT",
     "UNROLL",
-    "LoopOrder",
     "choose_order",
-    "literal_order",
     "long_innermost",
     "mentions",
     "short",

@@ -95,7 +95,7 @@ def packed_lanes(floats: int) -> int:
 
 
 def panel_rows(options: Options) -> int:
-    """The fewest rows for which transposed panels pay (`poly.schedule.RowsCheck`):
+    """The fewest rows for which transposed panels pay (`cpu.alternatives.RowsCheck`):
     `PANEL_ROWS_16` with AVX2, whose 6-row tile reads each packed element more often
     for its copy (measured, Zen 3, 2 threads, float32 linear+relu against torch, dot
     tile / panels: 128x512->256 1.77x / 1.34x, 64x512->256 1.42x / 1.33x, but

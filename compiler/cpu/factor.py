@@ -23,8 +23,8 @@ others grouped by the read they are a plain subscript of, the last read's group
 first (`m, kh, kw` of `W1`, then `h, w` of `I`), each group in that read's order:
 adjacent in both the read and the scratch tensor, so the pairs merge.
 
-This is the CPU target's schedule, not mathematics: `poly.schedule.schedule(...,
-pad=True)` calls this pass (with `Options.factor`, default True); in
+This is the CPU target's schedule, not mathematics: `cpu.model.schedule(...,
+pad=True)` (the CPU model's `rewrite`) calls this pass (with `Options.factor`, default True); in
 `Factored.ranged` the scratch tensor is an output declared with its shape, and
 `Factored.scratch` names it: the lowering makes it a temporary of the loop function
 (`loops.Alloc`), never a parameter. The def `--grad` prints and the CUDA target never

@@ -67,17 +67,7 @@ from compiler.frontend.visit import Mutator, walk
 from compiler.poly.build import tensor_extents
 from compiler.poly.isl_bridge import NotAffine, expr_to_aff, params_space
 from compiler.poly.lower_expr import bound_to_loops
-
-
-@dataclasses.dataclass(frozen=True)
-class Views:
-    """How the merged def's tensors map onto the buffers the caller passes."""
-
-    # tensor -> (its extents in the def before merging, dims of it per view dim)
-    tensors: tuple[tuple[str, tuple[Expr, ...], tuple[int, ...]], ...] = ()
-    products: tuple[tuple[str, Expr], ...] = ()  # a made size -> its product of sizes
-    # a merged view's own name -> the scratch tensor it views (the module doc's Scratch)
-    aliases: tuple[tuple[str, str], ...] = ()
+from compiler.poly.schedule import Views
 
 
 @dataclasses.dataclass(frozen=True)
@@ -540,4 +530,4 @@ class _Unmerge(L.Mutator):
         )
 
 
-__all__ = ["Merged", "Views", "merge_loops", "unmerge"]
+__all__ = ["Merged", "merge_loops", "unmerge"]

@@ -56,7 +56,7 @@ process, medians, float32 `A B^T` (M x K x N), dot tile / transposed panels / Nu
 512^3 3.37 / 2.05 / 1.86 ms; 1024^3 27.9 / 17.5 / 14.8; 128x512x256 0.50 / 0.41 /
 0.40; but 64x256x1024 0.65 / 0.85 / 0.63, 32x512x512 0.21 / 0.35 / 0.31: with few rows
 each copied element is read too few times, so the dot tile runs below 256 rows or
-64 columns (`schedule.RowsCheck`, with its measurements; with 2 threads, 128x512x256
+64 columns (`cpu.alternatives.RowsCheck`, with its measurements; with 2 threads, 128x512x256
 ran 0.29 ms as a dot tile and 0.33 in panels, whose copies add parallel regions). A
 batched product (`K[b, j + c, e]`) is packed the same way, inside its batch loop.
 

@@ -15,7 +15,7 @@ of that tensor instead, over the unclamped ranges:
         where kh in 0:KH, kw in 0:KW
 
 This is the CPU target's schedule, not mathematics: the def the user, `--grad` and
-autodiff see never has a pad. `poly.schedule.schedule(..., pad=True)` calls this pass
+autodiff see never has a pad. `cpu.model.schedule(..., pad=True)` (the CPU model's `rewrite`) calls this pass
 when it builds the nests; in `Padded.ranged` the pad is an output declared with its
 shape (so the isl passes see one more tensor), and `Padded.scratch` names it: the
 lowering (`poly.astgen`) makes it a zero-filled temporary of the loop function

@@ -35,7 +35,7 @@ row), then `+=` for every class.
 
 This is a decision of the CPU schedule, below the printed def (like `cpu.pad`): the
 gradient def `--grad` prints is the gather (`poly.gather.printed_form`); the CPU's
-gather pass keeps the scatter (`Options.gather="auto"`) and `poly.schedule.schedule(...,
+gather pass keeps the scatter (`Options.gather="auto"`) and `cpu.model.schedule(...,
 pad=True)` splits it here. `Options.gather="partial"` keeps the partial scatter
 (`poly.partial`), unsplit. Anything else (a subscript with three variables or a
 negative coefficient, ranges that depend on other variables, an operator other than
@@ -86,6 +86,7 @@ from compiler.frontend.visit import substitute, walk
 from compiler.poly.gather import WriteKind, write_kind
 from compiler.poly.isl_bridge import StmtSpace, expr_to_aff
 from compiler.poly.partial import subscript_rows
+from compiler.poly.schedule import size_context
 
 # residue classes one statement may split into (a 3-D stride-3 scatter has 27)
 MAX_CLASSES = 64
@@ -309,7 +310,6 @@ def _choice(
     scatter: it pays while the windows are at most twice `a`'s extents (`X <= 2 D`, the
     rule of `cpu.pad`), true for a strided convolution (`T` about `KH / s`), false when
     the unit-coefficient variable is the long one (`h + 2 * kh` with a large `h`)."""
-    from compiler.poly.schedule import size_context  # the schedule imports this module
 
     windows = [_window(p, ranges) for p in pairs]
     x = _sum([w for w, _ in windows])

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 from compiler import loops as L
 from compiler.frontend.ast import Binary, BinOp, Expr, RangeConstraint, Var
 from compiler.frontend.checked import StmtFacts
 from compiler.frontend.visit import walk
 from compiler.poly.lower_expr import I64, bound_to_loops, const
+from compiler.poly.schedule import Nest
 
 FEW_ROWS = 4  # versions for row blocks 2 .. FEW_ROWS (the last also for more rows below B)
 
@@ -43,10 +43,14 @@ FEW_ROWS = 4  # versions for row blocks 2 .. FEW_ROWS (the last also for more ro
 class FewRows:
     rows: Expr  # the row block variable's extent (sizes only)
     block: int  # the nest's own row block
-    versions: tuple[tuple[int, Any], ...]  # (row block, Nest), ascending
+    versions: tuple[tuple[int, Nest], ...]  # (row block, Nest), ascending
+
+    def lowered(self, nest: Nest, lower: Callable[[Nest], L.Stmt]) -> L.Stmt:
+        """`nest`'s loops with these versions (`few_rows_lowered`)."""
+        return few_rows_lowered(nest, lower)
 
 
-def few_rows(nest: Any, facts: StmtFacts, params: tuple[str, ...]) -> Any:
+def few_rows(nest: Nest, facts: StmtFacts, params: tuple[str, ...]) -> Nest:
     """`nest` with `few_rows` versions (the module doc), or `nest` itself."""
     if nest.lanes <= 1 or nest.unproven or nest.write_checks or not nest.jams:
         return nest
@@ -60,7 +64,7 @@ def few_rows(nest: Any, facts: StmtFacts, params: tuple[str, ...]) -> Any:
     return dataclasses.replace(nest, few_rows=FewRows(extent, block, versions))
 
 
-def _with_block(nest: Any, row: str, block: int) -> Any:
+def _with_block(nest: Nest, row: str, block: int) -> Nest:
     jams = tuple((v, block if v == row else f) for v, f in nest.jams)
     alternative = nest.alternative
     if alternative is not None:
@@ -78,7 +82,7 @@ def _extent(facts: StmtFacts, v: str, params: tuple[str, ...]) -> Expr | None:
     return None
 
 
-def few_rows_lowered(nest: Any, lower: Callable[[Any], L.Stmt]) -> L.Stmt:
+def few_rows_lowered(nest: Nest, lower: Callable[[Nest], L.Stmt]) -> L.Stmt:
     """The versions of `nest.few_rows` and `nest` itself under tests of the rows."""
     few: FewRows = nest.few_rows
     rows = bound_to_loops(few.rows)

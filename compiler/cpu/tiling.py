@@ -51,7 +51,7 @@ register. Measured, 2 threads, same process, medians of blocks, float32 `A B^T`
 ms, 10.9 (another run, untiled / 256: 24.0 / 19.6); 512^3 within noise (2.12 / 2.20,
 `B` fits in L2 anyway); but 64x256x1024 0.35 / 0.45 / 0.39 ms (NumPy 0.28): each
 block is a parallel region, and small blocks of rows pay for waking the threads, hence
-256 (4 regions for 1024 columns). With its loops swapped (`poly.schedule.SwapCheck`) the same
+256 (4 regions for 1024 columns). With its loops swapped (`cpu.alternatives.SwapCheck`) the same
 positions are tiled: the blocks are of the other loop.
 
 A column reduction (one output variable `j`, unit stride in the reads, reduced over
@@ -86,31 +86,20 @@ floor(k/128)]` with loops `m_t, k_t`, then the point loops `m` (from `32*m_t` to
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import islpy as isl
 
 from compiler.cpu import cpu_registers
-from compiler.cpu.cpu_model import LoopOrder, short
+from compiler.cpu.cpu_model import short
 from compiler.frontend.checked import StmtFacts
 from compiler.options import Options
+from compiler.poly.order import LoopOrder
+from compiler.poly.schedule import TileBand
 
 OUTER = 32  # rows of the last output loop (the register-blocked one) per tile
 COLUMNS = 1024  # a column reduction's strip of the innermost loop (the parallel tiles)
 ROWS = 1024  # a column reduction's block of its first reduction loop (cpu.colsum)
 REDUCTION = 128  # the reduction loop's tile
 DOT_COLUMNS = 256  # a dot tile's block of its inner jammed output loop (the rows it streams)
-
-
-@dataclass(frozen=True)
-class TileBand:
-    """The band above the point loops: its schedule and loop names, and which point
-    loop (if any) moved whole into it."""
-
-    schedule: isl.MultiUnionPwAff
-    names: tuple[str, ...]
-    hoisted: str | None  # the untiled first output loop, now a tile-band dimension
-    parallel: str  # the tile band's first loop: the one a runtime splits
 
 
 def choose_tiles(facts: StmtFacts, order: LoopOrder, options: Options) -> tuple[int, ...]:
@@ -234,4 +223,4 @@ def _fresh(base: str, taken: set[str]) -> str:
     return name
 
 
-__all__ = ["COLUMNS", "OUTER", "REDUCTION", "ROWS", "TileBand", "choose_tiles", "tile_band"]
+__all__ = ["COLUMNS", "OUTER", "REDUCTION", "ROWS", "choose_tiles", "tile_band"]

@@ -1,16 +1,20 @@
 """Lowering: a ranged TC def -> one loop-IR Function, through isl's AST builder.
 
-Requires: a `RangedDef`; `Options`.
-Ensures:  `lower(ranged, options) -> loops.Function` that `loops.verify` accepts and
-that computes what `compiler.interp.evaluate` computes. `lower_kernel` also returns
-the run-time bounds checks (`Lowered.checks`).
+Requires: a `poly.schedule.Schedule` (its nests and the target's `Model`).
+Ensures:  `lower_schedule(sched) -> Lowered`: a `loops.Function` that `loops.verify`
+accepts and that computes what `compiler.interp.evaluate` computes, and the run-time
+bounds checks (`Lowered.checks`). The CPU's `cpu.model.lower(ranged, options)` is
+this with its schedule.
 
 Each nest of `poly.schedule` becomes a schedule tree (domain, outer band, a `reduce`
 mark when it accumulates in a register, inner band), which isl's AST builder turns
 into loops with exact bounds under the size context; the isl AST is converted once.
 Statement arguments are read from each user node's call arguments (isl may rescale
 strided loops), never from loop iterators. The outermost loop of a parallel band is
-`LoopKind.PARALLEL`; a runtime may split it across threads.
+`LoopKind.PARALLEL`; a runtime may split it across threads. The model's loop passes
+(`Model.loop_passes`: the CPU's jams, register tiles, packing) run on each nest's
+loops, its run-time versions become `if` statements over them
+(`poly.schedule.RunTimeCheck`), and `Model.finish` ends the function.
 
 Buffers: the inputs (role in), then the outputs (role out), shaped by expressions of
 the sizes; the schedule's scratch tensors (a padded gather's copy, `cpu.pad`) are no
@@ -41,22 +45,10 @@ import islpy as isl
 import numpy as np
 
 from compiler import loops as L
-from compiler.cpu.aliasing import ALIAS_BYTES
-from compiler.cpu.colsum import block_column_sums
-from compiler.cpu.cpu_model import PANEL_LANES
-from compiler.cpu.merge import unmerge
-from compiler.cpu.pack import pack_tiles
-from compiler.cpu.regtile import register_tile
-from compiler.cpu.rows import few_rows_lowered
-from compiler.cpu.tiling import TileBand, tile_band
-from compiler.cpu.transpose import transpose_reads
 from compiler.diagnostics import InternalError
 from compiler.frontend.ast import AssignOp, Let
-from compiler.frontend.checked import RangedDef
 from compiler.frontend.types import stmt_env
-from compiler.loops.jam import unroll_and_jam
 from compiler.names import NameSupply
-from compiler.options import Options
 from compiler.poly import ast_tree as tree
 from compiler.poly.companions import companion_versions
 from compiler.poly.failures import isl_failures
@@ -70,7 +62,7 @@ from compiler.poly.lower_expr import (
     copy_nest,
     dtype_of,
 )
-from compiler.poly.schedule import STREAMED, Nest, NestKind, Schedule, schedule
+from compiler.poly.schedule import Nest, NestKind, Schedule, TileBand
 
 ERROR_BUFFER = "tcc.error"
 
@@ -80,16 +72,6 @@ class Lowered:
     function: L.Function
     checks: tuple[ReadCheck, ...]
     notes: tuple[str, ...] = ()  # what a reader of the loops should know (serial scatters)
-
-
-def lower(ranged: RangedDef, options: Options | None = None) -> L.Function:
-    """The loop-IR Function of `ranged` (see the module doc)."""
-    return lower_kernel(ranged, options).function
-
-
-def lower_kernel(ranged: RangedDef, options: Options | None = None) -> Lowered:
-    """The Function and its run-time bounds checks (the CPU's schedule: padded gathers)."""
-    return lower_schedule(schedule(ranged, options or Options(), pad=True))
 
 
 def lower_schedule(sched: Schedule) -> Lowered:
@@ -117,7 +99,7 @@ def lower_schedule(sched: Schedule) -> Lowered:
     kept = tuple(b for b in buffers.values() if b.role is not L.Role.TEMP)
     all_buffers = kept + ((error,) if state.checks else ())
     body = nests[0] if len(nests) == 1 else L.Block(tuple(nests))
-    function = unmerge(L.Function(checked.name, all_buffers, params, body), sched.views)
+    function = sched.model.finish(L.Function(checked.name, all_buffers, params, body), sched.views)
     return Lowered(function, tuple(state.checks))
 
 
@@ -168,37 +150,19 @@ def _lower_nest(sched: Schedule, nest: Nest, state: _State) -> L.Stmt:
 
 
 def _lower_versions(sched: Schedule, nest: Nest, state: _State) -> L.Stmt:
-    if nest.few_rows is not None:  # versions by the rows' count (cpu.rows)
-        return few_rows_lowered(nest, lambda n: _lower_nest(sched, n, state))
+    if nest.few_rows is not None:  # versions by the sizes (cpu.rows)
+        return nest.few_rows.lowered(nest, lambda n: _lower_nest(sched, n, state))
     body = _NestLowering(sched, nest, state).run()
     if nest.companions:  # and the nests apart, for too few parallel iterations
         apart = [_lower_nest(sched, c, state) for c in nest.companions]
         plain = _lower_nest(sched, dataclasses.replace(nest, companions=()), state)
         return companion_versions(body, L.Block((*apart, plain)), state.sizes)
-    if nest.alternative is not None and nest.rows is not None:
-        dot = _lower_nest(sched, nest.alternative, state)  # with its own swap
-        few = L.Bin(L.BinOp.LT, bound_to_loops(nest.rows.rows), const(nest.rows.min_rows, I64))
-        narrow = L.Bin(L.BinOp.LT, bound_to_loops(nest.rows.lanes), const(PANEL_LANES, I64))
-        return L.If(L.Bin(L.BinOp.OR, few, narrow), dot, body)
-    if nest.alternative is not None and nest.larger is not None:
-        swapped = _NestLowering(sched, nest.alternative, state).run()
-        check = nest.larger
-        first, second = bound_to_loops(check.first), bound_to_loops(check.second)
-        streamed = L.Bin(L.BinOp.GT, bound_to_loops(check.streamed), const(STREAMED, I64))
-        cond = L.Bin(L.BinOp.AND, L.Bin(L.BinOp.GT, first, second), streamed)
-        return L.If(cond, swapped, body)
-    if nest.alternative is None or nest.alias is None:
+    # the run-time test that picks the alternative (`poly.schedule.RunTimeCheck`)
+    check = nest.rows or nest.larger or nest.alias
+    if nest.alternative is None or check is None:
         return body
-    literal = _NestLowering(sched, nest.alternative, state).run()
-    check = nest.alias
-    windows: L.Expr = const(1, I64)
-    for w in check.windows:
-        windows = L.Bin(L.BinOp.MUL, windows, bound_to_loops(w))
-    size = const(state.buffers[check.tensor].dtype.np.itemsize, I64)
-    stride = L.Bin(L.BinOp.MUL, bound_to_loops(check.stride), size)
-    aliases = L.Bin(L.BinOp.EQ, L.Mod(stride, const(ALIAS_BYTES, I64)), const(0, I64))
-    cond = L.Bin(L.BinOp.AND, L.Bin(L.BinOp.GT, windows, const(1, I64)), aliases)
-    return L.If(cond, literal, body)
+    alternative = _lower_nest(sched, nest.alternative, state)  # with its own versions
+    return L.If(check.condition(state.buffers), alternative, body)
 
 
 @dataclass
@@ -218,7 +182,7 @@ class _State:
 
 def build_ast(nest: Nest, context: isl.Set, tiled: TileBand | None) -> isl.AstNode:
     """isl's AST for one nest: bands from the schedule, iterators named after them
-    (a tiled nest gets its tile band `tiled` first, `tile_band_of`).
+    (a tiled nest gets its tile band `tiled` first, `Model.tile_band`).
 
     The context's constraints on the sizes (`StmtSpace.context`) stay out of the
     build: with them in its sets isl took 2-3x as long (conv2d's gradient, when the
@@ -283,23 +247,6 @@ def _positive_sizes(context: isl.Set) -> isl.Set:
     return result
 
 
-def tile_band_of(nest: Nest) -> TileBand | None:
-    """The tile band of a tiled nest (None when `nest.tiles` is empty)."""
-    if not nest.tiles:
-        return None
-    taken = set(nest.facts.all_vars) | set(nest.facts.lets) | set(nest.dims)
-    taken |= {
-        nest.domain.get_dim_name(isl.dim_type.param, k)
-        for k in range(nest.domain.dim(isl.dim_type.param))
-    }
-    # a dot tile (a register sum, no innermost band): its column tiles outermost, the
-    # rows that stream through each block the parallel loop (cpu.tiling)
-    dot = nest.accumulate and not nest.innermost
-    return tile_band(
-        nest.domain, nest.bands, nest.tiles, taken, hoist=bool(nest.outer), tiles_first=dot
-    )
-
-
 def _pieces_or_floors(domain: isl.Set) -> bool:
     """Whether `domain` has several pieces or existential variables (floors)."""
     pieces = domain.get_basic_sets()
@@ -356,7 +303,7 @@ class _NestLowering:
         self.target = state.buffers[nest.target]
         self.acc: str | None = None  # the register accumulator inside a `reduce` mark
         self.buffers: Mapping[str, L.Buffer] = state.buffers
-        self.band = tile_band_of(nest)
+        self.band = sched.model.tile_band(nest)
         # the loops a parallel nest may split: its outer band, or its tile band's first
         self.parallel_vars = set(nest.outer) if self.band is None else {self.band.parallel}
         if nest.snapshot:
@@ -367,55 +314,12 @@ class _NestLowering:
         body = self._node(nest_tree(self.nest, self.sched.context, self.band), False)
         # jams would change which failed check comes first
         if not (self.nest.unproven or self.nest.write_checks):
-            if self.nest.lanes > 1 and self.nest.innermost:
-                zero = self.target.name if self.facts.stmt.op is AssignOp.PLUS_INIT else None
-                panels = None
-                if len(self.nest.inner) == 1:  # packed (cpu.pack): transposed panels
-                    panels = self.state.sizes | {self.nest.inner[0]}
-                body = transpose_reads(body, self.nest.innermost[0], zero, panels)
-            for var, factor in self.nest.jams:
-                body = unroll_and_jam(body, var, factor)
-            if self.nest.lanes > 1 and self.nest.innermost:
-                first = self.nest.inner[0]
-                stmt = self.facts.stmt
-                # a cache-tiled reduction visits each element once per reduction tile
-                whole = stmt.op.init and not self.nest.tiles
-                start = identity(stmt.op, self.target.dtype) if whole else None
-                body = register_tile(body, self.nest.innermost[0], first, self.nest.lanes, start)
-                rows = [v for v, _ in self.nest.jams if v in self.facts.index_vars]
-                if len(self.nest.inner) == 1 and rows:
-                    depth = self._reduction_tile()
-                    j = self.nest.innermost[0]
-                    body = pack_tiles(
-                        body, rows[0], j, first, self.nest.lanes, self.state.sizes, depth
-                    )
-            if self._blocked_columns():
-                strip, rows = self.band.names  # type: ignore[union-attr]
-                j, width = self.nest.innermost[0], self.nest.tiles[-1]
-                body = block_column_sums(body, self.target, strip, rows, j, width)
+            model = self.sched.model
+            body = model.loop_passes(body, self.nest, self.target, self.state.sizes, self.band)
         if not self.nest.snapshot:
             return body
         old = self.buffers[self.nest.target]
         return L.Alloc(old, L.Block((copy_nest(self.target, old), body)))
-
-    def _reduction_tile(self) -> int | None:
-        """The cache tile size of the first reduction loop, None when it is not tiled."""
-        loops = self.nest.bands
-        first = self.nest.inner[0]
-        if not self.nest.tiles or first not in loops:
-            return None
-        size = self.nest.tiles[loops.index(first)]
-        return size if size > 1 else None
-
-    def _blocked_columns(self) -> bool:
-        """A float `+=` column reduction in strips and row blocks (`cpu.colsum`)."""
-        return (
-            not self.nest.outer
-            and self.band is not None
-            and len(self.band.names) == 2
-            and self.facts.stmt.op in (AssignOp.PLUS, AssignOp.PLUS_INIT)
-            and self.target.dtype.is_float
-        )
 
     def _node(self, node: tree.Tree, in_parallel: bool) -> L.Stmt:
         if isinstance(node, tree.For):
@@ -576,8 +480,6 @@ __all__ = [
     "ERROR_BUFFER",
     "Lowered",
     "build_ast",
-    "lower",
-    "lower_kernel",
     "lower_schedule",
     "nest_tree",
 ]

@@ -28,16 +28,14 @@ per loop nest, in execution order, each with its isl domain and two bands:
 - a register-tiled statement whose reduction runs its long variable innermost carries
   its literal-order twin as `Nest.alternative`, lowered too and run instead when the
   run-time test `Nest.alias` holds (`compiler/cpu/aliasing.py`);
-- with `pad=True` (the CPU target), a clamped gather reads a zero-padded copy of
-  its input first (`cpu.pad`): the schedule then holds the def that pass made, with
-  the pads as `Schedule.scratch` (temporaries of the loops, never outputs of the def
-  the caller sees) and, where the sizes decide whether padding pays, both versions;
-- with `pad=True` and `Options.factor`, a scatter that is not injective and has
-  reduction variables of its own sums them into a scratch tensor first, which the
-  scatter then adds (`cpu.factor`: the contraction is register-tiled like a matmul);
-- with `pad=True` and `Options.merge`, adjacent loops that walk whole dimensions in
-  every access become one loop first (`cpu.merge`: `h, w` -> `hw`; `Schedule.views`
-  says how the lowered loops see the caller's buffers again);
+- the target's `Model` decides what is not semantics: `rewrite` may schedule another
+  def in place of the given one (the CPU's, `cpu.model`: zero-padded copies of
+  clamped reads, `cpu.pad`; a scatter's contraction into a scratch tensor,
+  `cpu.factor`; merged whole-dimension loops, `cpu.merge`; parity classes of a
+  strided scatter, `cpu.parity`), whose extra tensors are `Schedule.scratch`
+  (temporaries of the loops, never outputs of the def the caller sees); `order` and
+  `tiles` each statement's loop order and cache tiles; `alternatives` the versions a
+  run-time test chooses between. `LITERAL`, the default (the GPU's), adds nothing;
 - with `Options.fuse`, a pointwise statement that a later memory-form reduction over
   the same domain can host runs inside that nest (`Nest.companions`, `poly.companions`).
 
@@ -54,35 +52,27 @@ accumulate=True, no Init (the statement covers C's box and starts from 0).
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import islpy as isl
 
-from compiler.cpu.aliasing import AliasCheck, alias_check
-from compiler.cpu.cpu_model import LoopOrder, choose_order, literal_order
-from compiler.cpu.cpu_registers import panel_rows
-from compiler.cpu.factor import factor_scatters
-from compiler.cpu.merge import Views, merge_loops
-from compiler.cpu.pad import pad_gathers
-from compiler.cpu.parity import split_parities
-from compiler.cpu.rows import FewRows, few_rows
-from compiler.cpu.tiling import choose_tiles
-from compiler.diagnostics import InternalError, OptionsError
-from compiler.frontend.ast import Access, Binary, BinOp, Const, Expr, Let, RangeConstraint, Var
+from compiler import loops as L
+from compiler.diagnostics import OptionsError
+from compiler.frontend.ast import Access, Const, Expr, Let, Var
 from compiler.frontend.checked import RangedDef, StmtFacts
 from compiler.frontend.printer import print_stmt
 from compiler.frontend.scopes import children
-from compiler.frontend.visit import walk
+from compiler.loops.jam import unroll_and_jam
 from compiler.options import Options
 from compiler.poly.build import PolyStmt, build_statements, tensor_extents
 from compiler.poly.failures import isl_failures
 from compiler.poly.gather import WriteKind, write_kind
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff, params_space
-from compiler.poly.lower_expr import bound_to_loops
-from compiler.poly.partial import partial_order, plain_vars
+from compiler.poly.order import LoopOrder, literal_order
+from compiler.poly.partial import plain_vars
 
 
 class NestKind(enum.Enum):
@@ -90,41 +80,41 @@ class NestKind(enum.Enum):
     STMT = "stmt"
 
 
-@dataclass(frozen=True)
-class SwapCheck:
-    """When a dot tile runs with its two jammed output loops `p, q` swapped (`q`
-    outside): `q`'s extent is larger than `p`'s and the operand read with `q` (about
-    `streamed` elements: `q`'s extent times the reduction's) exceeds `STREAMED`. In the
-    literal order that operand is read again for every block of `p`; swapped, the
-    smaller one is, and it stays in L2 (measured, 2 threads, float32, Y(n, o) +=!
-    X(n, i) * W(o, i): 256x1024 -> 1024 5.2 -> 3.9 ms, torch 2.1; 64x256 -> 1024, where
-    both fit in L2, 0.26 -> 0.30 ms swapped, hence the size test)."""
+class RunTimeCheck(Protocol):
+    """What picks a nest's `alternative` when the code runs (`Nest.alias`, `Nest.larger`,
+    `Nest.rows`; the CPU's are in `cpu.alternatives`): `poly.astgen` lowers the nest as
+    `if (condition) alternative else nest`."""
 
-    first: Expr  # q's extent
-    second: Expr  # p's extent
-    streamed: Expr  # q's extent times the reduction loops' extents
+    def condition(self, buffers: Mapping[str, L.Buffer]) -> L.Expr: ...
 
 
-STREAMED = 1 << 18  # elements (1 MiB of float32): more does not stay in L2 beside the rest
+class NestVersions(Protocol):
+    """Versions of a nest chosen by the sizes (`Nest.few_rows`, `cpu.rows.FewRows`):
+    `lowered(nest, lower)` lowers each version with `lower` under its test."""
+
+    def lowered(self, nest: Nest, lower: Callable[[Nest], L.Stmt]) -> L.Stmt: ...
 
 
 @dataclass(frozen=True)
-class RowsCheck:
-    """When a statement in transposed panels (`cpu_model.transposed_panels`) runs as
-    its dot tile instead: its rows (the extent of the row-blocked loop) are fewer than
-    `min_rows` (`cpu_registers.panel_rows`: 256 with AVX-512, 64 with AVX2), or its lanes
-    (the extent of the panels' columns) fewer than `cpu_model.PANEL_LANES`. With few rows each copied element is read too few times
-    for the copy and its extra parallel regions to pay; with few lanes most columns
-    fall outside the 32-lane tiles. Measured, 2 threads, float32 `A B^T` (M x N x K),
-    dot tile / panels, ms, AVX-512: 512x512x64 0.39 / 0.30, 512x512x256 0.96 / 0.72,
-    256x256x64 0.16 / 0.13, 1024x64x64 0.16 / 0.12; but 128x1024x1024 2.23 / 2.45,
-    160x256x256 0.25 / 0.33, 1024x16x64 0.06 / 0.45, 512x40x100 0.09 / 0.23. (The rule
-    before, rows under 128 or a source of fewer than 2^18 elements, took the dot tile
-    for 512x512x256 and the panels for 128x1024x1024.)"""
+class TileBand:
+    """The band above the point loops: its schedule and loop names, and which point
+    loop (if any) moved whole into it."""
 
-    rows: Expr
-    lanes: Expr
-    min_rows: int
+    schedule: isl.MultiUnionPwAff
+    names: tuple[str, ...]
+    hoisted: str | None  # the untiled first output loop, now a tile-band dimension
+    parallel: str  # the tile band's first loop: the one a runtime splits
+
+
+@dataclass(frozen=True)
+class Views:
+    """How the merged def's tensors map onto the buffers the caller passes."""
+
+    # tensor -> (its extents in the def before merging, dims of it per view dim)
+    tensors: tuple[tuple[str, tuple[Expr, ...], tuple[int, ...]], ...] = ()
+    products: tuple[tuple[str, Expr], ...] = ()  # a made size -> its product of sizes
+    # a merged view's own name -> the scratch tensor it views (the module doc's Scratch)
+    aliases: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -150,17 +140,17 @@ class Nest:
     # the same statement in its literal reduction order, run instead when `alias` holds
     # at run time (cpu.aliasing)
     alternative: Nest | None = None
-    alias: AliasCheck | None = None
+    alias: RunTimeCheck | None = None
     # or, for a dot tile, its two jammed output loops swapped (`LoopOrder.swap`), run
-    # instead when `SwapCheck` holds at run time
-    larger: SwapCheck | None = None
-    # or, for transposed panels, the dot tile, run instead when `RowsCheck` holds
-    rows: RowsCheck | None = None
+    # instead when `larger` holds at run time
+    larger: RunTimeCheck | None = None
+    # or, for transposed panels, the dot tile, run instead when `rows` holds
+    rows: RunTimeCheck | None = None
     # pointwise statements over the same domain, computed at each instance of this one
     # (`poly.companions`)
     companions: tuple[Nest, ...] = ()
     # versions for fewer rows than the register tile's row block (`cpu.rows`)
-    few_rows: FewRows | None = None
+    few_rows: NestVersions | None = None
 
     @property
     def dims(self) -> tuple[str, ...]:
@@ -178,9 +168,147 @@ class Nest:
 
 
 @dataclass(frozen=True)
+class Rewritten:
+    """The def a model schedules in place of the one it was given (`Model.rewrite`)."""
+
+    ranged: RangedDef
+    scratch: tuple[str, ...] = ()  # its outputs that are the loops' temporaries
+    origins: tuple[int, ...] | None = None  # per statement, its statement in the given def
+    views: Views = Views()  # merged loops' views of the caller's buffers (`cpu.merge`)
+    strided: frozenset[int] = frozenset()  # parity classes of a strided scatter (`cpu.parity`)
+
+
+class Model(Protocol):
+    """A target's schedule decisions. `schedule` asks the first four per def and per
+    statement; `poly.astgen.lower_schedule` asks the last three per nest. `LITERAL`
+    (below) is the literal order with nothing added: the GPU's (`cuda.gpu_lower`,
+    whose mapping makes its own decisions on the lowered loops). The CPU's
+    (`cpu.model.CpuModel`) is its cost model (`cpu.cpu_model`) and loop passes."""
+
+    def rewrite(self, ranged: RangedDef, options: Options) -> Rewritten:
+        """The def to schedule: `ranged`, or one with scratch tensors (pads, the parts
+        of a scatter, merged loops) that the lowering allocates."""
+        ...
+
+    def order(
+        self,
+        facts: StmtFacts,
+        params: tuple[str, ...],
+        options: Options,
+        *,
+        injective: bool,
+        self_reads: bool,
+        partial: bool,
+    ) -> LoopOrder:
+        """One statement's loop order. `partial`: an affine scatter that runs in
+        parallel over its plain variables (`poly.partial.plain_vars`), which must be
+        the outer band, every other variable in the inner band."""
+        ...
+
+    def tiles(self, facts: StmtFacts, order: LoopOrder, options: Options) -> tuple[int, ...]:
+        """One cache tile size per loop of `order` (`Nest.tiles`), or ()."""
+        ...
+
+    def alternatives(
+        self,
+        main: Nest,
+        order: LoopOrder,
+        facts: StmtFacts,
+        extents: dict[str, tuple[Expr, ...]],
+        params: tuple[str, ...],
+        options: Options,
+    ) -> Nest:
+        """`main` with the versions that run-time tests choose between
+        (`Nest.alternative`, `Nest.few_rows`), or `main` itself."""
+        ...
+
+    def tile_band(self, nest: Nest) -> TileBand | None:
+        """The tile band of a nest with `tiles`, None when it has none."""
+        ...
+
+    def loop_passes(
+        self,
+        body: L.Stmt,
+        nest: Nest,
+        target: L.Buffer,
+        sizes: frozenset[str],
+        band: TileBand | None,
+    ) -> L.Stmt:
+        """The nest's lowered loops after the target's loop-level passes (its jams,
+        register tiles, packing). Not called for a nest with run-time checks: a jam
+        would change which failed check comes first."""
+        ...
+
+    def finish(self, function: L.Function, views: Views) -> L.Function:
+        """The lowered function on the caller's buffers (`cpu.merge.unmerge`)."""
+        ...
+
+
+class LiteralModel:
+    """The literal order of every statement (`order.literal_order`), a partial
+    scatter's plain variables outermost; no rewrite, tiles or versions; the only loop
+    pass the order's jams (none here)."""
+
+    def rewrite(self, ranged: RangedDef, options: Options) -> Rewritten:
+        return Rewritten(ranged)
+
+    def order(
+        self,
+        facts: StmtFacts,
+        params: tuple[str, ...],
+        options: Options,
+        *,
+        injective: bool,
+        self_reads: bool,
+        partial: bool,
+    ) -> LoopOrder:
+        if not partial:
+            return literal_order(facts)
+        plain = plain_vars(facts)
+        rest = tuple(v for v in facts.all_vars if v not in plain)
+        return LoopOrder(plain, rest, register=False)
+
+    def tiles(self, facts: StmtFacts, order: LoopOrder, options: Options) -> tuple[int, ...]:
+        return ()
+
+    def alternatives(
+        self,
+        main: Nest,
+        order: LoopOrder,
+        facts: StmtFacts,
+        extents: dict[str, tuple[Expr, ...]],
+        params: tuple[str, ...],
+        options: Options,
+    ) -> Nest:
+        return main
+
+    def tile_band(self, nest: Nest) -> TileBand | None:
+        return None
+
+    def loop_passes(
+        self,
+        body: L.Stmt,
+        nest: Nest,
+        target: L.Buffer,
+        sizes: frozenset[str],
+        band: TileBand | None,
+    ) -> L.Stmt:
+        for var, factor in nest.jams:
+            body = unroll_and_jam(body, var, factor)
+        return body
+
+    def finish(self, function: L.Function, views: Views) -> L.Function:
+        return function
+
+
+LITERAL = LiteralModel()
+
+
+@dataclass(frozen=True)
 class Schedule:
-    """The nests of `ranged` (with `pad`, the def `cpu.pad` made: it may hold more
-    statements and, as outputs, the `scratch` tensors the loops allocate themselves)."""
+    """The nests of `ranged` (the def the model's `rewrite` made, `cpu.pad` and the
+    others on the CPU: it may hold more statements and, as outputs, the `scratch`
+    tensors the loops allocate themselves)."""
 
     ranged: RangedDef
     nests: tuple[Nest, ...]
@@ -193,6 +321,7 @@ class Schedule:
     views: Views = Views()
     # statements of `ranged` that are parity classes of a strided scatter (cpu.parity)
     strided: frozenset[int] = frozenset()
+    model: Model = LITERAL  # the target's decisions, which the lowering asks too
 
     def extent(self, tensor: str) -> tuple[Expr, ...]:
         return dict(self.extents)[tensor]
@@ -202,31 +331,16 @@ class Schedule:
         return stmt if self.origins is None else self.origins[stmt]
 
 
-def schedule(ranged: RangedDef, options: Options | None = None, *, pad: bool = False) -> Schedule:
-    """The nests of `ranged`, in execution order (see the module doc). `pad` (the CPU
-    target): clamped gathers read zero-padded scratch copies first (`cpu.pad`)."""
+def schedule(
+    ranged: RangedDef, options: Options | None = None, *, model: Model | None = None
+) -> Schedule:
+    """The nests of `ranged`, in execution order (see the module doc), with the
+    decisions of the target's `model` (default `LITERAL`; the CPU's is `cpu.model`)."""
     options = options or Options()
+    model = model or LITERAL
     _check_statements(options, len(ranged.checked.stmts))
-    scratch: tuple[str, ...] = ()
-    origins = None
-    views = Views()
-    strided: frozenset[int] = frozenset()
-    if pad:
-        split = split_parities(ranged) if options.gather == "auto" else None
-        padded = pad_gathers(*((ranged,) if split is None else (split.ranged, split.classes)))
-        ranged, scratch, origins = padded.ranged, padded.scratch, padded.origins
-        if split is not None:  # the pads' origins are statements of the split def
-            strided = frozenset(k for k, o in enumerate(origins) if o in split.classes)
-            origins = tuple(split.origins[k] for k in origins)
-        if options.factor:  # a scatter's contraction into a scratch tensor (cpu.factor)
-            factored = factor_scatters(ranged)
-            if factored.scratch:
-                ranged, scratch = factored.ranged, scratch + factored.scratch
-                strided = frozenset(k for k, o in enumerate(factored.origins) if o in strided)
-                origins = tuple(origins[o] for o in factored.origins)
-        if options.merge:  # the CPU target: merged loops see tensors as views (cpu.merge)
-            merged = merge_loops(ranged, scratch)
-            ranged, views = merged.ranged, merged.views
+    rewritten = model.rewrite(ranged, options)
+    ranged, origins = rewritten.ranged, rewritten.origins
     params = ranged.checked.size_params
     extents = tensor_extents(ranged)
     context = size_context(ranged)
@@ -235,7 +349,7 @@ def schedule(ranged: RangedDef, options: Options | None = None, *, pad: bool = F
     for k, (poly, facts) in enumerate(stmts):
         own = options.for_statement(k if origins is None else origins[k])  # per_statement
         with isl_failures(facts.stmt):
-            made = _nests_of(poly, facts, extents, params, context, own)
+            made = _nests_of(poly, facts, extents, params, context, own, model)
         # a nest that runs at no size a call may have gets no loops (isl builds no AST
         # for an empty domain): a gradient's piece for sizes its inputs' shapes exclude
         nests.extend(n for n in made if not n.domain.intersect_params(context).is_empty())
@@ -244,7 +358,15 @@ def schedule(ranged: RangedDef, options: Options | None = None, *, pad: bool = F
 
         nests = with_companions(nests, context)
     return Schedule(
-        ranged, tuple(nests), context, tuple(extents.items()), scratch, origins, views, strided
+        ranged,
+        tuple(nests),
+        context,
+        tuple(extents.items()),
+        rewritten.scratch,
+        origins,
+        rewritten.views,
+        rewritten.strided,
+        model,
     )
 
 
@@ -298,6 +420,7 @@ def _nests_of(
     params: tuple[str, ...],
     context: isl.Set,
     options: Options,
+    model: Model,
 ) -> list[Nest]:
     stmt = facts.stmt
     extent = extents[stmt.lhs.name]
@@ -307,14 +430,10 @@ def _nests_of(
     self_reads = list(_self_reads(facts))
     # an affine scatter runs in parallel over its plain variables (poly.partial)
     partial = not injective and poly.nonaffine_write is None and bool(plain_vars(facts))
-    if partial:
-        order = partial_order(facts, params)
-        tiles: tuple[int, ...] = ()
-    else:
-        order = choose_order(
-            facts, params, options, injective=injective, self_reads=bool(self_reads)
-        )
-        tiles = choose_tiles(facts, order, options)
+    order = model.order(
+        facts, params, options, injective=injective, self_reads=bool(self_reads), partial=partial
+    )
+    tiles = () if partial else model.tiles(facts, order, options)
     if order.innermost and not order.outer and not tiles:
         order = literal_order(facts)  # an untiled column reduction would run serially
     accumulate = injective and stmt.op.is_reduction and order.register
@@ -341,18 +460,7 @@ def _nests_of(
         tiles=tiles,
         lanes=order.lanes,
     )
-    check = alias_check(facts, order, extents)
-    if check is not None and not (main.unproven or main.write_checks):
-        reduction = order.inner[-1]
-        jams = tuple((facts.reduction_vars[-1] if v == reduction else v, k) for v, k in order.jams)
-        literal = dataclasses.replace(main, inner=facts.reduction_vars, jams=jams)
-        main = dataclasses.replace(main, alternative=literal, alias=check)
-    swapped = _swapped(main, order, facts, params)
-    if swapped is not None:
-        main = swapped
-    if order.fallback is not None and main.alternative is None:
-        main = _with_fallback(main, order, facts, params, options)
-    main = few_rows(main, facts, params)  # versions for fewer rows than the block
+    main = model.alternatives(main, order, facts, extents, params, options)
     if not stmt.op.init:
         return [main]
     box = init_domain(poly.index, _init_names(facts, params), extent, params)
@@ -498,77 +606,6 @@ def _self_reads(facts: StmtFacts) -> Iterator[Access]:
     return _reads(facts, facts.stmt.lhs.name)
 
 
-def _swapped(
-    main: Nest, order: LoopOrder, facts: StmtFacts, params: tuple[str, ...]
-) -> Nest | None:
-    """`main` with its dot tile's loops swapped as its run-time alternative, or None
-    (no swap, or an extent that is not an expression of the sizes alone)."""
-    if order.swap is None or main.alternative is not None or main.unproven or main.write_checks:
-        return None
-    p, q = order.swap
-    extents = _size_extents(facts, params, (p, q, *facts.reduction_vars))
-    if extents is None:
-        return None
-    streamed = extents[q]
-    for v in facts.reduction_vars:
-        streamed = Binary(BinOp.MUL, streamed, extents[v])
-    outer = tuple(q if v == p else p if v == q else v for v in main.outer)
-    alternative = dataclasses.replace(main, outer=outer)
-    check = SwapCheck(extents[q], extents[p], streamed)
-    return dataclasses.replace(main, alternative=alternative, larger=check)
-
-
-def _with_fallback(
-    main: Nest, order: LoopOrder, facts: StmtFacts, params: tuple[str, ...], options: Options
-) -> Nest:
-    """`main` (transposed panels) with its dot tile as the run-time alternative for
-    few rows (`RowsCheck`); `main` alone when the rows' extent is not an expression
-    of the sizes, or the nest has run-time read or write checks."""
-    dot = order.fallback
-    if dot is None or main.unproven or main.write_checks:
-        return main
-    extents = _size_extents(facts, params, (order.outer[-1], *order.innermost, *order.inner))
-    if extents is None:
-        return main
-    fallback = dataclasses.replace(
-        main,
-        outer=dot.outer,
-        inner=dot.inner,
-        innermost=dot.innermost,
-        jams=dot.jams,
-        tiles=choose_tiles(facts, dot, options),
-        lanes=dot.lanes,
-        accumulate=facts.stmt.op.is_reduction and dot.register,
-    )
-    fallback = _swapped(fallback, dot, facts, params) or fallback
-    rows = extents[order.outer[-1]]
-    check = RowsCheck(rows, extents[order.innermost[0]], panel_rows(options))
-    return dataclasses.replace(main, alternative=fallback, rows=check)
-
-
-def _size_extents(
-    facts: StmtFacts, params: tuple[str, ...], wanted: tuple[str, ...]
-) -> dict[str, Expr] | None:
-    """`hi - lo` of the ranges `v in lo:hi` of the variables `wanted`, or None when one
-    has no such range or its extent is not an expression of the sizes alone (a range
-    that depends on another loop: a second derivative's), so no run-time test on the
-    sizes can use it."""
-    extents = {}
-    for c in facts.stmt.where:
-        if isinstance(c, RangeConstraint) and isinstance(c.expr, Var):
-            extents[c.expr.name] = Binary(BinOp.SUB, c.hi, c.lo)
-    if any(v not in extents for v in wanted):
-        return None
-    for v in wanted:
-        if not {n.name for n in walk(extents[v]) if isinstance(n, Var)} <= set(params):
-            return None
-        try:
-            bound_to_loops(extents[v])
-        except InternalError:
-            return None
-    return extents
-
-
 def _same_element(poly: PolyStmt, facts: StmtFacts, read: Access, params: tuple[str, ...]) -> bool:
     """True when `read` reads exactly the element the statement writes."""
     space = StmtSpace(facts.all_vars, params)
@@ -587,9 +624,18 @@ def _same_element(poly: PolyStmt, facts: StmtFacts, read: Access, params: tuple[
 
 
 __all__ = [
+    "LITERAL",
+    "LiteralModel",
+    "LoopOrder",
+    "Model",
     "Nest",
     "NestKind",
+    "NestVersions",
+    "Rewritten",
+    "RunTimeCheck",
     "Schedule",
+    "TileBand",
+    "Views",
     "init_domain",
     "scatter_notes",
     "schedule",

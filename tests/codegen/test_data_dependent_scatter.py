@@ -17,6 +17,7 @@ import pytest
 import compiler
 from compiler import cli, pipeline
 from compiler.cpu import cache as C
+from compiler.cpu.model import schedule
 from compiler.diagnostics import ShapeError
 from compiler.frontend.check import check_def
 from compiler.frontend.checked import RangedDef
@@ -24,7 +25,7 @@ from compiler.frontend.parser import parse
 from compiler.loops import For, Function, LoopKind, Visitor
 from compiler.poly.build import build_statements
 from compiler.poly.ranges import infer_ranges
-from compiler.poly.schedule import NestKind, schedule
+from compiler.poly.schedule import NestKind
 
 EMBEDDING = "def emb(float(V, D) E, int32(B) idx) -> (O) { O(b, d) = E(idx(b), d) }"
 EMBEDDING_GRAD = (

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from compiler import loops
+from compiler.cpu.model import lower
 from compiler.diagnostics import ShapeError
 from compiler.frontend.check import check_def
 from compiler.kernel import define
 from compiler.options import Options
-from compiler.poly.astgen import lower
 from compiler.poly.ranges import infer_ranges
 from compiler.shapes import output_shapes
 

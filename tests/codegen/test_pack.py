@@ -15,11 +15,11 @@ import compiler
 from compiler import loops as L
 from compiler.cpu import compile_function, cpu_registers, llvm_parallel, runtime
 from compiler.cpu.cache import CompileCache
+from compiler.cpu.model import lower
 from compiler.frontend.check import check_def
 from compiler.frontend.parser import parse
 from compiler.loops.printer import print_function
 from compiler.options import Options
-from compiler.poly.astgen import lower
 from compiler.poly.ranges import infer_ranges
 from tests.codegen.kit import find, reference_and_llvm
 
@@ -125,8 +125,7 @@ def test_transposed_panels_match_the_reference(
 ) -> None:  # fmt: skip
     # `panels`: the run-time test takes the panels for any rows (else the model's:
     # the dot tile below panel_rows() rows or PANEL_LANES columns, as at these sizes)
-    from compiler.cpu import cpu_registers
-    from compiler.poly import astgen
+    from compiler.cpu import alternatives, cpu_registers
 
     rng = np.random.default_rng(seed)
     text = (
@@ -140,7 +139,7 @@ def test_transposed_panels_match_the_reference(
         if panels:
             patch.setattr(cpu_registers, "PANEL_ROWS", 1)
             patch.setattr(cpu_registers, "PANEL_ROWS_16", 1)
-            patch.setattr(astgen, "PANEL_LANES", 1)
+            patch.setattr(alternatives, "PANEL_LANES", 1)
         _check(text, arrays, Options(threads=2, tile=tile), out, _PANELS if panels else None)
 
 
@@ -344,8 +343,7 @@ def test_batched_products_take_transposed_panels_per_batch() -> None:
 def test_batched_transposed_panels_match_the_reference(
     b: int, t: int, e: int, panels: bool, seed: int
 ) -> None:
-    from compiler.cpu import cpu_registers
-    from compiler.poly import astgen
+    from compiler.cpu import alternatives, cpu_registers
 
     rng = np.random.default_rng(seed)
     arrays = [rng.standard_normal((b, t, e)).astype(np.float32) for _ in range(2)]
@@ -353,5 +351,5 @@ def test_batched_transposed_panels_match_the_reference(
         if panels:
             patch.setattr(cpu_registers, "PANEL_ROWS", 1)
             patch.setattr(cpu_registers, "PANEL_ROWS_16", 1)
-            patch.setattr(astgen, "PANEL_LANES", 1)
+            patch.setattr(alternatives, "PANEL_LANES", 1)
         _check(BATCHED, arrays, Options(threads=2), None, _PANELS if panels else None)

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 import compiler
 from compiler import loops as L
 from compiler.cpu.llvm_emit import SUM_BLOCK
+from compiler.cpu.model import lower
 from compiler.frontend.check import check_def
 from compiler.frontend.parser import parse
 from compiler.options import Options
-from compiler.poly.astgen import lower
 from compiler.poly.ranges import infer_ranges
 from tests.codegen.kit import find as _find
 from tests.codegen.kit import reference_and_llvm
@@ -201,7 +201,7 @@ def test_a_dot_tile_streams_rows_through_blocks_of_columns() -> None:
     # the dot tile: transposed panels' run-time alternative for few rows
     (dot,) = [s.then for s in _find(f.body, L.If) if "B - 0 < 64" in print_expr(s.cond)]
     loops = [lp for lp in _find(dot, L.For) if lp.var in ("o_t", "b_t")]
-    # both orders (`poly.schedule.SwapCheck` picks one at run time): the blocks of the
+    # both orders (`cpu.alternatives.SwapCheck` picks one at run time): the blocks of the
     # inner jammed loop run serially, the rows inside them are the parallel loop
     assert sorted(lp.var for lp in loops) == ["b_t", "o_t"]
     for block in loops:

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from compiler import loops as L
+from compiler.cpu.model import lower
 from compiler.diagnostics import OptionsError
 from compiler.frontend.check import check_def
 from compiler.frontend.parser import parse
 from compiler.kernel import define
 from compiler.loops.jam import unroll_and_jam
 from compiler.options import Options
-from compiler.poly.astgen import lower
 from compiler.poly.ranges import infer_ranges
 
 PROGRAMS = {

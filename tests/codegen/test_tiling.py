@@ -15,13 +15,13 @@ import pytest
 
 from compiler import loops as L
 from compiler import pipeline
+from compiler.cpu.model import lower
 from compiler.cpu.tiling import COLUMNS, OUTER, REDUCTION, ROWS
 from compiler.diagnostics import OptionsError
 from compiler.frontend.check import check_def
 from compiler.frontend.parser import parse
 from compiler.kernel import define
 from compiler.options import Options
-from compiler.poly.astgen import lower
 from compiler.poly.ranges import infer_ranges
 from tests.codegen.kit import find as _find
 

@@ -136,7 +136,7 @@ def test_scalar_fallback_error_in_ulps(fn: str, dtype: type) -> None:
 
 def _ir(text: str) -> str:
     from compiler.cpu import emit_llvm
-    from compiler.poly.astgen import lower
+    from compiler.cpu.model import lower
 
     kernel = compiler.define(text, target="interp")
     return emit_llvm(lower(kernel.ranged))

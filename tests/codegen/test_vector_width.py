@@ -103,7 +103,7 @@ def test_a_convolution_gradient_with_512_bit_tiles_matches_the_reference() -> No
     ],
 )
 def test_both_orders_of_a_dot_tile_match_the_reference(b: int, i: int, o: int) -> None:
-    """The dot tile's loops swapped at run time (`schedule.SwapCheck`) or not, against
+    """The dot tile's loops swapped at run time (`cpu.alternatives.SwapCheck`) or not, against
     the reference evaluator."""
     rng = np.random.default_rng(b + i + o)
     arrays = [

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from compiler import loops as L
+from compiler.cpu.model import lower, lower_kernel
 from compiler.frontend.check import check_def
 from compiler.frontend.parser import parse
 from compiler.options import Options
-from compiler.poly.astgen import ERROR_BUFFER, lower, lower_kernel
+from compiler.poly.astgen import ERROR_BUFFER
 from compiler.poly.ranges import infer_ranges
 
 # one register tile per nest: no versions for fewer rows than its block (conftest)

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 import compiler
 from compiler import loops as L
 from compiler import pipeline
+from compiler.cpu.model import schedule
 from compiler.options import Options
-from compiler.poly.schedule import NestKind, schedule
+from compiler.poly.schedule import NestKind
 
 # the gradient of C(i) +=! exp(A(i, j)) * b(j), as AD writes it
 EXPMV_GRAD = """

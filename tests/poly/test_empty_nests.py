@@ -13,8 +13,8 @@ import pytest
 
 import compiler
 from compiler import Options
+from compiler.cpu.model import schedule
 from compiler.pipeline import run
-from compiler.poly.schedule import schedule
 
 SRC = """def f(double(N, N) A) -> (O1, O3) {
     O1(i) = A(min(1, N - 1), 0) where i in 1:8

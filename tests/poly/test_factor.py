@@ -16,11 +16,11 @@ import pytest
 
 import compiler
 from compiler.cpu.factor import factor_scatters
+from compiler.cpu.model import schedule
 from compiler.frontend.printer import print_def
 from compiler.gradcheck import gradcheck
 from compiler.options import Options
 from compiler.pipeline import run
-from compiler.poly.schedule import schedule
 
 
 def _transposed(rank: int, strides: tuple[int, ...], dtype: str = "double", op: str = "+=!") -> str:

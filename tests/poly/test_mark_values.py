@@ -15,8 +15,8 @@ import pytest
 
 import compiler
 from compiler import Options
+from compiler.cpu.model import schedule
 from compiler.poly import ast_tree, astgen
-from compiler.poly.schedule import schedule
 
 TARGETS = ("interp", "llvm", "cuda-emulated")
 

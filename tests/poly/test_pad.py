@@ -10,11 +10,11 @@ import pytest
 
 import compiler
 from compiler import loops as L
+from compiler.cpu.model import lower
 from compiler.cpu.pad import pad_gathers
 from compiler.frontend.printer import print_def
 from compiler.options import Options
 from compiler.pipeline import gradient
-from compiler.poly.astgen import lower
 from tests.codegen.kit import find as _find
 
 CONV = (

@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 import compiler
+from compiler.cpu.model import schedule
 from compiler.cpu.parity import split_parities
 from compiler.frontend.printer import print_def
 from compiler.options import Options
 from compiler.pipeline import run
-from compiler.poly.schedule import scatter_notes, schedule
+from compiler.poly.schedule import scatter_notes
 
 
 @pytest.fixture(autouse=True)

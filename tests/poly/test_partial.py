@@ -10,6 +10,8 @@ import pytest
 
 import compiler
 from compiler import loops as L
+from compiler.cpu.model import schedule
+from compiler.cpu.scatter_order import partial_order
 from compiler.diagnostics import OptionsError
 from compiler.options import Options
 from compiler.pipeline import run
@@ -17,11 +19,9 @@ from compiler.poly.gather import remaining_scatters, scatter_to_gather
 from compiler.poly.partial import (
     keep_partial,
     needs_divisibility,
-    partial_order,
     plain_vars,
     strided,
 )
-from compiler.poly.schedule import schedule
 
 
 def _facts(text: str):  # type: ignore[no-untyped-def]

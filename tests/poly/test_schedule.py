@@ -6,11 +6,12 @@ from __future__ import annotations
 import islpy as isl
 import pytest
 
+from compiler.cpu.model import schedule
 from compiler.frontend.check import check_def
 from compiler.frontend.parser import parse
 from compiler.options import Options
 from compiler.poly.ranges import infer_ranges
-from compiler.poly.schedule import NestKind, Schedule, schedule
+from compiler.poly.schedule import NestKind, Schedule
 
 MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
 CONV = (
@@ -125,7 +126,7 @@ def test_register_tiles_follow_the_vector_width(bits, conv, matmul, dot) -> None
 
 
 def test_a_dot_tile_also_runs_with_its_loops_swapped() -> None:
-    from compiler.poly.schedule import SwapCheck
+    from compiler.cpu.alternatives import SwapCheck
 
     src = "def lin(float(B, I) X, float(O, I) W) -> (Y) { Y(b, o) +=! X(b, i) * W(o, i) }"
     # the dot tile of transposed panels (its alternative for few rows), as here without
