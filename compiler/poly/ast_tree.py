@@ -127,7 +127,18 @@ def annotate_marks(build: isl.AstBuild) -> tuple[isl.AstBuild, object]:
 
 def _annotated(node: isl.AstNode, build: isl.AstBuild) -> isl.AstNode:
     """The mark `node` with the domain variables that the schedule so far fixes, each
-    as isl's expression of it at the mark (where only the enclosing loops are known)."""
+    as isl's expression of it at the mark (where only the enclosing loops are known),
+    and the condition under which the enclosing loops' iteration has instances.
+
+    The condition: isl lets an iteration of a loop outside the mark run with no
+    instance inside (the guard it hoists out of several pieces is a hull of theirs),
+    and the accumulator's store at the mark then writes an element the statement
+    never writes, past the output's end too (fuzz seed 71871: `y` up to `5 * M - 5`
+    where the domain stops at `3 * N + 2 * M - 9`). isl's expression of the set of
+    iterations with instances, simplified by what the build knows there (the bounds
+    and guards it generates: `build_ast` turns off `exploit_nested_bounds`, under
+    which isl leaves out of an outer loop a bound that only its inner loops enforce),
+    is 1 when the loops already run exactly those."""
     back = isl.Map.from_union_map(build.get_schedule()).reverse()  # [loops] -> S[vars]
     n = back.dim(isl.dim_type.out)
     values = []
@@ -137,15 +148,22 @@ def _annotated(node: isl.AstNode, build: isl.AstBuild) -> isl.AstNode:
         if one.is_single_valued():
             value = build.expr_from_pw_aff(isl.PwMultiAff.from_map(one).get_at(0))
             values.append((back.get_dim_name(isl.dim_type.out, k), value))
-    return node.set_annotation(isl.Id("values", user=tuple(values)))
+    guard = build.expr_from_set(back.domain())
+    return node.set_annotation(isl.Id("values", user=(tuple(values), guard)))
 
 
-def _mark(node: isl.AstNode) -> Mark:
+def _mark(node: isl.AstNode) -> Tree:
     try:
-        values = node.get_annotation().user
+        values, guard = node.get_annotation().user
     except isl.Error:  # built without `annotate_marks`
-        values = ()
-    return Mark(from_isl(node.mark_get_node()), tuple((n, ast_expr(v)) for n, v in values))
+        values, guard = (), None
+    mark = Mark(from_isl(node.mark_get_node()), tuple((n, ast_expr(v)) for n, v in values))
+    if guard is None:
+        return mark
+    condition = _truth(ast_expr(guard))
+    if isinstance(condition, L.Const) and condition.value:
+        return mark
+    return If(condition, mark, None)
 
 
 def _for(node: isl.AstNode) -> For:

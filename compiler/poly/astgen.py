@@ -217,7 +217,19 @@ def build_ast(nest: Nest, context: isl.Set, tiled: TileBand | None) -> isl.AstNo
             ids = ids.add(isl.Id(name))
         build = build.set_iterators(ids)
     build, handle = tree.annotate_marks(build)
-    ast = build.node_from_schedule(node.get_schedule())
+    ctx = domain_set.get_ctx()
+    exploit = ctx.get_ast_build_exploit_nested_bounds()
+    if nest.accumulate and (nest.inner or nest.innermost):
+        # the accumulator's load and store run in every iteration of the loops outside
+        # the mark: what isl knows there, which the guard at the mark leaves out
+        # (`ast_tree._annotated`), must be enforced around the mark, not left to loops
+        # inside it (isl's `exploit_nested_bounds` drops from an outer guard what an
+        # inner loop's having an iteration implies)
+        ctx.set_ast_build_exploit_nested_bounds(0)
+    try:
+        ast = build.node_from_schedule(node.get_schedule())
+    finally:
+        ctx.set_ast_build_exploit_nested_bounds(exploit)
     del handle  # the callback lives until the AST is built
     return ast
 

@@ -95,3 +95,51 @@ def test_a_register_sum_runs_only_where_its_domain_is_not_empty(n: int, m: int) 
     for target in ("llvm", "cuda-emulated"):
         (got,) = compiler.define(ACCUMULATE, target=target)(a, b)
         np.testing.assert_array_equal(got, want)
+
+
+# Reduced from a gradient of fuzz seed 71871 (a heap overflow on llvm and cuda-emulated):
+# isl runs the loop over `y` up to `5 * M - 5`, each iteration under a guard that is the
+# hull of its pieces' guards, while the domain ends at `3 * N + 2 * M - 9` for N == M.
+HULL = """def g(double(N, M) A) -> (double(3 * N + 2 * M - 8) O) {
+    O(y) min=! A(k2, (y + k2) / 2 - 2 * k2) where y in 3:min(min(5 * N - 4, 3 * N + 2 * M - 8), 5 * M - 5), k2 in max(y + 2 * (-y / 2) + 2, y - 2 * ((y + M) / 3) + 2):min(y + 2 * ((M - y) / 2) + 1, y + 2 * (-y / 3) + 1), (y + k2) % 2 in 0:1
+}"""  # noqa: E501
+
+
+def _hull(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """O by plain loops (floor division and a non-negative `%`, as TC's), and which of
+    its elements the statement writes."""
+    n, m = a.shape
+    out = np.full(3 * n + 2 * m - 8, np.inf)
+    written = np.zeros(out.shape, dtype=bool)
+    for y in range(3, min(5 * n - 4, 3 * n + 2 * m - 8, 5 * m - 5)):
+        lo = max(y + 2 * (-y // 2) + 2, y - 2 * ((y + m) // 3) + 2)
+        hi = min(y + 2 * ((m - y) // 2) + 1, y + 2 * (-y // 3) + 1)
+        for k2 in range(lo, hi):
+            if (y + k2) % 2 == 0:
+                out[y] = min(out[y], a[k2, (y + k2) // 2 - 2 * k2])
+                written[y] = True
+    return out, written
+
+
+@pytest.mark.parametrize(("n", "m"), [(3, 3), (2, 5), (4, 4), (6, 5), (8, 7)])  # A read in bounds
+def test_a_register_sum_stores_only_where_an_iteration_has_instances(n: int, m: int) -> None:
+    """The accumulator's store at the `reduce` mark runs under isl's condition that the
+    enclosing loops' iteration has instances (`ast_tree._annotated`), not in every
+    iteration of loops whose guards isl hoisted as a hull. The lowered loops run in
+    the loop-IR interpreter, which raises on any access outside a buffer (O[7] of 7
+    elements before), then llvm and cuda-emulated against plain loops."""
+    from compiler.loops.interp import run_function
+    from compiler.pipeline import lower
+    from compiler.poly.astgen import ERROR_BUFFER
+
+    a = np.random.default_rng(n * 10 + m).standard_normal((n, m))
+    want, written = _hull(a)
+    lowered = lower(run(HULL, None, upto="ranges"), Options(threads=1))
+    out, error = np.zeros(want.shape), np.zeros(2, np.int64)  # its reads are checked
+    run_function(lowered.function, {"A": a, "O": out, ERROR_BUFFER: error}, {"N": n, "M": m})
+    assert not error.any()
+    np.testing.assert_array_equal(out[written], want[written])
+    for target in ("llvm", "cuda-emulated"):
+        (got,) = compiler.define(HULL, target=target)(a)
+        np.testing.assert_array_equal(got[written], want[written])
+        np.testing.assert_array_equal(got, out)  # the unwritten ones as the loops leave them
