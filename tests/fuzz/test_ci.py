@@ -42,7 +42,7 @@ GRAD_SEEDS += (70750,)  # the oracle took a product of 1089 normal values for ex
 GRAD_SEEDS += (71118,)  # a compared candidate regrouped by the simplifier: a missed tie
 GRAD_SEEDS += (71149,)  # a clamp piece empty only under the def's preconditions
 GRAD_SEEDS += (71290,)  # a scatter piece's pass-through compared with the forward's result
-GRAD_SEEDS += (71871,)  # a register sum stored where isl's hull of guards let an empty iteration run
+GRAD_SEEDS += (71871,)  # a register sum stored where isl let an empty iteration run
 CFG = fuzz.Config(cuda_fraction=0.1)
 GRAD_CFG = fuzz.Config(targets=("interp", "llvm", "llvm-rand"), grad=True, cuda_fraction=0.0)
 
