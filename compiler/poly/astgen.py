@@ -180,7 +180,9 @@ class _State:
 # ------------------------------------------------------------------ isl side
 
 
-def build_ast(nest: Nest, context: isl.Set, tiled: TileBand | None) -> isl.AstNode:
+def build_ast(
+    nest: Nest, context: isl.Set, tiled: TileBand | None, *, exploit: bool | None = None
+) -> isl.AstNode:
     """isl's AST for one nest: bands from the schedule, iterators named after them
     (a tiled nest gets its tile band `tiled` first, `Model.tile_band`).
 
@@ -188,7 +190,8 @@ def build_ast(nest: Nest, context: isl.Set, tiled: TileBand | None) -> isl.AstNo
     build: with them in its sets isl took 2-3x as long (conv2d's gradient, when the
     context also bounded sizes by 2**63: 145 -> 59 ms for its eight nests, the same
     ASTs), and the code runs only for sizes in the context, where the domain without
-    them (`gist_params`) is the domain."""
+    them (`gist_params`) is the domain. `exploit`: isl's `exploit_nested_bounds`;
+    by default off for a nest with loops inside its `reduce` mark (below)."""
     domain_set = nest.domain.gist_params(context)
     positive = _positive_sizes(context)
     domain = isl.UnionSet.from_set(domain_set)
@@ -218,8 +221,10 @@ def build_ast(nest: Nest, context: isl.Set, tiled: TileBand | None) -> isl.AstNo
         build = build.set_iterators(ids)
     build, handle = tree.annotate_marks(build)
     ctx = domain_set.get_ctx()
-    exploit = ctx.get_ast_build_exploit_nested_bounds()
-    if nest.accumulate and (nest.inner or nest.innermost):
+    before = ctx.get_ast_build_exploit_nested_bounds()
+    if exploit is None:
+        exploit = not (nest.accumulate and (nest.inner or nest.innermost))
+    if not exploit:
         # the accumulator's load and store run in every iteration of the loops outside
         # the mark: what isl knows there, which the guard at the mark leaves out
         # (`ast_tree._annotated`), must be enforced around the mark, not left to loops
@@ -229,7 +234,7 @@ def build_ast(nest: Nest, context: isl.Set, tiled: TileBand | None) -> isl.AstNo
     try:
         ast = build.node_from_schedule(node.get_schedule())
     finally:
-        ctx.set_ast_build_exploit_nested_bounds(exploit)
+        ctx.set_ast_build_exploit_nested_bounds(before)
     del handle  # the callback lives until the AST is built
     return ast
 

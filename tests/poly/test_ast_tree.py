@@ -108,8 +108,15 @@ def test_every_nest_of_the_examples_lowers_as_through_isl(
         return tree
 
     def compared(nest, context, tiled):  # type: ignore[no-untyped-def]
+        before = seen["box"]
         tree = nest_tree(nest, context, tiled)
-        want = ast_tree.from_isl(astgen.build_ast(nest, context, tiled))
+        # a box's inner loops run in every outer iteration or in none (their bounds are
+        # sizes alone): the box is isl's tree as isl builds it exploiting nested bounds,
+        # without the guards it adds otherwise (`astgen.build_ast`, fuzz seed 71871)
+        boxed = seen["box"] > before
+        want = ast_tree.from_isl(
+            astgen.build_ast(nest, context, tiled, exploit=True if boxed else None)
+        )
         if nest.accumulate:  # both under the same guard (`ast_tree.nonempty_guard`)
             positive = astgen._positive_sizes(context)
             want = ast_tree.nonempty_guard(want, nest.domain, context, positive)
