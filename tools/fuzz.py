@@ -14,7 +14,8 @@ target against finite differences of the oracle and the jvp/vjp dot-product test
 and inexact (normal, compared within a rounding bound) for odd ones, unless
 `--exact` / `--inexact`. Outcomes: ok, wrong, crash, rejected (a TCError on a valid
 program), unsupported (README-listed), hang (the worker is killed after --timeout
-and restarted). The summary groups failures by signature; `--reduce` minimises one
+and restarted; a target that kills its worker is a crash of that target). The summary
+groups failures by signature; `--reduce` minimises one
 program per signature (`tools.fuzz_reduce`) and prints it. Deterministic in the seed.
 """
 
@@ -24,6 +25,7 @@ import argparse
 import dataclasses
 import json
 import multiprocessing as mp
+import os
 import random
 import signal
 import sys
@@ -99,23 +101,59 @@ def reduce_seed(seed: int, cfg: Config, sig: str) -> dict:
     sub = dataclasses.replace(cfg, grad=cfg.grad and target.startswith(("grad-", "jvp-")))
 
     def still(c: object) -> bool:
+        if died:
+            return _kills_its_process(lambda: check(c, seed, sub, exact, targets), cfg.timeout)
         return any(o.signature == sig for o in check(c, seed, sub, exact, targets))
 
+    died = ":the process died" in sig
+
     small = reduce(p, still, budget_s=max(60.0, 2 * cfg.timeout))
+    if died:
+        return {"seed": seed, "signature": sig, "text": show_program(small),
+                "sizes": dict(small.sizes), "detail": sig}  # fmt: skip
     detail = [o for o in check(small, seed, sub, exact, targets) if o.signature == sig]
     return {"seed": seed, "signature": sig, "text": show_program(small),
             "sizes": dict(small.sizes), "detail": detail[0].detail if detail else ""}  # fmt: skip
 
 
+def _kills_its_process(run, timeout: float) -> bool:  # noqa: ANN001
+    """Does `run()` kill the process that runs it (a signal, an abort)? It runs in a
+    forked child; a child past `timeout` seconds is killed and counts as not."""
+    pid = os.fork()
+    if pid == 0:  # the child: any exit of its own is a survival
+        from tools import fuzz_run
+
+        fuzz_run.ANNOUNCE.clear()  # the pipe to the parent is the worker's
+        try:
+            run()
+        finally:
+            os._exit(0)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.WIFSIGNALED(status) or os.WEXITSTATUS(status) != 0
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return False
+
+
 def _worker(conn: object) -> None:
     import warnings
 
+    from tools import fuzz_run
+
     warnings.simplefilter("ignore")
+    fuzz_run.ANNOUNCE.append(lambda target: conn.send({"running": target}))
     while True:
         task = conn.recv()
         if task is None:
             return
         kind, seed, cfg, sig = task
+        if kind == "crash":  # a stand-in for a target that kills its process (tests/fuzz)
+            fuzz_run.announce("llvm")
+            os._exit(139)
         if kind == "sleep":  # a stand-in for a hanging program (tests/fuzz)
             time.sleep(seed)
             conn.send({"seed": seed})
@@ -139,14 +177,14 @@ class Pool:
         a, b = self.ctx.Pipe()
         proc = self.ctx.Process(target=_worker, args=(b,), daemon=True)
         proc.start()
-        return [proc, a, None, 0.0]  # process, connection, task, started
+        return [proc, a, None, 0.0, ""]  # process, connection, task, started, target
 
     def map(self, tasks: list, timeout: float, on_result) -> None:  # noqa: ANN001
         todo = list(reversed(tasks))
         while todo or any(s[2] is not None for s in self.slots):
             for s in self.slots:
                 if s[2] is None and todo:
-                    s[2], s[3] = todo.pop(), time.monotonic()
+                    s[2], s[3], s[4] = todo.pop(), time.monotonic(), ""
                     s[1].send(s[2])
             busy = [s for s in self.slots if s[2] is not None]
             ready = wait([s[1] for s in busy], timeout=1.0)
@@ -154,15 +192,20 @@ class Pool:
                 if s[1] in ready:
                     try:
                         result = s[1].recv()
-                    except EOFError:
-                        result = {"seed": s[2][1], "error": "worker died"}
+                    except EOFError:  # the process died: a crash of the target it ran
+                        s[0].join(timeout=10)  # its pipe may close before it is reaped
+                        result = {"seed": s[2][1], "died": s[4] or "(tester)",
+                                  "code": s[0].exitcode}  # fmt: skip
                         self._replace(s)
+                    if "running" in result:
+                        s[4] = result["running"]
+                        continue
                     on_result(s[2], result)
                     s[2] = None
                 elif time.monotonic() - s[3] > timeout:
                     task = s[2]
                     self._replace(s)
-                    on_result(task, {"seed": task[1], "hang": True})
+                    on_result(task, {"seed": task[1], "hang": True, "target": s[4]})
                     s[2] = None
 
     def _replace(self, s: list) -> None:
@@ -187,8 +230,15 @@ def summarise(results: list) -> tuple[str, dict]:
     per_sig: dict = defaultdict(list)
     for r in results:
         if r.get("hang"):
-            per_target["(program)"]["hang"] += 1
-            per_sig["hang:(program):timeout"].append(r["seed"])
+            where = r.get("target") or "(program)"
+            per_target[where]["hang"] += 1
+            per_sig[f"hang:{where}:timeout"].append(r["seed"])
+            continue
+        if "died" in r:  # a crash that took the worker with it (a signal, an abort)
+            per_target[r["died"]]["crash"] += 1
+            code = r["code"] or 0
+            how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+            per_sig[f"crash:{r['died']}:the process died ({how})"].append(r["seed"])
             continue
         if "error" in r:
             per_target["(tester)"]["error"] += 1
@@ -277,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         bad = sum(
             1
             for r in results
-            if r.get("hang") or "error" in r
+            if r.get("hang") or "error" in r or "died" in r
             or any(o["kind"] in FAILURES for o in r.get("outcomes", ()))
         )  # fmt: skip
         print(f"\r[{len(results)}/{b - a}] {bad} failing, {time.monotonic() - started:.0f}s",

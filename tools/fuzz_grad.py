@@ -119,6 +119,7 @@ def _check_target(p, seed, target, args, cots, dirs, fd, pairing) -> list[Outcom
 
 def _check_vjp(p, seed, target, args, cots, dirs, fd) -> Outcome | tuple:  # noqa: ANN001
     name = f"grad-{target}"
+    fuzz_run.announce(name)
     try:
         kernel, opts = fuzz_run.compile_for(p, target, seed)
         with warnings.catch_warnings():

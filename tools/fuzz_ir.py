@@ -410,6 +410,8 @@ class Oracle:
             return _leaf(ival(n.a, env, self.sizes, self.state))
         a = self.value(n.a, env)
         if n.to in INTS:  # C: toward zero; out of the type's range is undefined
+            if not math.isfinite(a[0]):  # an untouched max=! element's -inf, a NaN
+                raise Invalid(f"{n.to}({a[0]}) is out of range")
             v = float(math.trunc(a[0]))
             if abs(v) >= _INT_LIMIT[n.to]:
                 raise Invalid(f"{n.to}({a[0]}) is out of range")

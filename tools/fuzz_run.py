@@ -57,6 +57,16 @@ def make_inputs(p: Program, seed: int, exact: bool) -> dict[str, np.ndarray]:
     return out
 
 
+# Called with a target's name before it runs (the fuzzer's worker sends it to the
+# parent, which then blames a process that dies, a segfault, on that target).
+ANNOUNCE: list = []
+
+
+def announce(target: str) -> None:
+    for hook in ANNOUNCE:
+        hook(target)
+
+
 def signature(kind: str, target: str, exc: BaseException | None = None, what: str = "") -> str:
     """A failure's group: kind, target, and the exception's type + normalised first line."""
     if exc is None:
@@ -165,6 +175,7 @@ def check_forward(p: Program, seed: int, targets: tuple, exact: bool) -> list[Ou
     except Exception as e:  # noqa: BLE001 - every exception is an outcome
         outcomes.append(_failure("shapes", e))
     for target in targets:
+        announce(target)
         try:
             kernel, opts = compile_for(p, target, seed)
             with warnings.catch_warnings():

@@ -18,7 +18,7 @@ from llvmlite import ir
 from compiler.loops import Assign, Bin, BinOp, Block, Expr, For, Stmt, VarRef, Visitor
 
 I64 = ir.IntType(64)
-REDUCTION_FLAGS = ("reassoc", "nsz", "contract")
+REDUCTION_FLAGS = ("reassoc", "contract")
 # A float sum over a loop longer than this many iterations is summed in blocks of this
 # many (each block's partial sum vectorised in lanes), the blocks added with Kahan's
 # compensated summation (`blocked_sum`).

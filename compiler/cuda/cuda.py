@@ -265,7 +265,8 @@ class _KernelEmitter:
             finally:
                 self.in_lanes = False
             return
-        v, lo, hi = self.name(s.var), self.expr(s.lo), self.expr(s.hi)
+        # the bound binds tighter than `<`: `v < (N == 1LL ? 1LL : 2LL)`
+        v, lo, hi = self.name(s.var), self.expr(s.lo), self._at(s.hi, P_REL + 1)
         t = self.itype
         step = f"{s.step}" if self.narrow else f"{s.step}LL"
         if s.kind is LoopKind.SERIAL:

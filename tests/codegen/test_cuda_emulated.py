@@ -327,3 +327,26 @@ def test_variant_kernels_are_built_when_first_selected() -> None:
     module = built["mm_k0t0_i32"]
     kernel(A, B)
     assert built["mm_k0t0_i32"] is module and built["mm_k0t1_i32"] is module
+
+
+# fuzz seed 127208: a copy loop's extent is a select (`O`'s second dimension is
+# `N == 1 ? 1 : 2`), printed `s1 < N == 1LL ? 1LL : 2LL`, which C reads as
+# `(s1 < N) == 1 ? 1 : 2`: an endless loop that wrote past `O_old` (a segfault)
+SELECT_EXTENT = """def f(float(N) A, float(N) B) -> (O) {
+    O(i1, i2) = 0.5 + A(i1) where i2 in 0:min(N, 2)
+    O(i3, i4) = O(i3, i4 - 1) + B(i3 / 2) where i3 in 0:N, i4 in 1:min(N, 2)
+}"""
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_a_loop_bound_that_is_a_select(n: int) -> None:
+    from compiler.frontend.check import check_def
+    from compiler.frontend.parser import parse
+    from compiler.poly.ranges import infer_ranges
+    from compiler.runtime.cuda import cuda_source
+
+    ref = define(SELECT_EXTENT, target="interp")
+    got = define(SELECT_EXTENT, target="cuda-emulated")
+    _compare(ref, got, _inputs(ref, {"N": n}, (0, 3), seed=n))
+    text = cuda_source(infer_ranges(check_def(parse(SELECT_EXTENT).get(None))))
+    assert "< N == 1LL" not in text and "< (N == 1LL ? 1LL : 2LL)" in text

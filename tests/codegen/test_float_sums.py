@@ -85,3 +85,36 @@ def test_float64_sums_are_blocked_too() -> None:
     k = _kernel(SUM.replace("float(N)", "double(N)").replace("total", "total64"))
     (got,) = k(x)
     assert abs(float(got) - 5_000_001 * 0.1) <= 1e-15 * 5_000_001 * 0.1 * 8
+
+
+# `+=!` starts at +0.0, and +0.0 + -0.0 is +0.0: a sum whose terms are all -0.0 is +0.0,
+# as IEEE and NumPy give it. The accumulators' fast-math flags are `reassoc` and
+# `contract`, not `nsz`, which let LLVM drop the first `0.0 +` and keep a -0.0 that
+# `copysign` then shows (fuzz seed 130135: a whole output's sign flipped).
+SIGNED = {
+    "one term": "def z1(float(N) A) -> (O) { O(i) +=! A(i) * 2.0 }",
+    "a row": "def z2(float(M, N) A) -> (O) { O(i) +=! A(i, j) }",
+    "a column": "def z3(float(M, N) A) -> (O) { O(j) +=! A(i, j) }",
+    "a product": "def z4(float(M, N) A, float(N, M) B) -> (O) { O(i, k) +=! A(i, j) * B(j, k) }",
+    "everything": "def z5(float(M, N) A) -> (O) { O() +=! A(i, j) }",
+}
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (17, 40), (2, SUM_BLOCK + 9)])
+@pytest.mark.parametrize("name", sorted(SIGNED))
+@pytest.mark.parametrize(
+    "options", [Options(threads=1), Options(threads=2), Options(threads=1, register_tile=1)]
+)
+def test_a_sum_of_negative_zeros_is_positive_zero(
+    name: str, shape: tuple[int, int], options: Options
+) -> None:
+    text = SIGNED[name]
+    k = compiler.define(text, target="llvm", options=options)
+    a = np.full(shape, -0.0, np.float32)
+    args = (a[0],) if name == "one term" else (a,)
+    if name == "a product":
+        args = (np.full(shape, 1.0, np.float32), a.T.copy())  # 1 * -0.0 is -0.0
+    (got,) = k(*args)
+    (want,) = compiler.define(text, target="interp")(*args)
+    assert not np.any(np.signbit(want))  # the oracle: +0.0
+    assert got.shape == want.shape and not np.any(np.signbit(got)), text

@@ -138,6 +138,11 @@ def test_an_int32_cast_out_of_range_is_not_modelled() -> None:
     big = Cast("double", Cast("int32", Bin("*", Read("A", (V("i"),)), Num(2.0**30))))
     with pytest.raises(Invalid, match="out of range"):
         evaluate(_cast_program(big, 1), {"N": 1}, {"A": np.array([3.0])})
+    # seed 122013: an unset max=! element's -inf
+    whole = Cast("double", Cast("int32", Read("A", (V("i"),))))
+    for x in (-np.inf, np.inf, np.nan):
+        with pytest.raises(Invalid, match="out of range"):
+            evaluate(_cast_program(whole, 1), {"N": 1}, {"A": np.array([x])})
 
 
 def test_a_reduction_variable_of_one_branch_reduces_both() -> None:

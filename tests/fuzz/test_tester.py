@@ -259,8 +259,34 @@ def test_a_hanging_program_is_killed_and_the_worker_replaced() -> None:
         pool.map([("run", 3, cfg, None)], 120.0, lambda t, r: got.append(r))
     finally:
         pool.close()
-    assert got[0] == {"seed": 600, "hang": True}
+    assert got[0] == {"seed": 600, "hang": True, "target": ""}
     assert got[1]["seed"] == 3 and all(o["kind"] == "ok" for o in got[1]["outcomes"])
+
+
+def test_a_target_that_kills_its_process_is_a_crash_of_that_target() -> None:
+    pool = fuzz.Pool(1)
+    got: list = []
+    try:
+        cfg = fuzz.Config(targets=("interp",))
+        pool.map([("crash", 5, cfg, None)], 60.0, lambda t, r: got.append(r))
+        pool.map([("run", 3, cfg, None)], 120.0, lambda t, r: got.append(r))  # a new worker
+    finally:
+        pool.close()
+    assert got[0] == {"seed": 5, "died": "llvm", "code": 139}
+    assert got[1]["seed"] == 3 and all(o["kind"] == "ok" for o in got[1]["outcomes"])
+    table, first = fuzz.summarise(got)
+    assert first == {"crash:llvm:the process died (exit code 139)": (5,)}
+    assert fuzz.representatives(first) == {next(iter(first)): 5}  # reduced in forked children
+
+
+def test_a_death_is_told_from_a_survival_in_a_forked_child() -> None:
+    import os
+    import signal
+
+    assert fuzz._kills_its_process(lambda: os.kill(os.getpid(), signal.SIGKILL), 30.0)
+    assert fuzz._kills_its_process(lambda: os._exit(3), 30.0)
+    assert not fuzz._kills_its_process(lambda: None, 30.0)
+    assert not fuzz._kills_its_process(lambda: 1 / 0, 30.0)  # an exception is an outcome
 
 
 def test_generation_is_deterministic() -> None:
