@@ -39,7 +39,9 @@ Ordering:
 
 from __future__ import annotations
 
+import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -291,9 +293,38 @@ def gradient(
     zeros: Iterable[str] = (),
 ) -> Any:
     """The gradient's `RangedDef` of a forward `RangedDef`: the `grad` pass, then
-    (`form="gather"`) the `gather` pass. `zeros`: outputs with a zero cotangent."""
-    ctx = PassContext(grad=True, wrt=None if wrt is None else tuple(wrt), zeros=tuple(zeros))
-    return run_from(ranged, ctx, start="grad", upto="gather" if form == "gather" else "grad")
+    (`form="gather"`) the `gather` pass. `zeros`: outputs with a zero cotangent.
+
+    Derived once per process for equal arguments and gather budget (the last 64): the
+    IR is immutable, and the same def defined again (on another target, a module built
+    twice) would otherwise be derived anew (0.05-1 s a def). A remembered derivation
+    warns again what the gather pass warned when it ran (`GatherBudgetWarning`)."""
+    from compiler.poly import gather
+
+    key = (ranged, None if wrt is None else tuple(wrt), form, tuple(zeros), gather.MAX_OPERATIONS)
+    with _GRADIENTS_LOCK:
+        found = _GRADIENTS.get(key)
+    if found is not None:
+        for message in found[1]:
+            warnings.warn(message, gather.GatherBudgetWarning, stacklevel=2)
+        return found[0]
+    said: list[str] = []
+    token = gather.GAVE_UP.set(said)  # a context variable: per thread
+    try:
+        ctx = PassContext(grad=True, wrt=key[1], zeros=key[3])
+        result = run_from(ranged, ctx, start="grad", upto="gather" if form == "gather" else "grad")
+    finally:
+        gather.GAVE_UP.reset(token)
+    with _GRADIENTS_LOCK:
+        _GRADIENTS[key] = (result, tuple(said))
+        while len(_GRADIENTS) > 64:
+            del _GRADIENTS[next(iter(_GRADIENTS))]
+    return result
+
+
+# pipeline.gradient's derivations: key -> (the gradient's RangedDef, gather's give-ups)
+_GRADIENTS: dict[tuple[Any, ...], tuple[Any, tuple[str, ...]]] = {}
+_GRADIENTS_LOCK = threading.Lock()
 
 
 def dump(result: Any) -> str:

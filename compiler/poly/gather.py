@@ -82,6 +82,7 @@ lowering always asks for the full gather (one thread per output element).
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import enum
 import threading
@@ -129,6 +130,9 @@ from compiler.poly.partial import keep_partial, subscript_rows
 # isl operations allowed per statement: the gathers of the test suite and the corpus
 # need well under a tenth of it (tests/poly/test_gather_budget.py).
 MAX_OPERATIONS = 3_000_000
+# The give-up messages of the derivation running in this context, when one collects
+# them (`pipeline.gradient` warns them again whenever it gives a remembered gradient).
+GAVE_UP: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("gave_up", default=None)
 _BUDGET_LOCK = threading.Lock()
 
 
@@ -204,15 +208,17 @@ def scatter_to_gather(
                 with isl_failures(stmt):
                     new = _budgeted(_gather, budget, dataclasses.replace(facts, stmt=stmt), ranged)
             except _OutOfBudget:
-                warnings.warn(
+                message = (
                     f"the scatter -> gather pass gave up on `{print_expr(stmt.lhs)} "
                     f"{stmt.op.value} ...` "
                     f"after {budget} isl operations: it stays a scatter, which runs "
                     "serially, or in parallel over its plain variables only (correct, "
-                    "but less parallel)",
-                    GatherBudgetWarning,
-                    stacklevel=2,
+                    "but less parallel)"
                 )
+                warnings.warn(message, GatherBudgetWarning, stacklevel=2)
+                gave_up = GAVE_UP.get()
+                if gave_up is not None:
+                    gave_up.append(message)
                 new = [stmt]
             if len(new) > 1 and new[0].op is AssignOp.ASSIGN and stmt.op.init:
                 initialised.add(stmt.lhs.name)

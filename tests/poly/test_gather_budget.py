@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import islpy as isl
@@ -73,3 +74,25 @@ def test_pathological_strided_gradient_does_not_hang() -> None:
     assert "def fun_grad" in result.stdout
     assert "input_grad(b, ip, 2 * h + 3 * w + kh, 2 * w + kw) +=!" in result.stdout
     assert "gave up" not in result.stderr
+
+
+def test_a_remembered_gradient_warns_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pipeline.gradient` derives a def once per budget (the same object again) and
+    gives the gather pass's warnings at every call, remembered or not."""
+    from compiler import pipeline
+
+    ranged = infer_ranges(check_def(parse(CONV).get()))
+    monkeypatch.setattr(gather, "MAX_OPERATIONS", 1000)
+    monkeypatch.setattr(pipeline, "_GRADIENTS", {})
+    got = []
+    for _ in range(3):
+        with pytest.warns(GatherBudgetWarning, match="gave up on `I_grad"):
+            got.append(pipeline.gradient(ranged, form="gather"))
+    first = got[0]
+    assert got[1] is first and got[2] is first and len(pipeline._GRADIENTS) == 1
+    monkeypatch.setattr(gather, "MAX_OPERATIONS", 0)  # another budget: derived again
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GatherBudgetWarning)
+        again = pipeline.gradient(ranged, form="gather")
+    assert again is not first and len(pipeline._GRADIENTS) == 2
+    assert remaining_scatters(again) == ()
