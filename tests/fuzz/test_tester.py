@@ -250,30 +250,28 @@ def test_crashes_and_rejections_are_told_apart(monkeypatch: pytest.MonkeyPatch) 
     assert o.kind == "rejected" and "'_'" in o.signature
 
 
-def test_a_hanging_program_is_killed_and_the_worker_replaced() -> None:
+def _then_a_good_program(task: str, seed: int, timeout: float) -> list:
+    """The results of `task` on a pool of one worker, then of seed 3 (fine) on it."""
     pool = fuzz.Pool(1)
     got: list = []
     try:
         cfg = fuzz.Config(targets=("interp",))
-        pool.map([("sleep", 600, cfg, None)], 0.5, lambda t, r: got.append(r))
+        pool.map([(task, seed, cfg, None)], timeout, lambda t, r: got.append(r))
         pool.map([("run", 3, cfg, None)], 120.0, lambda t, r: got.append(r))
     finally:
         pool.close()
-    assert got[0] == {"seed": 600, "hang": True, "target": ""}
     assert got[1]["seed"] == 3 and all(o["kind"] == "ok" for o in got[1]["outcomes"])
+    return got
+
+
+def test_a_hanging_program_is_killed_and_the_worker_replaced() -> None:
+    got = _then_a_good_program("sleep", 600, 0.5)
+    assert got[0] == {"seed": 600, "hang": True, "target": ""}
 
 
 def test_a_target_that_kills_its_process_is_a_crash_of_that_target() -> None:
-    pool = fuzz.Pool(1)
-    got: list = []
-    try:
-        cfg = fuzz.Config(targets=("interp",))
-        pool.map([("crash", 5, cfg, None)], 60.0, lambda t, r: got.append(r))
-        pool.map([("run", 3, cfg, None)], 120.0, lambda t, r: got.append(r))  # a new worker
-    finally:
-        pool.close()
+    got = _then_a_good_program("crash", 5, 60.0)  # the second program: a new worker
     assert got[0] == {"seed": 5, "died": "llvm", "code": 139}
-    assert got[1]["seed"] == 3 and all(o["kind"] == "ok" for o in got[1]["outcomes"])
     table, first = fuzz.summarise(got)
     assert first == {"crash:llvm:the process died (exit code 139)": (5,)}
     assert fuzz.representatives(first) == {next(iter(first)): 5}  # reduced in forked children
