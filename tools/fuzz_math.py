@@ -28,8 +28,11 @@ def _signed(f: Any) -> Any:
 
 
 def _round_away(x: float) -> float:
-    """C's `round`: half away from zero (sign applied by `_signed`)."""
-    return math.floor(abs(x) + 0.5)
+    """C's `round`: half away from zero (sign applied by `_signed`). Not
+    `floor(|x| + 0.5)`: that sum rounds 0.49999999999999994 up to 1 (seed 150086)."""
+    a = abs(x)
+    whole = math.floor(a)
+    return whole + 1.0 if a - whole >= 0.5 else float(whole)  # a - whole is exact
 
 
 def _logb(x: float) -> float:

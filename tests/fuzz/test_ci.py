@@ -21,6 +21,7 @@ FORWARD_SEEDS = (*range(0, 60), 3010, 11817, 12190, 34870, 37580, 39629)
 FORWARD_SEEDS += (130135,)  # `0.0 + x` folded to x (nsz): copysign saw -0.0
 FORWARD_SEEDS += (127208,)  # a CUDA loop bound that is a select, unparenthesised
 FORWARD_SEEDS += (122013,)  # the oracle's int32 of an unset max=! element's -inf
+FORWARD_SEEDS += (150086,)  # the oracle's round(0.49999999999999994) was 1
 GRAD_SEEDS = (*range(0, 20), 2082, 2100, 2118, 2120, 20051, 20065, 20077, 20145)
 GRAD_SEEDS += (21090, 21189, 21281, 21196)  # `--seeds 21000:21300 --grad`
 GRAD_SEEDS += (22212, 22522, 22531, 22571, 23215)  # `--seeds 22000:25500 --grad`

@@ -44,6 +44,16 @@ def test_logb_remainder_and_the_norms() -> None:
     np.testing.assert_allclose(_run("double", "tgamma", c), special.gamma(c), rtol=1e-13)
 
 
+def test_round_is_cs_half_away_from_zero_next_to_the_half() -> None:
+    # seed 150086: floor(|x| + 0.5) rounds 0.49999999999999994 + 0.5 up to 1.0
+    below = math.nextafter(0.5, 0.0)
+    x = np.array([below, -below, 0.5, -0.5, 1.5, -2.5, math.nextafter(1.5, 0.0), 2.0**52 + 1])
+    want = np.array([0.0, -0.0, 1.0, -1.0, 2.0, -3.0, 1.0, 2.0**52 + 1])
+    got = _run("double", "round", x)
+    np.testing.assert_array_equal(got, want)
+    assert list(np.signbit(got)) == list(np.signbit(want))
+
+
 def test_inverse_error_functions() -> None:
     y = np.array([0.25, 0.5, 1.0, 1.5, 1.75])
     np.testing.assert_allclose(_run("double", "erfcinv", y), special.erfcinv(y), rtol=1e-14)
