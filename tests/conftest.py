@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import atexit
 import difflib
+import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,20 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
+# tcc's own dependencies (pyproject.toml's `dependencies`): without one, nearly every
+# test module fails to import; the session stops at once with the command to run
+CORE = ("islpy", "llvmlite", "numpy", "tqdm")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    missing = [m for m in CORE if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.exit(
+            f"tcc's dependencies {', '.join(missing)} are not installed in this Python "
+            f"({sys.executable}): run `pip install -e '.[test]'` (README) first",
+            returncode=4,
+        )
+
 
 # The compile cache goes to a private directory for the session (also for the `tcc`
 # subprocesses the tests start), never into the user's ~/.cache/tcc.

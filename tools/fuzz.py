@@ -100,20 +100,20 @@ def reduce_seed(seed: int, cfg: Config, sig: str) -> dict:
     targets = (base,) if base in TARGETS else seed_targets(seed, cfg)
     sub = dataclasses.replace(cfg, grad=cfg.grad and target.startswith(("grad-", "jvp-")))
 
+    died = ":the process died" in sig  # then tried in forked children
+
     def still(c: object) -> bool:
         if died:
             return _kills_its_process(lambda: check(c, seed, sub, exact, targets), cfg.timeout)
         return any(o.signature == sig for o in check(c, seed, sub, exact, targets))
 
-    died = ":the process died" in sig
-
     small = reduce(p, still, budget_s=max(60.0, 2 * cfg.timeout))
-    if died:
-        return {"seed": seed, "signature": sig, "text": show_program(small),
-                "sizes": dict(small.sizes), "detail": sig}  # fmt: skip
-    detail = [o for o in check(small, seed, sub, exact, targets) if o.signature == sig]
+    found = (
+        [] if died else [o for o in check(small, seed, sub, exact, targets) if o.signature == sig]
+    )
+    detail = sig if died else found[0].detail if found else ""
     return {"seed": seed, "signature": sig, "text": show_program(small),
-            "sizes": dict(small.sizes), "detail": detail[0].detail if detail else ""}  # fmt: skip
+            "sizes": dict(small.sizes), "detail": detail}  # fmt: skip
 
 
 def _kills_its_process(run, timeout: float) -> bool:  # noqa: ANN001

@@ -26,8 +26,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import islpy as isl
-
 from compiler import loops as L
 from compiler.cpu.alternatives import alternatives
 from compiler.cpu.colsum import block_column_sums
@@ -48,6 +46,7 @@ from compiler.options import Options
 from compiler.poly import astgen
 from compiler.poly import schedule as poly_schedule
 from compiler.poly.astgen import Lowered, identity
+from compiler.poly.isl_bridge import param_names
 from compiler.poly.order import LoopOrder
 from compiler.poly.schedule import Nest, Rewritten, Schedule, TileBand, Views
 
@@ -112,10 +111,7 @@ class CpuModel:
         if not nest.tiles:
             return None
         taken = set(nest.facts.all_vars) | set(nest.facts.lets) | set(nest.dims)
-        taken |= {
-            nest.domain.get_dim_name(isl.dim_type.param, k)
-            for k in range(nest.domain.dim(isl.dim_type.param))
-        }
+        taken |= set(param_names(nest.domain))
         # a dot tile (a register sum, no innermost band): its column tiles outermost, the
         # rows that stream through each block the parallel loop (cpu.tiling)
         dot = nest.accumulate and not nest.innermost

@@ -33,14 +33,12 @@ jams `m` by 4 and `kw` by 2.
 
 from __future__ import annotations
 
-import islpy as isl
-
 from compiler.cpu.cpu_model import BLOCK, MAX_STRIDE, mentions, short
 from compiler.frontend.ast import Expr, Let
 from compiler.frontend.checked import StmtFacts
 from compiler.poly.isl_bridge import StmtSpace
 from compiler.poly.order import LoopOrder
-from compiler.poly.partial import plain_vars, single_affine
+from compiler.poly.partial import coefficients, plain_vars
 
 
 def partial_order(facts: StmtFacts, params: tuple[str, ...]) -> LoopOrder:
@@ -78,15 +76,10 @@ def partial_order(facts: StmtFacts, params: tuple[str, ...]) -> LoopOrder:
 
 def _last_coefficients(facts: StmtFacts, space: StmtSpace, rest: list[str]) -> dict[str, int]:
     """The coefficients of `rest` in the last subscript ({} if it is not affine)."""
-    aff = single_affine(facts.stmt.lhs.args[-1], space, lets_of(facts))
-    if aff is None:
+    row = coefficients(facts.stmt.lhs.args[-1], space, lets_of(facts))
+    if row is None:
         return {}
-    found = {}
-    for v in rest:
-        c = int(aff.get_coefficient_val(isl.dim_type.in_, space.pos(v)).to_python())
-        if c:
-            found[v] = c
-    return found
+    return {v: row[space.pos(v)] for v in rest if row[space.pos(v)]}
 
 
 def _inner_var(facts: StmtFacts, coeffs: dict[str, int]) -> str | None:

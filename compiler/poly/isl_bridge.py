@@ -103,6 +103,11 @@ class StmtSpace:
         return name in self._vars
 
 
+def param_names(s: isl.Set) -> tuple[str, ...]:
+    """The names of the parameters (sizes) of `s`, in its order."""
+    return tuple(s.get_dim_name(isl.dim_type.param, k) for k in range(s.dim(isl.dim_type.param)))
+
+
 def plus(pa: isl.PwAff, value: int) -> isl.PwAff:
     """`pa + value`, added to each piece: islpy's `pa + int` first builds a piecewise
     constant over `pa`'s pieces (a sixth of a conv2d gradient's AD + gather time)."""

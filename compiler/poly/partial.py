@@ -67,16 +67,23 @@ def subscript_rows(facts: StmtFacts, params: tuple[str, ...]) -> tuple[tuple[int
     lets = _lets(facts)
     rows = []
     for arg in facts.stmt.lhs.args:
-        aff = single_affine(arg, space, lets)
-        if aff is None:
+        row = coefficients(arg, space, lets)
+        if row is None:
             return None
-        rows.append(
-            tuple(
-                int(aff.get_coefficient_val(isl.dim_type.in_, pos).to_python())
-                for pos in range(len(space.vars))
-            )
-        )
+        rows.append(row)
     return tuple(rows)
+
+
+def coefficients(e: Expr, space: StmtSpace, lets: dict[str, Expr]) -> tuple[int, ...] | None:
+    """The integer coefficient of each variable of `space` (in its order) in `e`, or
+    None when `e` is not one affine function (`single_affine`)."""
+    aff = single_affine(e, space, lets)
+    if aff is None:
+        return None
+    return tuple(
+        int(aff.get_coefficient_val(isl.dim_type.in_, pos).to_python())
+        for pos in range(len(space.vars))
+    )
 
 
 def needs_divisibility(facts: StmtFacts, params: tuple[str, ...]) -> bool:
