@@ -61,10 +61,9 @@ import islpy as isl
 
 from compiler import loops as L
 from compiler.diagnostics import OptionsError
-from compiler.frontend.ast import Access, Const, Expr, Let, Var
+from compiler.frontend.ast import Access, Const, Expr, Var
 from compiler.frontend.checked import RangedDef, StmtFacts
 from compiler.frontend.printer import print_stmt
-from compiler.frontend.scopes import children
 from compiler.loops.jam import unroll_and_jam
 from compiler.options import Options
 from compiler.poly.build import PolyStmt, build_statements, tensor_extents
@@ -73,6 +72,7 @@ from compiler.poly.gather import WriteKind, write_kind
 from compiler.poly.isl_bridge import NotAffine, StmtSpace, expr_to_aff, params_space
 from compiler.poly.order import LoopOrder, literal_order
 from compiler.poly.partial import plain_vars
+from compiler.poly.proofs import same_element, self_reads_of, unproven_reads, unproven_writes
 
 
 class NestKind(enum.Enum):
@@ -427,7 +427,7 @@ def _nests_of(
     # A data-dependent scatter may write one element from several instances, in an
     # order only the data decides: it runs serially (never parallel, never in a register).
     injective = poly.nonaffine_write is None and poly.lhs_injective()
-    self_reads = list(_self_reads(facts))
+    self_reads = list(self_reads_of(facts))
     # an affine scatter runs in parallel over its plain variables (poly.partial)
     partial = not injective and poly.nonaffine_write is None and bool(plain_vars(facts))
     order = model.order(
@@ -439,7 +439,7 @@ def _nests_of(
     accumulate = injective and stmt.op.is_reduction and order.register
     snapshot = bool(self_reads) and not (
         (accumulate or (injective and not facts.reduction_vars))
-        and all(_same_element(poly, facts, r, params) for r in self_reads)
+        and all(same_element(poly, facts, r, params) for r in self_reads)
     )
     main = Nest(
         NestKind.STMT,
@@ -526,103 +526,6 @@ def init_domain(
     return domain.coalesce().set_tuple_name(f"I{index}")
 
 
-def unproven_reads(
-    poly: PolyStmt,
-    facts: StmtFacts,
-    extents: dict[str, tuple[Expr, ...]],
-    params: tuple[str, ...],
-    context: isl.Set,
-) -> frozenset[tuple[Access, int]]:
-    """(read, dimension) pairs of the right-hand side, lets and left-hand-side
-    subscripts that isl cannot prove in
-    bounds at every point of the domain (data-dependent subscripts, reads that a
-    ternary guards, preconditions range inference could only warn about)."""
-    space = StmtSpace(facts.all_vars, params)
-    lets = {c.name: c.value for c in facts.stmt.where if isinstance(c, Let)}
-    domain = poly.domain.reset_tuple_id().intersect_params(context)
-    found: set[tuple[Access, int]] = set()
-    for access in (*_reads(facts), *_lhs_reads(facts)):
-        for dim, (arg, hi) in enumerate(zip(access.args, extents[access.name], strict=True)):
-            if not _in_bounds(arg, hi, space, lets, domain):
-                found.add((access, dim))
-    return frozenset(found)
-
-
-def unproven_writes(
-    poly: PolyStmt,
-    facts: StmtFacts,
-    extents: dict[str, tuple[Expr, ...]],
-    params: tuple[str, ...],
-    context: isl.Set,
-) -> tuple[int, ...]:
-    """The dimensions of a data-dependent left-hand side that isl cannot prove in
-    bounds (every non-affine one): the store is checked at run time, as interp does."""
-    if poly.nonaffine_write is None:
-        return ()
-    space = StmtSpace(facts.all_vars, params)
-    lets = {c.name: c.value for c in facts.stmt.where if isinstance(c, Let)}
-    domain = poly.domain.reset_tuple_id().intersect_params(context)
-    lhs = facts.stmt.lhs
-    return tuple(
-        dim
-        for dim, (arg, hi) in enumerate(zip(lhs.args, extents[lhs.name], strict=True))
-        if not _in_bounds(arg, hi, space, lets, domain)
-    )
-
-
-def _lhs_reads(facts: StmtFacts) -> Iterator[Access]:
-    """The reads inside the left-hand side's subscripts (`idx(b)` of `E_grad(idx(b), d)`)."""
-    stack: list[Expr] = list(facts.stmt.lhs.args)
-    while stack:
-        e = stack.pop()
-        if isinstance(e, Access):
-            yield e
-        stack.extend(children(e))
-
-
-def _in_bounds(arg: Expr, hi: Expr, space: StmtSpace, lets: dict, domain: isl.Set) -> bool:
-    try:
-        value = expr_to_aff(arg, space, lets)
-        bad = value.lt_set(space.const(0)) | value.ge_set(expr_to_aff(hi, space))
-    except NotAffine:
-        return False
-    return bool((bad & domain).is_empty())
-
-
-def _reads(facts: StmtFacts, name: str | None = None) -> Iterator[Access]:
-    """The reads in the right-hand side and lets (of tensor `name` only, if given)."""
-    exprs: list[Expr] = [facts.stmt.rhs]
-    exprs += [c.value for c in facts.stmt.where if isinstance(c, Let)]
-    stack = list(exprs)
-    while stack:
-        e = stack.pop()
-        if isinstance(e, Access) and name in (None, e.name):
-            yield e
-        stack.extend(children(e))
-
-
-def _self_reads(facts: StmtFacts) -> Iterator[Access]:
-    """The reads of the statement's own output in its right-hand side and lets."""
-    return _reads(facts, facts.stmt.lhs.name)
-
-
-def _same_element(poly: PolyStmt, facts: StmtFacts, read: Access, params: tuple[str, ...]) -> bool:
-    """True when `read` reads exactly the element the statement writes."""
-    space = StmtSpace(facts.all_vars, params)
-    lets = {c.name: c.value for c in facts.stmt.where if isinstance(c, Let)}
-    relation = isl.Map.from_domain(space.universe)
-    try:
-        for arg in read.args:
-            relation = relation.flat_range_product(
-                isl.Map.from_pw_aff(expr_to_aff(arg, space, lets))
-            )
-    except NotAffine:
-        return False
-    relation = relation.set_tuple_name(isl.dim_type.in_, poly.domain.get_tuple_name())
-    relation = relation.set_tuple_name(isl.dim_type.out, read.name)
-    return bool(relation.intersect_domain(poly.domain).is_equal(poly.write))
-
-
 __all__ = [
     "LITERAL",
     "LiteralModel",
@@ -641,6 +544,4 @@ __all__ = [
     "schedule",
     "size_context",
     "tensor_extents",
-    "unproven_reads",
-    "unproven_writes",
 ]
