@@ -40,17 +40,22 @@ from compiler.diagnostics import InternalError
 from compiler.loops import (
     Alloc,
     Assign,
+    Bin,
+    BinOp,
     Block,
     Buffer,
     Cast,
     Const,
+    DType,
     Expr,
+    FloorDiv,
     For,
     If,
     Let,
     Load,
     Local,
     LoopKind,
+    Mutator,
     Node,
     Stmt,
     Store,
@@ -65,7 +70,7 @@ I32, I64 = ir.IntType(32), ir.IntType(64)
 F64 = ir.DoubleType()
 PTR = ir.PointerType()
 VOID = ir.VoidType()
-GRAIN = 1 << 17  # estimated operations below which a parallel loop runs on the caller
+GRAIN = 1 << 21  # estimated operations below which a parallel loop runs on the caller
 UNKNOWN_TRIPS = 16.0  # the trip count assumed for an inner loop with data-dependent bounds
 LAUNCH_TYPE = ir.FunctionType(VOID, [PTR, PTR, I64])  # launch(thunk, data, nthreads)
 THUNK_TYPE = ir.FunctionType(VOID, [PTR, I64, I64])  # thunk(data, tid, nthreads)
@@ -81,7 +86,7 @@ def emit_parallel(em: Any, loop: For) -> None:
     trips = b.sdiv(b.add(b.sub(hi, lo), ir.Constant(I64, loop.step - 1)), step)
     trips = b.select(b.icmp_signed(">", trips, ir.Constant(I64, 0)), trips, ir.Constant(I64, 0))
     estimate = _Cost(em)
-    cost = estimate.value(loop.body)  # one walk of the body: its cost, names and buffers
+    cost = estimate.value(loop.body, loop)  # one walk of the body: its cost, names and buffers
     captured = _Captures(em, estimate.names, estimate.buffers)
     work = _work_function(em, loop, captured)
     thunk = _thunk_function(em, loop, captured, work)
@@ -232,6 +237,11 @@ def _thunk_function(em: Any, loop: For, captured: _Captures, work: ir.Function) 
 # is folded here and emitted once: built as LLVM additions of constants (which LLVM may
 # not reassociate in doubles), a conv2d gradient's estimates were 630 `fadd`s.
 _Poly = dict[tuple[int, ...], float]
+# The variables bound between a parallel loop and a statement, each mapped to a value
+# in terms of what is known before the loop (a loop's variable to the middle of its
+# range): a tile's inner loop `j_t * 32 : min(j_t * 32 + 32, N)` is estimated at a
+# whole tile's 32 trips, not UNKNOWN_TRIPS, and a triangle's `0 : i` at its mean.
+_At = dict[str, Expr]
 
 
 class _Cost:
@@ -243,12 +253,14 @@ class _Cost:
         self._counted: dict[int, int] = {}  # id -> `_size` of the nodes counted
         self.buffers: set[str] = set()
 
-    def value(self, body: Stmt) -> ir.Value:
-        """The estimated operations of one run of `body`, as a double."""
+    def value(self, body: Stmt, loop: For) -> ir.Value:
+        """The estimated operations of one run of `body`, the body of `loop`, as a
+        double."""
         b = self.em.builder
         products: dict[tuple[int, ...], ir.Value] = {}
         total: ir.Value = ir.Constant(F64, 0.0)
-        for monomial, coefficient in sorted(self.of(body, frozenset()).items()):
+        estimate = self.of(body, {loop.var: _middle(loop.lo, loop.hi)})
+        for monomial, coefficient in sorted(estimate.items()):
             if not monomial:
                 total = b.fadd(total, ir.Constant(F64, coefficient))
                 continue
@@ -261,7 +273,10 @@ class _Cost:
             total = b.fadd(total, b.fmul(product, ir.Constant(F64, coefficient)))
         return total
 
-    def of(self, s: Stmt | None, inner: frozenset[str]) -> _Poly:
+    def of(self, s: Stmt | None, inner: _At) -> _Poly:
+        """The estimate of `s`; `inner` maps the variables bound between the parallel
+        loop and `s` (the loop's own included) to a value in terms of what is known
+        before the loop (`_At`)."""
         if s is None:
             return {}
         if isinstance(s, Block):
@@ -272,7 +287,8 @@ class _Cost:
         if isinstance(s, For):
             self._size(s.lo)  # for the names its bounds read
             self._size(s.hi)
-            body = self.of(s.body, inner | {s.var})
+            middle = _middle(_at(s.lo, inner), _at(s.hi, inner))
+            body = self.of(s.body, {**inner, s.var: middle})
             _add(body, {(): 1.0})
             trips = self._trips(s, inner)
             if isinstance(trips, float):
@@ -284,7 +300,8 @@ class _Cost:
             return _add(branches, {(): float(self._size(s.cond))})
         if isinstance(s, (Let, Local)):
             value = s.value if isinstance(s, Let) else s.init
-            return _add(self.of(s.body, inner), {(): float(self._size(value))})
+            bound = {**inner, s.var: _at(value, inner)} if isinstance(s, Let) else inner
+            return _add(self.of(s.body, bound), {(): float(self._size(value))})
         if isinstance(s, Alloc):
             self._size(s.buffer)
             return self.of(s.body, inner)
@@ -311,23 +328,43 @@ class _Cost:
         self._counted[id(node)] = count
         return count
 
-    def _trips(self, s: For, inner: frozenset[str]) -> int | float:
-        """The index of `s`'s trip count in `self.trips`, or UNKNOWN_TRIPS."""
+    def _trips(self, s: For, inner: _At) -> int | float:
+        """The index of `s`'s trip count in `self.trips` (at the values of `inner`,
+        where its bounds read them), or UNKNOWN_TRIPS."""
         em = self.em
-        names = var_names(s.lo, s.hi)
-        reads = any(isinstance(n, Load) for bound in (s.lo, s.hi) for n in walk(bound))
-        if names & inner or not names <= set(em.values) or reads:
+        lo, hi = _at(s.lo, inner), _at(s.hi, inner)
+        reads = any(isinstance(n, Load) for bound in (lo, hi) for n in walk(bound))
+        if reads or not var_names(lo, hi) <= set(em.values):
             return UNKNOWN_TRIPS
-        key = (s.lo, s.hi, s.step)
+        key = (lo, hi, s.step)
         found = self._known.get(key)
         if found is None:
             b = em.builder
-            span = b.sitofp(b.sub(em.expr(s.hi), em.expr(s.lo)), F64)
+            span = b.sitofp(b.sub(em.expr(hi), em.expr(lo)), F64)
             trips = b.fdiv(span, ir.Constant(F64, float(s.step)))
             zero = ir.Constant(F64, 0.0)
             self.trips.append(b.select(b.fcmp_ordered(">", trips, zero), trips, zero))
             found = self._known[key] = len(self.trips) - 1
         return found
+
+
+class _Substitute(Mutator):
+    def __init__(self, values: _At) -> None:
+        self.values = values
+
+    def mutate_VarRef(self, node: VarRef) -> Expr:
+        return self.values.get(node.name, node)
+
+
+def _middle(lo: Expr, hi: Expr) -> Expr:
+    return FloorDiv(Bin(BinOp.ADD, lo, hi), Const(2, DType.INT64))
+
+
+def _at(expr: Expr, inner: _At) -> Expr:
+    """`expr` with the variables of `inner` replaced by their values."""
+    if not var_names(expr) & inner.keys():
+        return expr
+    return _Substitute(inner).mutate(expr)
 
 
 def _add(total: _Poly, more: _Poly) -> _Poly:

@@ -101,7 +101,7 @@ def test_the_grain_rule_keeps_small_loops_on_the_caller() -> None:
         cf({"A": a, "O": o}, {"N": n}, threads=4, pool="python")
         np.testing.assert_array_equal(o, a * 2 + 1)
     assert runtime.python_launches() == before  # no region was started
-    big = np.arange(1 << 16, dtype=np.float32)
+    big = np.arange(llvm_parallel.GRAIN, dtype=np.float32)  # at least one operation each
     o = np.zeros_like(big)
     cf({"A": big, "O": o}, {"N": big.size}, threads=4, pool="python")
     np.testing.assert_array_equal(o, big * 2 + 1)
@@ -164,7 +164,7 @@ def test_default_threads_is_read_once() -> None:
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_runs_parallel_kernels_on_the_python_pool() -> None:
     k = compiler.define("def f(float(N) A) -> (B) { B(i) = A(i) * 3 }", options=Options(threads=2))
-    a = np.arange(1 << 18, dtype=np.float32)
+    a = np.arange(llvm_parallel.GRAIN, dtype=np.float32)
     np.testing.assert_array_equal(k(a)[0], a * 3)  # the parent's pool has run a region
     pid = os.fork()
     if pid == 0:  # the child: exit 0 only if the kernel ran, right, on the Python pool
