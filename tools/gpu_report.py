@@ -72,9 +72,11 @@ def _run(args: list[str]) -> str:
     return done.stdout + done.stderr
 
 
-def compile_program(path: Path, entry: str | None, grad: bool) -> tuple[Any, Any]:
-    """The `CudaProgram` of def `entry` of `path` (its gradient with `grad`), and the
-    def's `RangedDef`."""
+def compile_program(
+    path: Path, entry: str | None, grad: bool, loss: list[str] | None = None
+) -> tuple[Any, Any]:
+    """The `CudaProgram` of def `entry` of `path` (its gradient with `grad`, the outputs
+    `loss` carrying the cotangents: None, every output), and the def's `RangedDef`."""
     from compiler.backward import grad as gradient
     from compiler.frontend.check import check_def
     from compiler.frontend.parser import parse
@@ -83,7 +85,7 @@ def compile_program(path: Path, entry: str | None, grad: bool) -> tuple[Any, Any
 
     text = path.read_text()
     if grad:
-        text, entry = gradient(text, entry), None
+        text, entry = gradient(text, entry, outputs=loss), None
     ranged = infer_ranges(check_def(parse(text).get(entry)))
     return compile_cuda(ranged), ranged
 
@@ -207,13 +209,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--entry", help="the def (default: the only one)")
     parser.add_argument("--grad", action="store_true", help="the def's gradient")
     parser.add_argument(
+        "--loss",
+        metavar="OUT[,OUT]",
+        help="with --grad: the outputs that carry a cotangent (default: every output)",
+    )
+    parser.add_argument(
         "--shape", type=_shape, action="append", default=[], metavar="NAME=d0,d1,..."
     )
     parser.add_argument("--gpu", choices=sorted(PEAKS), default="H200")
     parser.add_argument("--json", action="store_true", help="the rows as JSON")
     args = parser.parse_args(argv)
     try:
-        program, ranged = compile_program(args.file, args.entry, args.grad)
+        if args.loss and not args.grad:
+            raise ReportError("--loss needs --grad")
+        loss = args.loss.split(",") if args.loss else None
+        program, ranged = compile_program(args.file, args.entry, args.grad, loss)
         env = sizes_of(program, dict(args.shape))
         rows = report(program, env, args.gpu)
     except (ReportError, TCError) as err:

@@ -55,7 +55,7 @@ from collections.abc import Callable
 
 from compiler.cuda.cuda_nodes import AtomicAdd, GpuKernel, GpuProgram, PosDiv, PosMod
 from compiler.cuda.cuda_options import CudaOptions
-from compiler.cuda.cuda_rows import plan_rows
+from compiler.cuda.cuda_rows import FILL_THREADS, plan_rows
 from compiler.cuda.cuda_shared import shared_variant
 from compiler.cuda.cuda_split import SplitReduction, inner_reason, serial_reason, split_of
 from compiler.cuda.cuda_tile import extent, fresh, thread_tile
@@ -79,6 +79,7 @@ from compiler.loops import (
     Load,
     Local,
     LoopKind,
+    Max,
     Min,
     Mutator,
     Node,
@@ -106,8 +107,9 @@ def map_to_gpu(
         found = _map_phase(f"{f.name}_k{p}", phases[p], f, options, error, set(taken))
         return [dataclasses.replace(k, phase=p, when=_both(when, k.when)) for k in found]
 
+    sizes = set(f.size_params)
     plan = (
-        plan_rows(phases, set(f.size_params), error, set(taken))
+        plan_rows(phases, sizes, error, set(taken))
         if options.fuse_rows
         else list(range(len(phases)))
     )
@@ -117,8 +119,13 @@ def map_to_gpu(
             continue
         first = item.phases[0]
         grid = (one, item.rows, one)
-        kernels.append(GpuKernel(f"{f.name}_k{first}r", item.body, "parallel", LANES, grid,
-                                 ((item.row, "y"),), (), first, item.when, "rows"))  # fmt: skip
+        temps = tuple(c.temp for c in item.columns)
+        kernels.append(GpuKernel(f"{f.name}_k{first}r", item.body, "parallel", item.block, grid,
+                                 ((item.row, "y"),), temps, first, item.when, "rows"))  # fmt: skip
+        for column in item.columns:  # their temporaries are the fused kernel's: one phase
+            found = _second_kernels(f"{f.name}_k{column.phase}c", column.second, 1,
+                                    (column.temp,), sizes, options, error, set(taken))  # fmt: skip
+            kernels += [dataclasses.replace(k, phase=first, when=item.when) for k in found]
         otherwise = Bin(BinOp.SUB, one, item.when)
         for p in item.phases:
             kernels += phase_kernels(p, otherwise)
@@ -236,9 +243,23 @@ def _with_variants(
     whose `when` holds, else `plain`."""
     name = plain.name
     variants: list[tuple[Expr, list[GpuKernel]]] = []  # when, kernels (when unset)
+    warp = None
+    if band and options.block % LANES == 0:
+        warp = warp_reduce(band, error, options.warp_outputs, taken)
+    if warp is not None and _size_only(warp.when, sizes) is None:
+        warp = None
     shared = shared_variant(name, band, sizes, options, taken)  # cuda_shared: first
     if shared is not None:
-        variants.append(shared)
+        when, found = shared
+        if warp is not None:  # few outputs of a long reduction: a warp each, unless the
+            # shared tiles fill the GPU (a conv's weight gradient: 5 tiles of 128 x 128)
+            (kernel,) = found
+            blocks: Expr = Const(kernel.block, I64)
+            for g in kernel.grid:
+                blocks = blocks if g is None else Bin(BinOp.MUL, blocks, g)
+            fills = Bin(BinOp.SUB, blocks, Const(FILL_THREADS - 1, I64))
+            when = Min(when, Max(fills, Bin(BinOp.SUB, Const(1, I64), warp.when)))
+        variants.append((when, found))
     tiled = thread_tile(band, *options.thread_tile, options.tile_threads, taken) if band else None
     if tiled is not None and _size_only(tiled.enough, sizes) is not None:
         parts = [(f"{name}t{k}", part, d) for k, (part, d) in enumerate(tiled.phases)]
@@ -246,10 +267,7 @@ def _with_variants(
     split = split_of(band, inner, sizes, error, taken)
     if split is not None and _size_only(split.when, sizes) is not None:
         variants.append((split.when, _split_kernels(name, split, sizes, options, error, taken)))
-    warp = None
-    if band and options.block % LANES == 0:
-        warp = warp_reduce(band, error, options.warp_outputs, taken)
-    if warp is not None and _size_only(warp.when, sizes) is not None:
+    if warp is not None:
         parts = [(f"{name}w", warp.phase, warp.depth)]
         variants.append((warp.when, _kernels(parts, "warp", (), sizes, options, taken)))
     grid = _grid_variant(name, band, sizes, options, taken)
@@ -316,13 +334,30 @@ def _split_kernels(
     temps = (split.temp,)
     first = _kernels([(f"{name}s1", split.first, split.first_depth)], "split", temps, sizes,
                      options, taken)  # fmt: skip
-    second_band = _chain(split.second, lambda loop: True)[: split.second_depth]
-    warp = warp_reduce(second_band, error, 2**62, taken) if options.block % LANES == 0 else None
+    second = _second_kernels(f"{name}s2", split.second, split.second_depth, temps, sizes,
+                             options, error, taken)  # fmt: skip
+    return first + second
+
+
+def _second_kernels(
+    name: str,
+    second: Stmt,
+    depth: int,
+    temps: tuple[Buffer, ...],
+    sizes: set[str],
+    options: CudaOptions,
+    error: str | None,
+    taken: set[str],
+) -> list[GpuKernel]:
+    """The kernel of a second pass (`second`, a band of `depth` loops over the
+    combination of partials): a warp reduction where it applies."""
+    band = _chain(second, lambda loop: True)[:depth]
+    warp = warp_reduce(band, error, 2**62, taken) if options.block % LANES == 0 else None
     if warp is None:
-        part, depth, variant = split.second, split.second_depth, "split"
+        part, variant = second, "split"
     else:
         part, depth, variant = warp.phase, warp.depth, "warp"
-    return first + _kernels([(f"{name}s2", part, depth)], variant, temps, sizes, options, taken)
+    return _kernels([(name, part, depth)], variant, temps, sizes, options, taken)
 
 
 def _chain(stmt: Stmt, take: Callable[[For], bool]) -> list[For]:

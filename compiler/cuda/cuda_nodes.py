@@ -6,6 +6,7 @@ mapping calls (rows, shared memory) build these nodes without importing it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from compiler.loops import Buffer, DType, Expr, Stmt
 
@@ -48,6 +49,36 @@ class PosMod(Expr):
         return I64
 
 
+@dataclass(frozen=True, slots=True)
+class SharedArray(Stmt):
+    """`__shared__ T name[size];` (one array a block), then `body`. `buffer` is 1-D,
+    its one extent a constant; it is no kernel parameter (loads and stores of it index
+    the block's array)."""
+
+    buffer: Buffer
+    body: Stmt
+
+    def emit_cuda(self, em: Any) -> None:
+        size = self.buffer.shape[0]
+        em.w.line(
+            f"__shared__ {_C_TYPES[self.buffer.dtype]} {em.name(self.buffer.name)}[{size.value}];"
+        )  # type: ignore[attr-defined]
+        em.stmt(self.body)
+
+
+@dataclass(frozen=True, slots=True)
+class BlockSync(Stmt):
+    """`__syncthreads()`: every thread of the block waits for the others; their writes
+    to shared memory before it are visible to all after it. Every thread of the block
+    must reach it (a uniform condition and loop around it)."""
+
+    def emit_cuda(self, em: Any) -> None:
+        em.w.line("__syncthreads();")
+
+
+_C_TYPES = {DType.FLOAT32: "float", DType.FLOAT64: "double"}
+
+
 # ------------------------------------------------------------ the result
 
 
@@ -79,4 +110,12 @@ class GpuProgram:
         return self.buffers + kernel.temps
 
 
-__all__ = ["AtomicAdd", "GpuKernel", "GpuProgram", "PosDiv", "PosMod"]
+__all__ = [
+    "AtomicAdd",
+    "BlockSync",
+    "GpuKernel",
+    "GpuProgram",
+    "PosDiv",
+    "PosMod",
+    "SharedArray",
+]

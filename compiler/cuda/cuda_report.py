@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass
 
 from compiler import loops as L
+from compiler.cuda.cuda_nodes import SharedArray
 from compiler.loops import eval_expr
 
 GPU_LOOPS = (L.LoopKind.GPU_BLOCK, L.LoopKind.GPU_THREAD)
@@ -108,6 +109,7 @@ def kernel_work(body: L.Stmt, buffers: dict[str, L.Buffer], env: dict[str, int])
         return Work(threads, flops, _bytes(touched_names, buffers, env))
     touched: set[str] = set()
     flops = _flops(body, dict(env), 1, touched)
+    touched -= {n.buffer.name for n in L.walk(body) if isinstance(n, SharedArray)}  # on chip
     return Work(_threads(body, dict(env)), flops, _bytes(touched, buffers, env))
 
 
@@ -182,6 +184,8 @@ def _flops(stmt: L.Stmt, env: dict[str, int], times: int, touched: set[str]) -> 
         return _flops(stmt.body, env, times, touched) + times * _ops(stmt.init, touched)
     if isinstance(stmt, (L.Alloc,)):
         touched.add(stmt.buffer.name)
+        return _flops(stmt.body, env, times, touched)
+    if isinstance(stmt, SharedArray):
         return _flops(stmt.body, env, times, touched)
     for node in L.walk(stmt):
         if isinstance(node, (L.Store, L.Load)) or hasattr(node, "buffer"):

@@ -112,7 +112,7 @@ def split_of(
     temp = L.Buffer(temp_name, body.dtype, (L.Bin(L.BinOp.MUL, parts, outputs),), L.Role.TEMP)
     shares = list(zip(split, counts, strict=True))
     first = _first_pass(band, body, nest, start, shares, lanes, along, outputs, temp, taken)
-    second = _second_pass(band, body, rest, op, parts, outputs, temp, taken)
+    second = second_pass(band, body, rest, op, parts, outputs, temp, taken)
     when: L.Expr = L.Bin(L.BinOp.SUB, outer, _c(MIN_PARTS - 1))
     if lanes and not band:  # many rows, or long rows: either split pays
         when = L.Max(when, L.Bin(L.BinOp.SUB, extent(loops[-1]), _c(MIN_LANES_USED - 1)))
@@ -228,7 +228,7 @@ def _split_chain(
     return dataclasses.replace(stmt, body=body)
 
 
-def _second_pass(
+def second_pass(
     band: list[L.For],
     body: L.Local,
     rest: tuple[L.Stmt, ...],
@@ -350,6 +350,7 @@ __all__ = [
     "SplitReduction",
     "TARGET_THREADS",
     "inner_reason",
+    "second_pass",
     "serial_reason",
     "split_of",
 ]

@@ -132,3 +132,22 @@ def test_report_of_matmul(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert ("no SASS instruction mix" in capsys.readouterr().out) is not sass
     assert main([str(path), "--shape", "A=512,256"]) == 1  # N unknown: a clear error
     assert "no --shape gives the size(s) N" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not HAS_TOOLS, reason="needs the cuda extra (NVRTC)")
+def test_report_of_a_gradient_with_one_loss(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--grad --loss Y`: the gradient without the other outputs' cotangents reads less
+    (softmax: no `shifted_grad`); `--loss` without `--grad` is an error."""
+    from tools.gpu_report import main
+
+    path = ROOT / "examples" / "softmax.tc"
+    shape = ["--shape", "X=256,512", "--json"]
+    assert main([str(path), "--grad", *shape]) == 0
+    every = json.loads(capsys.readouterr().out)["kernels"]
+    assert main([str(path), "--grad", "--loss", "Y", *shape]) == 0
+    one = json.loads(capsys.readouterr().out)["kernels"]
+    assert sum(r["bytes"] for r in one) < sum(r["bytes"] for r in every)
+    assert main([str(path), "--loss", "Y", *shape]) == 1
+    assert "--loss needs --grad" in capsys.readouterr().err

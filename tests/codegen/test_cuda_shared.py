@@ -13,7 +13,10 @@ from compiler.cuda.cuda_options import CudaOptions
 from compiler.diagnostics import OptionsError
 from compiler.kernel import define
 
-SMALL = CudaOptions(shared_tile=(16, 16, 4, 2, 2), shared_min_outputs=1, race_check=True)
+# warp_outputs=0: a few outputs of a long reduction otherwise run as warp reductions
+SMALL = CudaOptions(
+    shared_tile=(16, 16, 4, 2, 2), shared_min_outputs=1, race_check=True, warp_outputs=0
+)
 MM = "def mm({t}(M, K) A, {t}(K, N) B) -> (C) {{ C(m, n) +=! A(m, k) * B(k, n) }}"
 BMM = "def bmm({t}(Q, M, K) A, {t}(Q, K, N) B) -> (C) {{ C(b, m, n) +=! A(b, m, k) * B(b, k, n) }}"
 CONV = (
@@ -100,3 +103,23 @@ def test_only_contractions_with_reuse_on_both_sides() -> None:
     ]:
         kernel = define(src, target="cuda-emulated", options=SMALL)
         assert all(k.variant != "shared" for k in kernel._native.gpu.kernels), src
+
+
+# a convolution's weight gradient: 64 x 576 outputs, each a sum of N * H * W terms
+WGRAD = (
+    "def wgrad(float(N, M, HO, WO) G, float(N, C, H, W) I) -> (W1) "
+    "{ W1(m, c, kh, kw) +=! G(n, m, h, w) * I(n, c, h + kh, w + kw) where kh in 0:3, kw in 0:3 }"
+)
+
+
+def test_few_outputs_of_a_long_reduction_run_a_warp_each_unless_the_tiles_fill_the_gpu() -> None:
+    """At N32 C64 56^2 M64 the weight gradient's shared tiles are 5 blocks of 256
+    threads: the warp reduction (a warp an output) runs. matmul 4096^3 (1024 tiles)
+    keeps the shared kernel; so does a small matmul whose outputs exceed warp_outputs."""
+    wgrad = define(WGRAD, target="cuda-emulated")
+    env = {"N": 32, "M": 64, "HO": 54, "WO": 54, "C": 64, "H": 56, "W": 56}
+    ran = _kernels(wgrad, env)
+    assert "warp" in ran and "shared" not in ran
+    mm = define(MM.format(t="float"), target="cuda-emulated")
+    assert _kernels(mm, {"M": 4096, "K": 4096, "N": 4096}) == ["shared"]
+    assert _kernels(mm, {"M": 512, "K": 512, "N": 512}) == ["shared"]
