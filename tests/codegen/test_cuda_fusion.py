@@ -242,3 +242,9 @@ def test_the_fused_column_sums_pass_the_race_check() -> None:
     assert "rows" in _ran(got._native, sizes)
     for w, g in zip(ref(*args), got(*args), strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+
+
+def test_few_long_rows_with_column_sums_run_each_phase_s_own_kernels() -> None:
+    """2 rows of 5000: too few warps, the fused kernel does not run; the column sums'
+    own kernels (listed first in the group's order) and the rows' run instead."""
+    _check(COLUMNS, {"N": 2, "D": 5000, "E": 3}, False)
