@@ -38,18 +38,9 @@ something they read is fused too, just before the group or among its phases (a
 layer-norm gradient's `gamma_grad`, `beta_grad`): it saves a second pass over the
 rows' data. The kernel is then a block of `ROW_WARPS` warps, warp `w` of block `b`
 owning row `lo + b * ROW_WARPS + w` (its sections under `row < hi`), and after the
-sections each column sum sweeps its columns 32 at a time, uniformly in the block:
-
-    for d0 in lo:hi step 32 {
-      sh[tid] = <row's term of column d0 + lane, or the identity>   (each sum its own sh)
-      __syncthreads()
-      if (warp == 0) { P[b * outputs + d - lo] = sh[0 * 32 + lane] op .. op sh[15 * 32 + lane] }
-      __syncthreads() }
-
-(the sums over the same columns share one sweep). A second pass per sum
-(`ColumnPass`, `cuda_split.second_pass`: a warp an output) combines the blocks'
-partials `P` in block order: the sum is deterministic. In the emulation such a kernel
-runs on fibers (`cuda.cuda_fibers`), as on a GPU.
+sections each column sum sweeps its columns 32 at a time in shared memory, a partial a
+block, which a second pass per sum adds in block order (`cuda.cuda_columns`). In the
+emulation such a kernel runs on fibers (`cuda.cuda_fibers`), as on a GPU.
 
 Any other phase that cannot join a group but touches nothing the group's phases write
 and writes nothing they access is moved before the group; any other phase ends the
@@ -80,34 +71,29 @@ import dataclasses
 from dataclasses import dataclass
 
 from compiler import loops as L
-from compiler.cuda.cuda_nodes import BlockSync, PosDiv, PosMod, SharedArray
-from compiler.cuda.cuda_split import second_pass
+from compiler.cuda.cuda_columns import (
+    ROW_WARPS,
+    Column,
+    ColumnPass,
+    Names,
+    accesses,
+    column_of,
+    sweeps,
+)
+from compiler.cuda.cuda_nodes import PosDiv, PosMod, SharedArray
 from compiler.cuda.cuda_tile import extent, fresh
-from compiler.cuda.cuda_warp import LANES, combine, identity, reduction_op, warp_reduce
+from compiler.cuda.cuda_warp import LANES, warp_reduce
 from compiler.loops.ir import var_names, walk
-from compiler.loops.jam import rename_locals
 
 I64 = L.DType.INT64
 LANE_WORK = 64  # iterations of a row's phase a lane may run before the rows are too few
 FILL_THREADS = 65536  # threads enough to fill the GPU (H200: 132 SMs x 512)
-ROW_WARPS = 16  # a block's warps, a row each, in a row group with column sums
-COLUMN_DTYPES = (L.DType.FLOAT32, L.DType.FLOAT64)
 
 
 @dataclass(frozen=True, slots=True)
 class WarpSync(L.Stmt):
     """`__syncwarp()`: a warp's lanes wait for each other; their writes before it are
     visible to each other after it."""
-
-
-@dataclass(frozen=True)
-class ColumnPass:
-    """The second pass of a column sum fused into a row group: `second` (a PARALLEL
-    band over the columns) combines the `parts` partials in `temp`, in a fixed order."""
-
-    phase: int
-    temp: L.Buffer
-    second: L.Stmt
 
 
 @dataclass(frozen=True)
@@ -130,21 +116,6 @@ class _Phase:
     work: L.Expr  # iterations per row (sizes only)
 
 
-@dataclass(frozen=True)
-class _Column:
-    """A column sum: `for d (PARALLEL) { local acc = init { for r { acc = acc op e }
-    rest } }`, `e` without loops, bounds of the sizes only, steps 1."""
-
-    index: int
-    band: L.For
-    local: L.Local
-    nest: L.For  # the reduction over the rows
-    rest: tuple[L.Stmt, ...]
-    op: str
-    reads: frozenset[str]
-    writes: frozenset[str]
-
-
 def plan_rows(
     phases: tuple[L.Stmt, ...], sizes: set[str], error: str | None, taken: set[str]
 ) -> list[int | RowGroup]:
@@ -152,8 +123,8 @@ def plan_rows(
     plan: list[int | RowGroup] = []
     group: list[_Phase] = []
     hoisted: list[int] = []  # phases moved before the current group
-    columns: list[_Column] = []  # column sums met inside the group, to fuse
-    waiting: list[_Column] = []  # column sums just before the group (fused if apart)
+    columns: list[Column] = []  # column sums met inside the group, to fuse
+    waiting: list[Column] = []  # column sums just before the group (fused if apart)
 
     def flush() -> None:
         fused = [c for c in waiting if group and _fits(group, c)]
@@ -161,7 +132,7 @@ def plan_rows(
         plan.extend(hoisted)
         fused += columns
         if group and fused:
-            plan.append(_fuse_columns(group, fused, phases, error, taken))
+            plan.append(_fuse_columns(group, fused, error, taken))
         elif len(group) > 1:
             plan.append(_fuse(group, phases, error, taken))
         else:
@@ -171,9 +142,9 @@ def plan_rows(
 
     for k, phase in enumerate(phases):
         info = _row_phase(k, phase, sizes, error)
-        column = _column(k, phase, sizes, error)
+        column = column_of(k, phase, sizes, error)
         if group:
-            others: list[_Column | _Phase] = [*columns, *waiting]
+            others: list[Column | _Phase] = [*columns, *waiting]
             if info is not None and _joins(group, info, phases, error) and _apart(info, columns):
                 group.append(info)
                 continue
@@ -196,31 +167,7 @@ def plan_rows(
     return plan
 
 
-def _column(k: int, phase: L.Stmt, sizes: set[str], error: str | None) -> _Column | None:
-    """The phase as a column sum (`_Column`), or None."""
-    if not (isinstance(phase, L.For) and phase.kind is L.LoopKind.PARALLEL and phase.step == 1):
-        return None
-    local = phase.body
-    if not var_names(phase.lo, phase.hi) <= sizes or not isinstance(local, L.Local):
-        return None
-    if local.dtype not in COLUMN_DTYPES:
-        return None
-    stmts = local.body.stmts if isinstance(local.body, L.Block) else (local.body,)
-    if not stmts or not isinstance(stmts[0], L.For):
-        return None
-    nest, rest = stmts[0], stmts[1:]
-    if nest.step != 1 or not var_names(nest.lo, nest.hi) <= sizes:
-        return None
-    if any(isinstance(n, L.For) for s in (nest.body, *rest) for n in walk(s)):
-        return None
-    op = reduction_op(nest, local.var, error)
-    if op is None:
-        return None
-    reads, writes = _accesses(phase, error)
-    return _Column(k, phase, local, nest, rest, op, frozenset(reads), frozenset(writes))
-
-
-def _fits(group: list[_Phase], column: _Column) -> bool:
+def _fits(group: list[_Phase], column: Column) -> bool:
     """True when `column` sums over the group's rows, reads something the group reads
     (fusing it saves that traffic) and is independent of every phase of the group."""
     first = group[0].loop
@@ -232,16 +179,14 @@ def _fits(group: list[_Phase], column: _Column) -> bool:
     return _apart(column, group)
 
 
-def _apart(
-    a: _Column | _Phase, others: list[_Column] | list[_Phase] | list[_Column | _Phase]
-) -> bool:
+def _apart(a: Column | _Phase, others: list[Column] | list[_Phase] | list[Column | _Phase]) -> bool:
     """True when `a` and each of `others` touch no buffer that the other writes."""
     return all(not (a.writes & (b.reads | b.writes)) and not (a.reads & b.writes) for b in others)
 
 
 def _as_phase(phase: L.Stmt, error: str | None) -> _Phase:
     """Any phase's accesses, for `_apart`."""
-    reads, writes = _accesses(phase, error)
+    reads, writes = accesses(phase, error)
     dummy = L.For("", L.Const(0, I64), L.Const(0, I64), 1, L.Block(()))
     return _Phase(-1, dummy, frozenset(reads), frozenset(writes), _ONE)
 
@@ -256,7 +201,7 @@ def _row_phase(k: int, phase: L.Stmt, sizes: set[str], error: str | None) -> _Ph
     work = _work(phase.body)
     if work is None or not var_names(work) <= sizes:
         return None
-    reads, writes = _accesses(phase, error)
+    reads, writes = accesses(phase, error)
     return _Phase(k, phase, frozenset(reads), frozenset(writes), work)
 
 
@@ -289,22 +234,10 @@ def _by_row(phase: L.Stmt, row: str, buffers: set[str], error: str | None) -> bo
 
 def _independent(group: list[_Phase], phase: L.Stmt, error: str | None) -> bool:
     """True when `phase` and the group's phases touch no buffer one of them writes."""
-    reads, writes = _accesses(phase, error)
+    reads, writes = accesses(phase, error)
     touched = set().union(*(p.reads | p.writes for p in group))
     written = set().union(*(p.writes for p in group))
     return not (writes & touched) and not ((reads | writes) & written)
-
-
-def _accesses(phase: L.Stmt, error: str | None) -> tuple[set[str], set[str]]:
-    reads, writes = set(), set()
-    for n in walk(phase):
-        if isinstance(n, L.Load):
-            reads.add(n.buffer.name)
-        elif isinstance(n, L.Store) and n.buffer.name != error:
-            writes.add(n.buffer.name)
-        elif isinstance(n, L.Alloc):
-            writes.add(n.buffer.name)
-    return reads, writes
 
 
 def _work(stmt: L.Stmt) -> L.Expr | None:
@@ -351,154 +284,70 @@ def _fuse(
     first = group[0].loop
     row = first.var
     lane = fresh("tcc_lane", taken)
-    stmts: list[L.Stmt] = []
-    for p in group:
-        section = _section(p.loop, row, lane, error, taken)
-        assert section is not None
-        if stmts:
-            stmts.append(WarpSync())
-        stmts.append(section)
-    lanes = L.For(lane, L.Const(0, I64), L.Const(LANES, I64), 1, L.Block(tuple(stmts)),
+    stmts = _sections(group, row, lane, error, taken)
+    lanes = L.For(lane, L.Const(0, I64), L.Const(LANES, I64), 1, L.Block(stmts),
                   L.LoopKind.GPU_THREAD)  # fmt: skip
     body = dataclasses.replace(first, body=lanes, kind=L.LoopKind.GPU_BLOCK)
     rows = extent(first)
-    work = _most([p.work for p in group])
-    c = lambda v: L.Const(v, I64)  # noqa: E731
-    need = L.FloorDiv(L.Bin(L.BinOp.ADD, L.Bin(L.BinOp.MUL, rows, work), c(LANE_WORK - 1)),
-                      c(LANE_WORK))  # fmt: skip
-    have = L.Bin(L.BinOp.MUL, rows, c(LANES))
-    when = L.Bin(L.BinOp.ADD, L.Bin(L.BinOp.SUB, have, L.Min(need, c(FILL_THREADS))), c(1))
+    when = _when(rows, _most([p.work for p in group]))
     return RowGroup(tuple(p.index for p in group), body, row, rows, when)
 
 
 def _fuse_columns(
-    group: list[_Phase],
-    columns: list[_Column],
-    phases: tuple[L.Stmt, ...],
-    error: str | None,
-    taken: set[str],
+    group: list[_Phase], columns: list[Column], error: str | None, taken: set[str]
 ) -> RowGroup:
     """The row group with column sums (module doc): a block of `ROW_WARPS` warps, warp
-    `w` of block `b` running row `lo + b * ROW_WARPS + w`'s sections, then each column
-    sum's partial over the block's rows, combined in shared memory, into its temporary;
-    the second passes (`RowGroup.columns`) combine the blocks' partials."""
+    `w` of block `b` running row `lo + b * ROW_WARPS + w`'s sections, then the column
+    sums' sweeps (`cuda_columns.sweeps`); their second passes (`RowGroup.columns`)
+    combine the blocks' partials."""
     first = group[0].loop
-    row = first.var
     c = lambda v: L.Const(v, I64)  # noqa: E731
     ref = lambda name: L.VarRef(name, I64)  # noqa: E731
     block, tid, warp, lane = (
         fresh(n, taken) for n in ("tcc_rb", "tcc_tid", "tcc_warp", "tcc_lane")
     )
+    names = Names(first.var, block, tid, warp, lane)
     rows = extent(first)
     blocks = L.FloorDiv(L.Bin(L.BinOp.ADD, rows, c(ROW_WARPS - 1)), c(ROW_WARPS))
-    stmts: list[L.Stmt] = []
-    for p in group:
-        section = _section(p.loop, row, lane, error, taken)
-        assert section is not None
-        if stmts:
-            stmts.append(WarpSync())
-        stmts.append(section)
-    in_rows = L.Bin(L.BinOp.LT, ref(row), first.hi)
-    parts: list[L.Stmt] = [L.If(in_rows, L.Block(tuple(stmts)), None)]
-    shared: list[L.Buffer] = []
-    passes: list[ColumnPass] = []
-    # the column sums over the same columns share one sweep over them (and its barriers)
-    sweeps: dict[tuple[L.Expr, L.Expr], tuple[str, list[tuple[L.Stmt, L.Stmt]]]] = {}
-    for col in columns:
-        outputs = extent(col.band)
-        temp_name = fresh(f"{col.local.var}_parts", taken)
-        temp = L.Buffer(temp_name, col.local.dtype, (L.Bin(L.BinOp.MUL, blocks, outputs),),
-                        L.Role.TEMP)  # fmt: skip
-        sh = L.Buffer(fresh("tcc_sh", taken), col.local.dtype, (c(ROW_WARPS * LANES),), L.Role.TEMP)
-        shared.append(sh)
-        key = (col.band.lo, col.band.hi)
-        if key not in sweeps:
-            sweeps[key] = (fresh("tcc_d0", taken), [])
-        d0, pieces = sweeps[key]
-        names = _Names(row, block, tid, warp, lane, d0)
-        pieces.append(_column_section(col, sh, temp, outputs, names, in_rows, taken))
-        band = dataclasses.replace(col.band, body=L.Block(()))
-        second = second_pass([band], col.local, col.rest, col.op, blocks, outputs, temp, taken)
-        passes.append(ColumnPass(col.index, temp, second))
-    for (lo, hi), (d0, pieces) in sweeps.items():
-        first_warp = L.If(
-            L.Bin(L.BinOp.EQ, ref(warp), c(0)), L.Block(tuple(p[1] for p in pieces)), None
-        )
-        step = L.Block((*(p[0] for p in pieces), BlockSync(), first_warp, BlockSync()))
-        parts.append(L.For(d0, lo, hi, LANES, step, L.LoopKind.SERIAL))
+    in_rows = L.Bin(L.BinOp.LT, ref(first.var), first.hi)
+    row_part = L.If(in_rows, L.Block(_sections(group, first.var, lane, error, taken)), None)
+    swept, shared, passes = sweeps(columns, names, blocks, in_rows, taken)
     value = L.Bin(L.BinOp.ADD, L.Bin(L.BinOp.MUL, ref(block), c(ROW_WARPS)), ref(warp))
     if not (isinstance(first.lo, L.Const) and first.lo.value == 0):
         value = L.Bin(L.BinOp.ADD, first.lo, value)
-    body: L.Stmt = L.Let(row, value, L.Block(tuple(parts)))
+    body: L.Stmt = L.Let(first.var, value, L.Block((row_part, *swept)))
     body = L.Let(lane, PosMod(ref(tid), c(LANES)), body)
     body = L.Let(warp, PosDiv(ref(tid), c(LANES)), body)
     for sh in reversed(shared):
         body = SharedArray(sh, body)
     threads = L.For(tid, c(0), c(ROW_WARPS * LANES), 1, body, L.LoopKind.GPU_THREAD)
     kernel = L.For(block, c(0), blocks, 1, threads, L.LoopKind.GPU_BLOCK)
-    work = _most([p.work for p in group] + [extent(col.band) for col in columns])
+    when = _when(rows, _most([p.work for p in group] + [extent(col.band) for col in columns]))
+    order = (*(col.index for col in columns), *(p.index for p in group))
+    return RowGroup(order, kernel, block, blocks, when, passes, ROW_WARPS * LANES)
+
+
+def _sections(
+    group: list[_Phase], row: str, lane: str, error: str | None, taken: set[str]
+) -> tuple[L.Stmt, ...]:
+    """The group's sections for row `row` and lane `lane`, `WarpSync` between them."""
+    stmts: list[L.Stmt] = []
+    for p in group:
+        section = _section(p.loop, row, lane, error, taken)
+        assert section is not None
+        if stmts:
+            stmts.append(WarpSync())
+        stmts.append(section)
+    return tuple(stmts)
+
+
+def _when(rows: L.Expr, work: L.Expr) -> L.Expr:
+    """> 0 where `rows` give enough warps for `work` iterations a row (module doc)."""
+    c = lambda v: L.Const(v, I64)  # noqa: E731
     need = L.FloorDiv(L.Bin(L.BinOp.ADD, L.Bin(L.BinOp.MUL, rows, work), c(LANE_WORK - 1)),
                       c(LANE_WORK))  # fmt: skip
     have = L.Bin(L.BinOp.MUL, rows, c(LANES))
-    when = L.Bin(L.BinOp.ADD, L.Bin(L.BinOp.SUB, have, L.Min(need, c(FILL_THREADS))), c(1))
-    order = (*(col.index for col in columns), *(p.index for p in group))
-    return RowGroup(order, kernel, block, blocks, when, tuple(passes), ROW_WARPS * LANES)
-
-
-@dataclass(frozen=True)
-class _Names:
-    """The variables of a row group with column sums: the row, the block of rows, the
-    thread in the block, its warp and lane, the first column of a sweep."""
-
-    row: str
-    block: str
-    tid: str
-    warp: str
-    lane: str
-    d0: str
-
-
-def _column_section(
-    col: _Column,
-    sh: L.Buffer,
-    temp: L.Buffer,
-    outputs: L.Expr,
-    n: _Names,
-    in_rows: L.Expr,
-    taken: set[str],
-) -> tuple[L.Stmt, L.Stmt]:
-    """One step of a sweep over 32 columns `d0 .. d0 + 31` for column sum `col`: (each
-    lane's term of its row and column `d0 + lane` into `sh`; warp 0's combination of
-    the block's rows, in order, into `temp[block * outputs + d - lo]`). The sweep puts
-    the block's barriers between them and after them; it is uniform in the block."""
-    c = lambda v: L.Const(v, I64)  # noqa: E731
-    ref = lambda name: L.VarRef(name, I64)  # noqa: E731
-    dtype = col.local.dtype
-    start = identity(col.op, dtype)
-    d, lo, hi = col.band.var, col.band.lo, col.band.hi
-    part, total, w = (
-        fresh(x, taken) for x in (f"{col.local.var}_part", f"{col.local.var}_block", "tcc_w")
-    )
-    column = L.Bin(L.BinOp.ADD, ref(n.d0), ref(n.lane))
-    in_cols = L.Bin(L.BinOp.LT, ref(d), hi)
-    term: L.Stmt = _serial(rename_locals(col.nest.body, {col.local.var: part}))
-    if col.nest.var != n.row:
-        term = L.Let(col.nest.var, ref(n.row), term)
-    guarded = L.If(L.Bin(L.BinOp.AND, in_rows, in_cols), term, None)
-    mine = L.Store(sh, (ref(n.tid),), L.VarRef(part, dtype))
-    own = L.Let(d, column, L.Local(part, dtype, start, L.Block((guarded, mine))))
-    slot = L.Bin(L.BinOp.ADD, L.Bin(L.BinOp.MUL, ref(w), c(LANES)), ref(n.lane))
-    # a value of its own: the race check's shared elements are proxies (`cuda_fibers`)
-    value = fresh("tcc_v", taken)
-    add = L.Let(value, L.Load(sh, (slot,)),
-                L.Assign(total, combine(col.op, L.VarRef(total, dtype), L.VarRef(value, dtype))))  # fmt: skip
-    at = L.Bin(
-        L.BinOp.ADD, L.Bin(L.BinOp.MUL, ref(n.block), outputs), L.Bin(L.BinOp.SUB, ref(d), lo)
-    )
-    store = L.If(in_cols, L.Store(temp, (at,), L.VarRef(total, dtype)), None)
-    rows = L.For(w, c(0), c(ROW_WARPS), 1, add)
-    combined = L.Let(d, column, L.Local(total, dtype, start, L.Block((rows, store))))
-    return own, combined
+    return L.Bin(L.BinOp.ADD, L.Bin(L.BinOp.SUB, have, L.Min(need, c(FILL_THREADS))), c(1))
 
 
 def _section(loop: L.For, row: str, lane: str, error: str | None, taken: set[str]) -> L.Stmt | None:
@@ -599,11 +448,8 @@ def sections(loop: L.For) -> list[L.Stmt]:
 
 
 __all__ = [
-    "COLUMN_DTYPES",
-    "ColumnPass",
     "FILL_THREADS",
     "LANE_WORK",
-    "ROW_WARPS",
     "RowGroup",
     "WarpSync",
     "is_lane_loop",
